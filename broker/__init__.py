@@ -1,0 +1,1 @@
+"""The server: network, handlers, replicas, cluster metadata, config and CLI."""

@@ -1,0 +1,1 @@
+"""Cluster metadata: topics, partitions, leaders, and the controller that changes them."""

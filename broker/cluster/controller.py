@@ -1,0 +1,148 @@
+"""`Controller`: creates, changes and deletes topics, and tells the ReplicaManager.
+
+One broker for now: it leads every partition at leader epoch 0. Every change is
+written to the `MetadataStore` before replicas act on it, so a restart sees
+whatever was acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from protocol.errors import ErrorCode, KafkaError
+from storage.log_config import LogConfig, check_overrides
+from storage.topic_partition import TopicPartition
+
+from broker.cluster.metadata_store import LocalMetadataStore, TopicRecord
+from broker.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_TOPIC_NAME_LENGTH = 249
+INITIAL_LEADER_EPOCH = 0
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception, f"topic name {name!r} is illegal")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"topic name of {len(name)} characters exceeds {MAX_TOPIC_NAME_LENGTH}",
+        )
+    if not LEGAL_TOPIC_NAME.fullmatch(name):
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"topic name {name!r} contains characters other than ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+class Controller:
+    def __init__(
+        self, broker_id: int, store: LocalMetadataStore, replicas: ReplicaManager,
+        log_defaults: Mapping[str, Any], default_partitions: int, default_replication_factor: int,
+    ) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.replicas = replicas
+        self.log_defaults = dict(log_defaults)
+        self.default_partitions = default_partitions
+        self.default_replication_factor = default_replication_factor
+
+    @property
+    def cluster_id(self) -> str:
+        return self.store.cluster_id
+
+    def log_config(self, topic: TopicRecord) -> LogConfig:
+        return LogConfig.from_configs({**self.log_defaults, **check_overrides(topic.configs)})
+
+    def config_for(self, tp: TopicPartition) -> LogConfig | None:
+        topic = self.store.topics.get(tp.topic)
+        if topic is None or tp.partition >= topic.partitions:
+            return None
+        return self.log_config(topic)
+
+    def start(self) -> None:
+        """Lead every partition of every known topic (logs are already loaded)."""
+        for topic in self.store.topics.values():
+            self._lead(topic, range(topic.partitions))
+
+    def _lead(self, topic: TopicRecord, partitions: range) -> None:
+        config = self.log_config(topic)
+        for p in partitions:
+            self.replicas.make_leader(TopicPartition(topic.name, p), topic.topic_id, config, INITIAL_LEADER_EPOCH)
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str],
+        validate_only: bool = False,
+    ) -> TopicRecord:
+        """Create a topic (-1 means the broker default), or raise with Kafka's error code."""
+        validate_topic_name(name)
+        if name in self.store.topics:
+            raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        partitions = self.default_partitions if partitions == -1 else partitions
+        replication_factor = self.default_replication_factor if replication_factor == -1 else replication_factor
+        if partitions <= 0:
+            raise KafkaError(ErrorCode.invalid_partitions, f"number of partitions must be > 0, got {partitions}")
+        if replication_factor <= 0:
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor must be > 0, got {replication_factor}",
+            )
+        if replication_factor > 1:
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor {replication_factor} is larger than the 1 available broker",
+            )
+        check_overrides(configs)
+        topic = TopicRecord(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
+        if validate_only:
+            return topic
+        self.store.put(topic)
+        self._lead(topic, range(partitions))
+        log.info("created topic %s (%s) with %d partitions", name, topic.topic_id, partitions)
+        return topic
+
+    def delete_topic(self, name: str) -> TopicRecord:
+        topic = self.topic_or_error(name)
+        self.store.remove(name)
+        for p in range(topic.partitions):
+            self.replicas.stop_replica(TopicPartition(name, p), delete=True)
+        log.info("deleted topic %s (%s)", name, topic.topic_id)
+        return topic
+
+    def create_partitions(self, name: str, count: int, validate_only: bool) -> None:
+        topic = self.topic_or_error(name)
+        if count <= topic.partitions:
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"topic {name!r} has {topic.partitions} partitions; the new count {count} must be larger",
+            )
+        if validate_only:
+            return
+        self.store.put(topic.with_changes(partitions=count))
+        self._lead(self.store.topics[name], range(topic.partitions, count))
+
+    def alter_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+        """Replace the topic's config overrides with `configs` (already merged by the caller)."""
+        topic = self.topic_or_error(name)
+        check_overrides(configs)
+        if validate_only:
+            return
+        updated = topic.with_changes(configs=dict(configs))
+        self.store.put(updated)
+        config = self.log_config(updated)
+        for p in range(updated.partitions):
+            self.replicas.update_config(TopicPartition(name, p), config)
+
+    def topic_or_error(self, name: str) -> TopicRecord:
+        topic = self.store.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        return topic

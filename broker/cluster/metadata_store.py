@@ -1,0 +1,87 @@
+"""`MetadataStore`: the durable record of topics, their ids, partition counts and configs.
+
+`LocalMetadataStore` keeps it in one JSON file in the first log dir, rewritten
+atomically on each change, so topic ids and configs survive restarts and a topic
+deleted while the broker was down has its logs removed on the next start. Not
+shared between tasks: the controller serialises changes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from storage.checkpoints import write_atomically
+
+METADATA_FILE = "cluster-metadata.json"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    replication_factor: int = 1
+    configs: dict[str, str] = field(default_factory=dict)  # overrides, Kafka names
+
+    def with_changes(self, **changes: object) -> TopicRecord:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+class LocalMetadataStore:
+    def __init__(self, log_dir: Path) -> None:
+        self.path = log_dir / METADATA_FILE
+        self.cluster_id: str = ""
+        self.topics: dict[str, TopicRecord] = {}
+        self._names_by_id: dict[uuid.UUID, str] = {}
+        self._load()
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            self.cluster_id = _new_cluster_id()
+            self._save()
+            return
+        data = json.loads(self.path.read_text(encoding="utf-8"))
+        self.cluster_id = data["cluster_id"]
+        for t in data["topics"]:
+            record = TopicRecord(
+                t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t["replication_factor"],
+                dict(t["configs"]),
+            )
+            self.topics[record.name] = record
+            self._names_by_id[record.topic_id] = record.name
+
+    def _save(self) -> None:
+        data = {
+            "cluster_id": self.cluster_id,
+            "topics": [
+                {
+                    "name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions,
+                    "replication_factor": t.replication_factor, "configs": t.configs,
+                }
+                for t in self.topics.values()
+            ],
+        }
+        write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True))
+
+    def put(self, topic: TopicRecord) -> None:
+        self.topics[topic.name] = topic
+        self._names_by_id[topic.topic_id] = topic.name
+        self._save()
+
+    def remove(self, name: str) -> None:
+        removed = self.topics.pop(name, None)
+        if removed is not None:
+            del self._names_by_id[removed.topic_id]
+            self._save()
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
+        name = self._names_by_id.get(topic_id)
+        return self.topics[name] if name is not None else None
+
+
+def _new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

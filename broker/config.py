@@ -1,0 +1,142 @@
+"""Broker configuration keyed by Kafka's own property names.
+
+Read from a `server.properties` file, then `--override key=value` on top. Unknown
+properties are logged and ignored, as Kafka does; known ones are type-checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from storage.log_config import TOPIC_CONFIGS
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the property."""
+
+
+class BrokerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=False, extra="ignore")
+
+    broker_id: int = Field(0, alias="broker.id", ge=0)
+    listeners: str = Field("PLAINTEXT://127.0.0.1:9092", alias="listeners")
+    advertised_listeners: str | None = Field(None, alias="advertised.listeners")
+    log_dirs: str = Field("/tmp/tierbroker-logs", alias="log.dirs")
+    broker_rack: str | None = Field(None, alias="broker.rack")
+    cluster_id: str | None = Field(None, alias="cluster.id")
+    num_partitions: int = Field(1, alias="num.partitions", ge=1)
+    default_replication_factor: int = Field(1, alias="default.replication.factor", ge=1)
+    auto_create_topics_enable: bool = Field(True, alias="auto.create.topics.enable")
+    delete_topic_enable: bool = Field(True, alias="delete.topic.enable")
+    socket_request_max_bytes: int = Field(104_857_600, alias="socket.request.max.bytes", ge=1)
+    queued_max_request_bytes: int = Field(104_857_600, alias="queued.max.request.bytes", ge=1)
+    log_retention_check_interval_ms: int = Field(300_000, alias="log.retention.check.interval.ms", ge=1)
+    log_flush_offset_checkpoint_interval_ms: int = Field(
+        60_000, alias="log.flush.offset.checkpoint.interval.ms", ge=1
+    )
+    replica_high_watermark_checkpoint_interval_ms: int = Field(
+        5_000, alias="replica.high.watermark.checkpoint.interval.ms", ge=1
+    )
+    controlled_shutdown_timeout_ms: int = Field(30_000, alias="shutdown.timeout.ms", ge=0)
+    # Topic defaults (log.*): the topic config table names the broker property of each.
+    log_defaults: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_log_defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        values = dict(values)
+        defaults: dict[str, Any] = {}
+        retention_ms = _retention_ms(values)
+        if retention_ms is not None:
+            defaults["retention.ms"] = retention_ms
+        roll_ms = values.get("log.roll.ms") or (
+            int(values["log.roll.hours"]) * 3_600_000 if "log.roll.hours" in values else None
+        )
+        if roll_ms is not None:
+            defaults["segment.ms"] = int(roll_ms)
+        for definition in TOPIC_CONFIGS.values():
+            prop = definition.broker_property
+            if prop in values and definition.name not in defaults:
+                defaults[definition.name] = definition.type(values[prop])
+        values["log_defaults"] = defaults
+        return values
+
+    @property
+    def log_dir_paths(self) -> list[Path]:
+        return [Path(p.strip()) for p in self.log_dirs.split(",") if p.strip()]
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        return _host_port(self.listeners, "listeners")
+
+    @property
+    def advertised_listener(self) -> tuple[str, int]:
+        host, port = _host_port(self.advertised_listeners or self.listeners, "advertised.listeners")
+        return ("127.0.0.1" if host in ("", "0.0.0.0") else host), port
+
+
+def _retention_ms(values: Mapping[str, Any]) -> int | None:
+    if "log.retention.ms" in values:
+        return int(values["log.retention.ms"])
+    if "log.retention.minutes" in values:
+        return int(values["log.retention.minutes"]) * 60_000
+    if "log.retention.hours" in values:
+        return int(values["log.retention.hours"]) * 3_600_000
+    return None
+
+
+def _host_port(listeners: str, name: str) -> tuple[str, int]:
+    first = listeners.split(",")[0].strip()
+    parts = urlsplit(first)
+    if parts.scheme.upper() != "PLAINTEXT" or parts.port is None:
+        raise ConfigError(f"{name}={listeners!r}: expected PLAINTEXT://host:port")
+    return parts.hostname or "", parts.port
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties: `key=value` or `key: value`, `#`/`!` comments, `\\` continuations."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            raise ConfigError(f"cannot parse property line {raw!r}")
+        props[line[:cut].strip()] = line[cut + 1 :].strip()
+    return props
+
+
+def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
+    """Read `path` (if given) and apply `key=value` overrides; unknown keys are logged."""
+    props = parse_properties(path.read_text(encoding="utf-8")) if path else {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override {item!r}: expected key=value")
+        props[key.strip()] = value.strip()
+    known = {f.alias for f in BrokerConfig.model_fields.values() if f.alias}
+    known |= {d.broker_property for d in TOPIC_CONFIGS.values() if d.broker_property}
+    known |= {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.dir"}
+    for key in sorted(set(props) - known):
+        log.warning("The configuration %r was supplied but isn't a known config", key)
+    if "log.dir" in props and "log.dirs" not in props:
+        props["log.dirs"] = props["log.dir"]
+    try:
+        return BrokerConfig.model_validate(props)
+    except ValidationError as e:
+        errors = "; ".join(f"{err['loc'][0] if err['loc'] else ''}: {err['msg']}" for err in e.errors())
+        raise ConfigError(errors) from None

@@ -1,0 +1,75 @@
+"""Request handlers, one module per API family, and the dispatcher that routes to them.
+
+A handler translates a kio request entity into calls on the ReplicaManager or the
+Controller, and their results into a kio response entity; it holds no state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from protocol.codec import (
+    RecordsSplicer,
+    Request,
+    ResponsePart,
+    UnsupportedVersionError,
+    encode_response,
+    parse_request,
+)
+from protocol.errors import KafkaError
+
+from broker.handlers import admin, api_versions, fetch, metadata, offsets, produce
+from broker.handlers.common import BrokerContext
+from broker.server import ConnectionClosing
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[BrokerContext, Request, RecordsSplicer], Awaitable[Any]]
+
+_HANDLERS: dict[int, Handler] = {
+    0: produce.handle_produce,
+    1: fetch.handle_fetch,
+    2: offsets.handle_list_offsets,
+    3: metadata.handle_metadata,
+    19: admin.handle_create_topics,
+    20: admin.handle_delete_topics,
+    23: offsets.handle_offset_for_leader_epoch,
+    32: admin.handle_describe_configs,
+    33: admin.handle_alter_configs,
+    37: admin.handle_create_partitions,
+    44: admin.handle_incremental_alter_configs,
+    60: metadata.handle_describe_cluster,
+    75: metadata.handle_describe_topic_partitions,
+}
+HANDLERS: dict[int, Handler] = {
+    **_HANDLERS,
+    api_versions.API_VERSIONS: api_versions.make_handler([*_HANDLERS, api_versions.API_VERSIONS]),
+}
+
+
+class RequestDispatcher:
+    """Decodes a request frame, runs its handler, encodes the response."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    async def handle(self, frame: bytes | memoryview, peer: str) -> list[ResponsePart] | None:
+        try:
+            request = parse_request(frame)
+        except UnsupportedVersionError as e:
+            if e.api_key == api_versions.API_VERSIONS:
+                log.info("ApiVersions v%d from %s is not supported; answering v0", e.api_version, peer)
+                return encode_response(e.correlation_id, api_versions.unsupported_version_response())
+            raise ConnectionClosing(str(e)) from None
+        except KafkaError as e:
+            raise ConnectionClosing(str(e)) from None
+        handler = HANDLERS.get(request.api_key)
+        if handler is None:
+            raise ConnectionClosing(f"api_key {request.api_key} is not supported")
+        splicer = RecordsSplicer()
+        body = await handler(self.ctx, request, splicer)
+        if body is None:
+            return None
+        return encode_response(request.correlation_id, body, splicer)

@@ -1,0 +1,83 @@
+"""Produce: records in, offsets out. Records are handed on as received, never decoded."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from protocol.codec import Request
+from protocol.errors import ErrorCode, KafkaError
+from storage.topic_partition import TopicPartition
+
+from broker.cluster.controller import validate_topic_name
+from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
+from broker.replica_manager import ProduceResult
+
+
+async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    body = request.body
+    m = response_module(request.api_key, request.api_version)
+    by_id = request.api_version >= 13
+    store = ctx.controller.store
+    entries: dict[TopicPartition, bytes] = {}
+    results: dict[TopicPartition, ProduceResult] = {}
+    keys: list[tuple[Any, list[tuple[int, TopicPartition]]]] = []
+    for topic in body.topic_data:
+        record = store.by_id(topic.topic_id) if by_id else store.topics.get(topic.name)
+        name = record.name if record else ("" if by_id else topic.name)
+        error = _topic_error(name, record, by_id)
+        partitions = []
+        for p in topic.partition_data:
+            tp = TopicPartition(name, p.index)
+            partitions.append((p.index, tp))
+            if error is not None:
+                results[tp] = ProduceResult(error)
+            elif body.acks not in (0, 1, -1):
+                results[tp] = ProduceResult(ErrorCode.invalid_required_acks)
+            elif body.transactional_id is not None:
+                results[tp] = ProduceResult(
+                    ErrorCode.transactional_id_authorization_failed,
+                    error_message="transactions are not supported by this broker",
+                )
+            else:
+                entries[tp] = p.records or b""
+        keys.append((topic.topic_id if by_id else topic.name, partitions))
+    results.update(ctx.replicas.append_records(entries))
+    if body.acks == 0:
+        return None
+    return make(
+        m.ProduceResponse,
+        responses=tuple(
+            make(
+                m.TopicProduceResponse, name=key, topic_id=key,
+                partition_responses=tuple(_partition_response(m, index, results[tp]) for index, tp in partitions),
+            )
+            for key, partitions in keys
+        ),
+        throttle_time=NO_THROTTLE,
+    )
+
+
+def _topic_error(name: str, record: object, by_id: bool) -> ErrorCode | None:
+    if record is not None:
+        return None
+    if by_id:
+        return ErrorCode.unknown_topic_id
+    try:
+        validate_topic_name(name)
+    except KafkaError as e:
+        return e.code
+    return ErrorCode.unknown_topic_or_partition
+
+
+def _partition_response(m: Any, index: int, result: ProduceResult) -> Any:
+    return make(
+        m.PartitionProduceResponse, index=index, error_code=result.error,
+        base_offset=result.base_offset,
+        log_append_time=(
+            None if result.log_append_time_ms < 0
+            else datetime.datetime.fromtimestamp(result.log_append_time_ms / 1000, datetime.UTC)
+        ),
+        log_start_offset=result.log_start_offset, record_errors=(),
+        error_message=result.error_message,
+    )

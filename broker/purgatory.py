@@ -1,0 +1,55 @@
+"""`Purgatory`: requests parked until something happens to a partition, or a deadline.
+
+Delayed fetches (min_bytes / max_wait_ms) and, later, delayed produces (acks=all)
+and delayed remote fetches wait here. A waiter names the keys it watches and a
+condition; `notify(key)` wakes the waiters of that key, which re-check their
+condition. A waiter is removed from every key when it returns, however it returns,
+so nothing leaks on cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
+
+
+class Purgatory:
+    def __init__(self) -> None:
+        self._watchers: defaultdict[Hashable, set[asyncio.Future[None]]] = defaultdict(set)
+
+    async def wait_until(
+        self, keys: Iterable[Hashable], timeout_s: float, condition: Callable[[], bool]
+    ) -> bool:
+        """Wait until `condition()` holds after a notify of one of `keys`; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        keys = list(keys)
+        while not condition():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            for key in keys:
+                self._watchers[key].add(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                return condition()
+            finally:
+                for key in keys:
+                    watchers = self._watchers.get(key)
+                    if watchers is not None:
+                        watchers.discard(waiter)
+                        if not watchers:
+                            del self._watchers[key]
+        return True
+
+    def notify(self, key: Hashable) -> None:
+        for waiter in self._watchers.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    @property
+    def watched(self) -> int:
+        return sum(len(w) for w in self._watchers.values())

@@ -1,0 +1,201 @@
+"""`SocketServer`: accepts Kafka connections and answers their requests in order.
+
+One `KafkaConnection` (a buffered protocol) per client. Frames are received
+straight into their buffers and queued to the connection's one request task,
+which handles them one at a time, as Kafka does, and writes each response before
+reading the next request; clients may pipeline. Reading pauses while queued
+request bytes exceed `queued.max.request.bytes`, and the request task waits for
+the socket to drain before the next response.
+
+Records that live in log files are sent with `loop.sendfile` where the event
+loop supports it (the stock asyncio loop), otherwise read with `os.pread` and
+written.
+
+Shutdown order: stop accepting, let each connection finish the request it is
+handling, wait up to the timeout, then cancel what is left and close the sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+
+from protocol.codec import FileRegion, ResponsePart
+from protocol.framing import FrameError, FrameReader
+
+log = logging.getLogger(__name__)
+
+# Handles one request frame; returns the response parts, or None to send nothing
+# (acks=0), or raises ConnectionClosing to drop the connection.
+RequestHandler = Callable[[bytes | memoryview, str], Awaitable[list[ResponsePart] | None]]
+
+
+class ConnectionClosing(Exception):
+    """The request cannot be answered; the connection is closed, as Kafka does."""
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    def __init__(self, server: SocketServer) -> None:
+        self.server = server
+        self.reader = FrameReader(server.max_request_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._frames: asyncio.Queue[bytes | memoryview | None] = asyncio.Queue()
+        self._queued_bytes = 0
+        self._reading_paused = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._task: asyncio.Task[None] | None = None
+
+    # Transport callbacks: short and synchronous. -------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"connection {self.peer}")
+        self.server.connections.add(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.reader.buffer_updated(nbytes)
+        except FrameError as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+            self._close()
+            return
+        for frame in frames:
+            self._queued_bytes += len(frame)
+            self._frames.put_nowait(frame)
+        if self._queued_bytes > self.server.max_queued_bytes and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool | None:
+        if self.reader.has_partial_frame:
+            log.info("connection from %s closed in the middle of a request", self.peer)
+        self._frames.put_nowait(None)
+        return True  # keep the transport open until queued responses are written
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self._frames.put_nowait(None)
+        self._can_write.set()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # The request task. ---------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while (frame := await self._frames.get()) is not None:
+                self._release(len(frame))
+                self.server.in_flight += 1
+                try:
+                    response = await self.server.handler(frame, self.peer)
+                finally:
+                    self.server.in_flight -= 1
+                if response is not None and not await self._send(response):
+                    break
+        except ConnectionClosing as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+        except Exception:
+            log.exception("closing connection from %s after an unexpected error", self.peer)
+        finally:
+            self._close()
+
+    def _release(self, nbytes: int) -> None:
+        self._queued_bytes -= nbytes
+        if self._reading_paused and self._queued_bytes <= self.server.max_queued_bytes // 2:
+            self._reading_paused = False
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    async def _send(self, parts: list[ResponsePart]) -> bool:
+        transport = self.transport
+        assert transport is not None
+        for part in parts:
+            if transport.is_closing():
+                return False
+            if isinstance(part, bytes):
+                transport.write(part)
+            else:
+                await self._send_file(transport, part)
+        await self._can_write.wait()
+        return not transport.is_closing()
+
+    async def _send_file(self, transport: asyncio.Transport, region: FileRegion) -> None:
+        if self.server.use_sendfile:
+            await self._can_write.wait()
+            await asyncio.get_running_loop().sendfile(transport, region.file, region.position, region.length)
+            return
+        data = os.pread(region.file.fileno(), region.length, region.position)
+        if len(data) < region.length:  # the file shrank under us: pad so framing stays intact
+            data += bytes(region.length - len(data))
+        transport.write(data)
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Finish the request in hand, then close; cancel after `timeout_s`."""
+        self._frames.put_nowait(None)
+        task = self._task
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+class SocketServer:
+    def __init__(self, handler: RequestHandler, max_request_bytes: int, max_queued_bytes: int) -> None:
+        self.handler = handler
+        self.max_request_bytes = max_request_bytes
+        self.max_queued_bytes = max_queued_bytes
+        self.connections: set[KafkaConnection] = set()
+        self.in_flight = 0
+        self.use_sendfile = False
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.use_sendfile = _loop_has_sendfile(loop)
+        self._server = await loop.create_server(
+            lambda: KafkaConnection(self), host, port, reuse_address=True, backlog=1024
+        )
+        log.info("listening on %s:%d (sendfile: %s)", host, port, self.use_sendfile)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self, timeout_s: float) -> None:
+        """Stop accepting, let connections finish their current request, then close them."""
+        if self._server is None:
+            return
+        self._server.close()
+        connections = list(self.connections)
+        await asyncio.gather(*(c.shutdown(timeout_s) for c in connections), return_exceptions=True)
+        for c in connections:
+            c._close()
+        await self._server.wait_closed()
+        self._server = None
+
+
+def _loop_has_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
+    """uvloop has no loop.sendfile; the stock selector loop sends files natively."""
+    return isinstance(loop, asyncio.SelectorEventLoop) and hasattr(os, "sendfile")

@@ -1,0 +1,178 @@
+"""Requests in, responses out: headers, dispatch to kio's entity types, and records splicing.
+
+A response is encoded as a list of parts, each `bytes` or a `FileRegion`. The fetch
+path puts records that live in a log file into a response without reading them:
+the handler asks a `RecordsSplicer` for a placeholder that kio serialises like any
+records field, and `encode_response` cuts the response at each placeholder and puts
+the file region there, with the length prefix rewritten for the region's size.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.serial.writers import write_unsigned_varint
+from kio.static.constants import EntityType
+from kio.static.primitive import Records
+
+from protocol.errors import ErrorCode, KafkaError
+
+_REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_INT32 = struct.Struct(">i")
+_PLACEHOLDER_BYTES = 16
+_PLACEHOLDER_TAG = os.urandom(_PLACEHOLDER_BYTES - 4)
+
+
+def supported_versions() -> dict[int, tuple[int, int]]:
+    """The (min, max) request versions kio has a schema for, per API key."""
+    ranges = {}
+    for api_key, name in api_key_map.items():
+        versions = [v for v, types in schema_name_map[name].items() if EntityType.request in types]
+        if versions:
+            ranges[api_key] = (min(versions), max(versions))
+    return ranges
+
+
+_VERSIONS = supported_versions()
+
+
+class FileRegion(Protocol):
+    """Bytes that live in a file: sent by the network layer, not read by Python."""
+
+    @property
+    def file(self) -> BinaryIO: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+
+
+ResponsePart = bytes | FileRegion
+
+
+class UnsupportedVersionError(KafkaError):
+    """A request of an API key or version this broker has no schema for."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(
+            ErrorCode.unsupported_version, f"api_key {api_key} version {api_version} is not supported"
+        )
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # a kio request payload entity of this api_key and api_version
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a frame, read before anything else."""
+    if len(frame) < _REQUEST_PREFIX.size:
+        raise KafkaError(ErrorCode.invalid_request, f"request of {len(frame)} bytes has no header")
+    api_key, api_version, correlation_id = _REQUEST_PREFIX.unpack_from(frame)
+    return api_key, api_version, correlation_id
+
+
+def parse_request(frame: bytes | memoryview) -> Request:
+    """Decode a request frame (without its size prefix) into kio entities."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    low, high = _VERSIONS.get(api_key, (0, -1))
+    if not low <= api_version <= high:
+        raise UnsupportedVersionError(api_key, api_version, correlation_id)
+    request_type = load_request_schema(api_key, api_version)
+    try:
+        header, header_size = entity_reader(request_type.__header_schema__)(frame, 0)
+        body, body_size = entity_reader(request_type)(frame, header_size)
+    except Exception as e:  # kio raises assorted errors on malformed input
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            f"malformed api_key {api_key} v{api_version} request: {type(e).__name__}: {e}",
+        ) from e
+    if header_size + body_size != len(frame):
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            f"api_key {api_key} v{api_version} request has "
+            f"{len(frame) - header_size - body_size} trailing bytes",
+        )
+    return Request(api_key, api_version, correlation_id, header.client_id, body)
+
+
+class RecordsSplicer:
+    """Placeholders for records fields of one response, each standing for a `FileRegion`."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+        self.regions: dict[bytes, FileRegion] = {}
+
+    def placeholder(self, region: FileRegion) -> Records:
+        key = _PLACEHOLDER_TAG + next(self._counter).to_bytes(4, "big")
+        self.regions[key] = region
+        return Records(key)
+
+
+def response_type(api_key: int, api_version: int) -> Any:
+    return load_response_schema(api_key, api_version)
+
+
+def encode_response(
+    correlation_id: int,
+    body: Any,
+    splicer: RecordsSplicer | None = None,
+) -> list[ResponsePart]:
+    """Encode a response entity with its header and size prefix, splicing file regions in."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")  # the size, written below
+    header_type = type(body).__header_schema__
+    entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
+    entity_writer(type(body))(buffer, body)
+    encoded = buffer.getbuffer()
+    if not splicer or not splicer.regions:
+        _INT32.pack_into(encoded, 0, len(encoded) - 4)
+        return [bytes(encoded)]
+    return _splice(bytes(encoded), splicer.regions, type(body).__flexible__)
+
+
+def _splice(encoded: bytes, regions: dict[bytes, FileRegion], flexible: bool) -> list[ResponsePart]:
+    cuts = sorted((encoded.index(key), region) for key, region in regions.items())
+    # kio wrote each placeholder as a 16-byte records field: compact (uvarint 17) or int32 16.
+    prefix_bytes = 1 if flexible else 4
+    parts: list[ResponsePart] = []
+    size = 0
+    last = 0
+    for position, region in cuts:
+        head = encoded[last : position - prefix_bytes] + _records_length(region.length, flexible)
+        parts += [head, region]
+        size += len(head) + region.length
+        last = position + _PLACEHOLDER_BYTES
+    parts.append(encoded[last:])
+    size += len(encoded) - last
+    first = parts[0]
+    assert isinstance(first, bytes)
+    parts[0] = _INT32.pack(size - 4) + first[4:]
+    return parts
+
+
+def _records_length(length: int, flexible: bool) -> bytes:
+    if not flexible:
+        return _INT32.pack(length)
+    buffer = io.BytesIO()
+    write_unsigned_varint(buffer, length + 1)
+    return buffer.getvalue()
+
+
+def version_range(api_key: int) -> tuple[int, int] | None:
+    return _VERSIONS.get(api_key)

@@ -1,0 +1,209 @@
+"""`BatchView`: a RecordBatch v2 header read and patched in place, records untouched.
+
+Byte layout (big-endian), offsets from the start of the batch::
+
+    0  baseOffset int64          27 baseTimestamp int64
+    8  batchLength int32         35 maxTimestamp int64
+    12 partitionLeaderEpoch int32  43 producerId int64
+    16 magic int8                51 producerEpoch int16
+    17 crc uint32                53 baseSequence int32
+    21 attributes int16          57 recordsCount int32
+    23 lastOffsetDelta int32     61 records ...
+
+The CRC32C covers bytes 21 to the end, so baseOffset and partitionLeaderEpoch can
+be rewritten without re-checksumming. batchLength counts the bytes after itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator
+
+from crc32c import crc32c
+
+from protocol.errors import ErrorCode, KafkaError
+
+BATCH_HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+NO_PRODUCER_ID = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+
+
+class Compression(enum.IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class InvalidRecordError(KafkaError):
+    """A batch that cannot be stored: bad size, bad CRC, old magic."""
+
+
+class BatchView:
+    """A view over one batch header inside a larger buffer; cheap, never copies records."""
+
+    __slots__ = (
+        "_buf", "position", "base_offset", "batch_length", "partition_leader_epoch", "magic",
+        "crc", "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
+        "producer_id", "producer_epoch", "base_sequence", "record_count",
+    )
+
+    def __init__(self, buf: memoryview | bytes | bytearray, position: int = 0) -> None:
+        if len(buf) - position < BATCH_HEADER_SIZE:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"{len(buf) - position} bytes at position {position} is shorter than a batch header",
+            )
+        self._buf = buf
+        self.position = position
+        (
+            self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic,
+            self.crc, self.attributes, self.last_offset_delta, self.base_timestamp,
+            self.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence,
+            self.record_count,
+        ) = _HEADER.unpack_from(buf, position)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & 0x07)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType((self.attributes >> 3) & 1)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & 0x10)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & 0x20)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id != NO_PRODUCER_ID
+
+    def payload(self) -> memoryview:
+        """The whole batch, header included, as a view into the underlying buffer."""
+        return memoryview(self._buf)[self.position : self.position + self.size_in_bytes]
+
+    def records_payload(self) -> memoryview:
+        start = self.position + BATCH_HEADER_SIZE
+        return memoryview(self._buf)[start : self.position + self.size_in_bytes]
+
+    def compute_crc(self) -> int:
+        start = self.position + ATTRIBUTES_OFFSET
+        end = self.position + self.size_in_bytes
+        return int(crc32c(memoryview(self._buf)[start:end]))
+
+    def is_valid(self) -> bool:
+        return self.compute_crc() == self.crc
+
+    def set_base_offset(self, offset: int) -> None:
+        """Rewrite baseOffset in place; outside the CRC'd range."""
+        _INT64.pack_into(self._buf, self.position, offset)  # type: ignore[arg-type]
+        self.base_offset = offset
+
+    def set_partition_leader_epoch(self, epoch: int) -> None:
+        """Rewrite partitionLeaderEpoch in place; outside the CRC'd range."""
+        _INT32.pack_into(self._buf, self.position + 12, epoch)  # type: ignore[arg-type]
+        self.partition_leader_epoch = epoch
+
+    def set_log_append_time(self, timestamp_ms: int) -> None:
+        """Stamp LogAppendTime: attributes and maxTimestamp are CRC'd, so re-checksum."""
+        attributes = self.attributes | (TimestampType.LOG_APPEND_TIME << 3)
+        _INT16.pack_into(self._buf, self.position + ATTRIBUTES_OFFSET, attributes)  # type: ignore[arg-type]
+        _INT64.pack_into(self._buf, self.position + MAX_TIMESTAMP_OFFSET, timestamp_ms)  # type: ignore[arg-type]
+        self.attributes = attributes
+        self.max_timestamp = timestamp_ms
+        self.crc = self.compute_crc()
+        _UINT32.pack_into(self._buf, self.position + CRC_OFFSET, self.crc)  # type: ignore[arg-type]
+
+    def validate(self, max_batch_bytes: int | None = None) -> None:
+        """Check magic, size and CRC32C; raise `InvalidRecordError` with Kafka's code."""
+        if self.magic != 2:
+            raise InvalidRecordError(
+                ErrorCode.unsupported_for_message_format,
+                f"magic {self.magic} at position {self.position}; only magic 2 is accepted",
+            )
+        if self.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"batchLength {self.batch_length} at position {self.position} is below the header size",
+            )
+        if self.position + self.size_in_bytes > len(self._buf):
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"batch at position {self.position} claims {self.size_in_bytes} bytes, "
+                f"{len(self._buf) - self.position} remain",
+            )
+        if max_batch_bytes is not None and self.size_in_bytes > max_batch_bytes:
+            raise InvalidRecordError(
+                ErrorCode.message_too_large,
+                f"batch of {self.size_in_bytes} bytes exceeds max.message.bytes {max_batch_bytes}",
+            )
+        if self.record_count <= 0 or self.last_offset_delta < 0:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"batch at position {self.position} has recordsCount {self.record_count} "
+                f"and lastOffsetDelta {self.last_offset_delta}",
+            )
+        if not self.is_valid():
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"CRC32C mismatch at position {self.position}: "
+                f"stored {self.crc:#010x}, computed {self.compute_crc():#010x}",
+            )
+
+
+def iter_batches(buf: memoryview | bytes | bytearray) -> Iterator[BatchView]:
+    """Yield the batch headers of a buffer of whole batches, without validating them."""
+    position, end = 0, len(buf)
+    while position < end:
+        if end - position < LOG_OVERHEAD + 5:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message, f"{end - position} trailing bytes at position {position}"
+            )
+        if buf[position + MAGIC_OFFSET] != 2:
+            raise InvalidRecordError(
+                ErrorCode.unsupported_for_message_format,
+                f"magic {buf[position + MAGIC_OFFSET]} at position {position}; only magic 2 is accepted",
+            )
+        batch = BatchView(buf, position)
+        if batch.size_in_bytes < BATCH_HEADER_SIZE:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"batchLength {batch.batch_length} at position {position} is below the header size",
+            )
+        yield batch
+        position += batch.size_in_bytes

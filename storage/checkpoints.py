@@ -1,0 +1,105 @@
+"""Checkpoint files, written atomically: temp file, fsync, rename, fsync of the directory.
+
+Formats are Kafka's, so a Kafka engineer can read them:
+
+- offset checkpoints (`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
+  `replication-offset-checkpoint`): a version line `0`, a count line, then
+  `topic partition offset` per line;
+- `leader-epoch-checkpoint`: `0`, a count, then `epoch start_offset` per line;
+- `partition.metadata`: `version: 0` and `topic_id: <base64url uuid>`.
+
+A crash leaves either the old or the new file, never a torn one.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from storage.topic_partition import TopicPartition
+
+VERSION = 0
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _read_entries(path: Path, fields: int) -> list[list[str]]:
+    """The entry lines of a versioned, counted checkpoint file; [] if it does not exist."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    if len(lines) < 2 or lines[0].strip() != str(VERSION):
+        raise ValueError(f"{path}: unrecognised checkpoint header {lines[:2]!r}")
+    count = int(lines[1])
+    entries = [line.split() for line in lines[2 : 2 + count]]
+    if len(entries) != count or any(len(e) != fields for e in entries):
+        raise ValueError(f"{path}: expected {count} entries of {fields} fields")
+    return entries
+
+
+def _format(entries: Iterable[str]) -> str:
+    lines = list(entries)
+    return "\n".join([str(VERSION), str(len(lines)), *lines]) + "\n"
+
+
+class OffsetCheckpointFile:
+    """One offset per partition of a log dir, e.g. recovery points or log start offsets."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[TopicPartition, int]:
+        return {
+            TopicPartition(topic, int(partition)): int(offset)
+            for topic, partition, offset in _read_entries(self.path, 3)
+        }
+
+    def write(self, offsets: Mapping[TopicPartition, int]) -> None:
+        lines = (f"{tp.topic} {tp.partition} {offset}" for tp, offset in sorted(offsets.items()))
+        write_atomically(self.path, _format(lines))
+
+
+def read_epoch_entries(path: Path) -> list[tuple[int, int]]:
+    return [(int(epoch), int(offset)) for epoch, offset in _read_entries(path, 2)]
+
+
+def write_epoch_entries(path: Path, entries: Iterable[tuple[int, int]]) -> None:
+    write_atomically(path, _format(f"{epoch} {offset}" for epoch, offset in entries))
+
+
+def topic_id_to_str(topic_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def topic_id_from_str(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def read_partition_metadata(path: Path) -> uuid.UUID | None:
+    try:
+        fields = dict(
+            line.split(":", 1) for line in path.read_text(encoding="utf-8").splitlines() if line
+        )
+    except FileNotFoundError:
+        return None
+    return topic_id_from_str(fields["topic_id"].strip())
+
+
+def write_partition_metadata(path: Path, topic_id: uuid.UUID) -> None:
+    write_atomically(path, f"version: {VERSION}\ntopic_id: {topic_id_to_str(topic_id)}\n")

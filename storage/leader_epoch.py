@@ -1,0 +1,88 @@
+"""`LeaderEpochCache`: the start offset of each leader epoch of a partition.
+
+Entries (epoch, start offset) strictly increase in both fields. It answers
+OffsetsForLeaderEpoch: the end offset of an epoch is the start offset of the next
+higher epoch, or the log end offset for the latest. Persisted to
+`leader-epoch-checkpoint` on every change (rare: once per leader change), so after
+a crash it is at least as new as the log, and `truncate_from_end` trims it back to
+the recovered log end. Not shared between tasks: the owning log serialises access.
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+
+from storage.checkpoints import read_epoch_entries, write_epoch_entries
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._entries = read_epoch_entries(path)
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        return list(self._entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._entries[-1][0] if self._entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset` (no-op unless it is a new, higher epoch)."""
+        if self._entries and epoch <= self._entries[-1][0]:
+            return
+        # Entries of older epochs starting at or after this offset were never written.
+        while self._entries and self._entries[-1][1] >= start_offset:
+            self._entries.pop()
+        self._entries.append((epoch, start_offset))
+        self._flush()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch`, its end offset), as OffsetsForLeaderEpoch answers.
+
+        An epoch above every known one is undefined; one below the first is answered
+        with the first epoch's start offset, so a follower truncates there.
+        """
+        if epoch == UNDEFINED_EPOCH or not self._entries:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch == self._entries[-1][0]:
+            return epoch, log_end_offset
+        higher = bisect.bisect_right(self._entries, (epoch, float("inf")))
+        if higher == len(self._entries):
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if higher == 0:
+            return epoch, self._entries[0][1]
+        return self._entries[higher - 1][0], self._entries[higher][1]
+
+    def epoch_for_offset(self, offset: int) -> int:
+        i = bisect.bisect_right([start for _, start in self._entries], offset) - 1
+        return self._entries[i][0] if i >= 0 else UNDEFINED_EPOCH
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop epochs that start at or after `end_offset` (the log was truncated there)."""
+        kept = [e for e in self._entries if e[1] < end_offset]
+        if kept != self._entries:
+            self._entries = kept
+            self._flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Move the first kept epoch's start to `start_offset` (the log start moved)."""
+        i = bisect.bisect_right([start for _, start in self._entries], start_offset) - 1
+        if i <= 0 and (not self._entries or self._entries[0][1] >= start_offset):
+            return
+        kept = self._entries[i:]
+        kept[0] = (kept[0][0], start_offset)
+        self._entries = kept
+        self._flush()
+
+    def clear(self) -> None:
+        self._entries = []
+        self._flush()
+
+    def _flush(self) -> None:
+        write_epoch_entries(self.path, self._entries)

@@ -1,0 +1,379 @@
+"""`Log`: the local log of one partition: an ordered list of `LogSegment`s.
+
+Directory `<log.dir>/<topic>-<partition>/` holds the segments (`<base>.log`,
+`.index`, `.timeindex`), `leader-epoch-checkpoint` and `partition.metadata`.
+
+Invariants: segments are ordered by base offset and contiguous; only the last one
+(the active segment) is appended to; log start offset <= high watermark <= log end
+offset; the recovery point is an offset below which everything was flushed. After
+a crash, segments from the recovery point on are re-read and cut at the first torn
+or corrupt batch. Not shared between tasks: all calls come from the event loop, and
+appends are serialised by the caller (`Partition`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import BatchView, iter_batches
+from storage.checkpoints import read_partition_metadata, write_partition_metadata
+from storage.leader_epoch import LeaderEpochCache
+from storage.log_config import LogConfig
+from storage.segment import FileSlice, LogSegment
+from storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    records: FileSlice | None  # None: nothing at or after the offset yet
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        topic_partition: TopicPartition,
+        config: LogConfig,
+        topic_id: uuid.UUID,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+        had_clean_shutdown: bool = False,
+    ) -> None:
+        self.dir = directory
+        self.topic_partition = topic_partition
+        self.config = config
+        self.dir.mkdir(parents=True, exist_ok=True)
+        metadata_path = directory / "partition.metadata"
+        stored_id = read_partition_metadata(metadata_path)
+        if stored_id is None:
+            write_partition_metadata(metadata_path, topic_id)
+        elif stored_id != topic_id:
+            raise ValueError(f"{metadata_path}: topic id {stored_id} does not match {topic_id}")
+        self.topic_id = topic_id
+        self.leader_epoch_cache = LeaderEpochCache(directory / "leader-epoch-checkpoint")
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.deleted_segments: list[tuple[int, LogSegment]] = []  # (removed at ms, segment)
+        self.recovery_point = recovery_point
+        self._load(had_clean_shutdown)
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+
+    # Loading -------------------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int, created_ms: int | None = None) -> LogSegment:
+        return LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            created_ms=now_ms() if created_ms is None else created_ms,
+        )
+
+    def _load(self, had_clean_shutdown: bool) -> None:
+        for stale in list(self.dir.glob("*.tmp")) + list(self.dir.glob("*.deleted")):
+            stale.unlink()
+        bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
+        for base in bases:
+            mtime_ms = int((self.dir / f"{base:020d}.log").stat().st_mtime * 1000)
+            segment = self._new_segment(base, mtime_ms)
+            missing_index = segment.size > 0 and not segment.offset_index.entries
+            if missing_index or not had_clean_shutdown and base >= self._segment_base_for(self.recovery_point, bases):
+                truncated = segment.recover(self.config.max_message_bytes + 1024)
+                if truncated:
+                    log.warning("%s: truncated %d invalid bytes at the end of %s",
+                                self.topic_partition, truncated, segment.log_path)
+            else:
+                segment.load_state()
+            if self.segments and segment.base_offset < self.segments[-1].next_offset:
+                raise ValueError(f"{segment.log_path}: overlaps the segment before it")
+            self._add(segment)
+        # A truncated segment can leave later ones orphaned: drop everything after a gap.
+        for i in range(1, len(self.segments)):
+            if self.segments[i].base_offset != self.segments[i - 1].next_offset and not self.segments[i - 1].is_empty:
+                for orphan in self.segments[i:]:
+                    log.warning("%s: removing %s after a gap in the log", self.topic_partition, orphan.log_path)
+                    orphan.close()
+                    orphan.unlink()
+                del self.segments[i:]
+                del self._bases[i:]
+                break
+        if not self.segments:
+            self._add(self._new_segment(self.recovery_point if bases else 0))
+
+    @staticmethod
+    def _segment_base_for(offset: int, bases: list[int]) -> int:
+        i = bisect.bisect_right(bases, offset) - 1
+        return bases[i] if i >= 0 else 0
+
+    def _add(self, segment: LogSegment) -> None:
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    # Offsets -------------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _segment_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    # Appends -------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytearray, leader_epoch: int) -> LogAppendInfo:
+        """Validate batches, assign offsets and the leader epoch in place, and write them."""
+        batches = list(iter_batches(records))
+        if not batches:
+            raise KafkaError(ErrorCode.corrupt_message, f"{self.topic_partition}: empty records")
+        for batch in batches:
+            batch.validate(self.config.max_message_bytes)
+        append_time = now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
+        first_offset = next_offset = self.log_end_offset
+        max_timestamp = -1
+        count = 0
+        for batch in batches:
+            batch.set_base_offset(next_offset)
+            batch.set_partition_leader_epoch(leader_epoch)
+            if append_time >= 0:
+                batch.set_log_append_time(append_time)
+            next_offset = batch.next_offset
+            max_timestamp = max(max_timestamp, batch.max_timestamp)
+            count += batch.record_count
+        self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        self._append(batches, records, max_timestamp)
+        return LogAppendInfo(
+            first_offset, next_offset - 1, max_timestamp, append_time, self.log_start_offset, count
+        )
+
+    def _append(self, batches: list[BatchView], data: bytearray | memoryview, max_timestamp: int) -> None:
+        self._maybe_roll(len(data), max_timestamp)
+        self.active_segment.append(batches, data)
+
+    def _maybe_roll(self, size: int, max_timestamp: int) -> None:
+        segment = self.active_segment
+        if segment.is_empty:
+            return
+        first_ts = segment.first_batch_timestamp
+        aged = (now_ms() - segment.created_ms if first_ts is None or first_ts < 0
+                else max_timestamp - first_ts) >= self.config.segment_ms
+        if (
+            segment.is_full_for(size, self.config.segment_bytes)
+            or aged
+            or segment.offset_index.is_full
+            or segment.time_index.is_full
+        ):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Close the active segment for appends and start a new one at the log end offset."""
+        old = self.active_segment
+        if old.is_empty:
+            return old
+        old.on_become_inactive()
+        self._add(self._new_segment(self.log_end_offset))
+        return old
+
+    # Reads ---------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> FetchDataInfo:
+        """Batches from `offset`, below `max_offset` (the high watermark for consumers).
+
+        Raises OFFSET_OUT_OF_RANGE outside [log start offset, log end offset].
+        """
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"{self.topic_partition}: offset {offset} outside "
+                f"[{self.log_start_offset}, {self.log_end_offset}]",
+            )
+        if offset >= max_offset:
+            return FetchDataInfo(None)
+        i = self._segment_for(offset)
+        end_segment, end_position = self._position_of(max_offset)
+        while i < len(self.segments):
+            segment = self.segments[i]
+            limit = end_position if segment is end_segment else segment.size
+            records = segment.read(offset, max_bytes, limit, min_one_batch)
+            if records is not None or segment is end_segment:
+                return FetchDataInfo(records)
+            i += 1
+        return FetchDataInfo(None)
+
+    def _position_of(self, offset: int) -> tuple[LogSegment, int]:
+        """The segment holding `offset` and the position where its batch starts (end if LEO)."""
+        if offset >= self.log_end_offset:
+            return self.active_segment, self.active_segment.size
+        segment = self.segments[self._segment_for(offset)]
+        location = segment.translate_offset(offset)
+        return segment, location.position if location else segment.size
+
+    def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) for ListOffsets, or None if no batch matches."""
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return self.log_start_offset, -1, self.leader_epoch_cache.epoch_for_offset(self.log_start_offset)
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return self.log_end_offset, -1, self.leader_epoch_cache.latest_epoch
+        if timestamp_ms == MAX_TIMESTAMP:
+            best = max(self.segments, key=lambda s: s.max_timestamp)
+            if best.max_timestamp < 0:
+                return None
+            offset = best.offset_of_max_timestamp
+            return offset, best.max_timestamp, self.leader_epoch_cache.epoch_for_offset(offset)
+        for segment in self.segments:
+            if segment.max_timestamp >= timestamp_ms:
+                found = segment.find_offset_by_timestamp(timestamp_ms)
+                if found is not None:
+                    offset = max(found[0], self.log_start_offset)
+                    return offset, found[1], self.leader_epoch_cache.epoch_for_offset(offset)
+        return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # Offsets moving ------------------------------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> None:
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up (DeleteRecords, retention); never past the HW."""
+        if offset > self.high_watermark:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"{self.topic_partition}: log start offset {offset} above high watermark {self.high_watermark}",
+            )
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        return True
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and above `offset` (a follower diverged from its leader)."""
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
+            self._remove_segments([self.segments[-1]])
+        self.active_segment.truncate_to(offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._remove_segments(list(self.segments))
+        self._add(self._new_segment(offset))
+        self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        self.leader_epoch_cache.clear()
+
+    # Retention -----------------------------------------------------------------------
+
+    def delete_old_segments(self) -> list[LogSegment]:
+        """Local retention by time, size and log start offset; returns the removed segments.
+
+        The active segment is kept; the log start offset moves to the first kept segment.
+        """
+        now = now_ms()
+        deletable: list[LogSegment] = []
+        excess = self.size_in_bytes - self.config.retention_bytes if self.config.retention_bytes >= 0 else 0
+        for segment, following in zip(self.segments, self.segments[1:], strict=False):
+            expired = self.config.retention_ms >= 0 and now - segment.largest_timestamp_ms() > self.config.retention_ms
+            oversized = excess >= segment.size
+            below_start = following.base_offset <= self.log_start_offset
+            if following.base_offset > self.high_watermark or not (expired or oversized or below_start):
+                break
+            deletable.append(segment)
+            excess -= segment.size
+        if not deletable:
+            return []
+        new_start = self.segments[len(deletable)].base_offset
+        self.log_start_offset = max(self.log_start_offset, new_start)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._remove_segments(deletable)
+        return deletable
+
+    def _remove_segments(self, segments: list[LogSegment]) -> None:
+        """Unlink segment files; their open files are closed by `close_deleted` later."""
+        for segment in segments:
+            i = self.segments.index(segment)
+            del self.segments[i]
+            del self._bases[i]
+            segment.unlink()
+            self.deleted_segments.append((now_ms(), segment))
+
+    def close_deleted(self, older_than_ms: int) -> None:
+        """Close files of segments removed more than file.delete.delay.ms ago."""
+        keep = []
+        for removed_ms, segment in self.deleted_segments:
+            if removed_ms <= older_than_ms:
+                segment.close()
+            else:
+                keep.append((removed_ms, segment))
+        self.deleted_segments = keep
+
+    # Lifecycle -----------------------------------------------------------------------
+
+    def flush(self, up_to_offset: int | None = None) -> None:
+        """fsync segments holding offsets below `up_to_offset`; advance the recovery point."""
+        target = self.log_end_offset if up_to_offset is None else up_to_offset
+        if target <= self.recovery_point:
+            return
+        for segment in self.segments[self._segment_for(self.recovery_point):]:
+            if segment.base_offset >= target:
+                break
+            segment.flush()
+        self.recovery_point = target
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        self.close_deleted(older_than_ms=now_ms() + 1)
+
+    def delete(self) -> None:
+        """Remove the partition directory and everything in it."""
+        self.close()
+        for path in self.dir.iterdir():
+            path.unlink()
+        os.rmdir(self.dir)

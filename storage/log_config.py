@@ -1,0 +1,99 @@
+"""Topic-level log configuration, with Kafka's names, defaults and checks.
+
+`TOPIC_CONFIGS` is the one table of what a topic may set: its type, default, the
+broker property that supplies the default, and its valid values. Configs Kafka has
+but tierbroker does not implement are refused, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from protocol.errors import ErrorCode, KafkaError
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: type
+    default: Any
+    broker_property: str | None
+    check: Callable[[Any], bool]
+    valid: str
+
+
+def _at_least(n: int) -> Callable[[Any], bool]:
+    return lambda v: v >= n
+
+
+def _one_of(*values: str) -> Callable[[Any], bool]:
+    return lambda v: v in values
+
+
+_CONFIGS = (
+    ConfigDef("cleanup.policy", str, "delete", "log.cleanup.policy", _one_of("delete"),
+              "delete (compaction is not supported)"),
+    ConfigDef("retention.ms", int, 604_800_000, "log.retention.ms", _at_least(-1), ">= -1"),
+    ConfigDef("retention.bytes", int, -1, "log.retention.bytes", _at_least(-1), ">= -1"),
+    ConfigDef("segment.bytes", int, 1_073_741_824, "log.segment.bytes", _at_least(14), ">= 14"),
+    ConfigDef("segment.ms", int, 604_800_000, "log.roll.ms", _at_least(1), ">= 1"),
+    ConfigDef("segment.index.bytes", int, 10_485_760, "log.index.size.max.bytes", _at_least(8), ">= 8"),
+    ConfigDef("index.interval.bytes", int, 4096, "log.index.interval.bytes", _at_least(0), ">= 0"),
+    ConfigDef("max.message.bytes", int, 1_048_588, "message.max.bytes", _at_least(0), ">= 0"),
+    ConfigDef("message.timestamp.type", str, "CreateTime", "log.message.timestamp.type",
+              _one_of("CreateTime", "LogAppendTime"), "CreateTime or LogAppendTime"),
+    ConfigDef("file.delete.delay.ms", int, 60_000, "log.segment.delete.delay.ms", _at_least(0), ">= 0"),
+)
+TOPIC_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _CONFIGS}
+
+
+def parse_value(definition: ConfigDef, raw: str) -> Any:
+    """Parse and check one topic config value; `KafkaError(INVALID_CONFIG)` if bad."""
+    try:
+        value = definition.type(raw.strip())
+    except ValueError:
+        raise KafkaError(
+            ErrorCode.invalid_config, f"{definition.name}={raw!r}: not a valid {definition.type.__name__}"
+        ) from None
+    if not definition.check(value):
+        raise KafkaError(
+            ErrorCode.invalid_config, f"{definition.name}={raw!r}: must be {definition.valid}"
+        )
+    return value
+
+
+def check_overrides(overrides: Mapping[str, str]) -> dict[str, Any]:
+    """Validate topic config overrides by name and value."""
+    parsed = {}
+    for name, raw in overrides.items():
+        definition = TOPIC_CONFIGS.get(name)
+        if definition is None:
+            raise KafkaError(
+                ErrorCode.invalid_config, f"unknown or unsupported topic config {name!r}"
+            )
+        parsed[name] = parse_value(definition, raw)
+    return parsed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogConfig:
+    """The effective configuration of one partition's log."""
+
+    cleanup_policy: str = "delete"
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+    segment_bytes: int = 1_073_741_824
+    segment_ms: int = 604_800_000
+    segment_index_bytes: int = 10_485_760
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1_048_588
+    message_timestamp_type: str = "CreateTime"
+    file_delete_delay_ms: int = 60_000
+
+    @classmethod
+    def from_configs(cls, values: Mapping[str, Any]) -> LogConfig:
+        """Build from Kafka-named values (`segment.bytes`, ...); absent names keep defaults."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k.replace(".", "_"): v for k, v in values.items() if k.replace(".", "_") in names})

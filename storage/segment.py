@@ -1,0 +1,284 @@
+"""`LogSegment`: one `.log` file of record batches with its `.index` and `.timeindex`.
+
+The file is a sequence of whole RecordBatch v2 batches, appended as received, with
+offsets increasing; the segment's base offset is in its file name (20 digits). An
+offset index entry is added every `index_interval_bytes` of appended data and a
+time index entry whenever the largest timestamp grows past the last entry.
+
+After a crash the tail may be torn or unchecked: `recover` re-reads every batch,
+checks its CRC, truncates at the first bad one and rebuilds both indexes. Not safe
+to share between tasks: the owning `Log` serialises appends; reads only need
+positions that appends have published.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from protocol.records import BATCH_HEADER_SIZE, BatchView, InvalidRecordError
+from storage.indexes import OffsetIndex, TimeIndex
+
+_READ_CHUNK_BYTES = 1 << 20
+_BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """`length` bytes at `position` of an open log file: what a fetch sends with sendfile."""
+
+    file: BinaryIO
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return os.pread(self.file.fileno(), self.length, self.position)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    """A batch found in a segment: its offsets, position and size."""
+
+    base_offset: int
+    last_offset: int
+    position: int
+    size_in_bytes: int
+    max_timestamp: int
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        created_ms: int,
+    ) -> None:
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / file_name(base_offset, ".log")
+        self.file: BinaryIO = open(self.log_path, "a+b")  # noqa: SIM115 (closed by close())
+        self.offset_index = OffsetIndex(
+            directory / file_name(base_offset, ".index"), base_offset, max_index_bytes
+        )
+        self.time_index = TimeIndex(
+            directory / file_name(base_offset, ".timeindex"), base_offset, max_index_bytes
+        )
+        self.size = os.fstat(self.file.fileno()).st_size
+        self.created_ms = created_ms
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp: int | None = None
+        self.next_offset = base_offset  # valid after recover() or appends
+        self._bytes_since_index_entry = 0
+
+    # Appends -------------------------------------------------------------------------
+
+    def append(self, batches: list[BatchView], data: bytes | bytearray | memoryview) -> None:
+        """Append whole batches (already validated and stamped), given also as one buffer."""
+        position = self.size
+        os.write(self.file.fileno(), data)
+        for batch in batches:
+            self._index_batch(batch, position)
+            position += batch.size_in_bytes
+        self.size = position
+
+    def _index_batch(self, batch: BatchView | BatchLocation, position: int) -> None:
+        """Advance the in-memory state and the sparse indexes past one batch at `position`."""
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = batch.max_timestamp
+        if batch.max_timestamp > self.max_timestamp:
+            self.max_timestamp = batch.max_timestamp
+            self.offset_of_max_timestamp = batch.last_offset
+        if self._bytes_since_index_entry >= self.index_interval_bytes or not self.offset_index.keys:
+            self.offset_index.append(batch.base_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += batch.size_in_bytes
+        self.next_offset = batch.last_offset + 1
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    def is_full_for(self, size: int, segment_bytes: int) -> bool:
+        return self.size > 0 and self.size + size > segment_bytes
+
+    # Reads ---------------------------------------------------------------------------
+
+    def batches_from(self, position: int, end: int | None = None) -> list[BatchLocation]:
+        """Headers of the batches from `position` up to `end` (or the segment's size)."""
+        found = []
+        end = self.size if end is None else end
+        fd = self.file.fileno()
+        while position + BATCH_HEADER_SIZE <= end:
+            header = os.pread(fd, BATCH_HEADER_SIZE, position)
+            if len(header) < BATCH_HEADER_SIZE:
+                break
+            batch = BatchView(header)
+            found.append(
+                BatchLocation(
+                    batch.base_offset, batch.last_offset, position, batch.size_in_bytes,
+                    batch.max_timestamp,
+                )
+            )
+            position += batch.size_in_bytes
+        return found
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchLocation | None:
+        """The first batch whose last offset is >= `offset`, searching from the index hint."""
+        _, position = self.offset_index.lookup(offset)
+        position = max(position, start_position)
+        fd = self.file.fileno()
+        while position + BATCH_HEADER_SIZE <= self.size:
+            batch = BatchView(os.pread(fd, BATCH_HEADER_SIZE, position))
+            if batch.last_offset >= offset:
+                return BatchLocation(
+                    batch.base_offset, batch.last_offset, position, batch.size_in_bytes,
+                    batch.max_timestamp,
+                )
+            position += batch.size_in_bytes
+        return None
+
+    def read(
+        self, offset: int, max_bytes: int, max_position: int, min_one_batch: bool
+    ) -> FileSlice | None:
+        """Batches from the one holding `offset`, at most `max_bytes` (or one whole batch)
+        and never past `max_position`; None if `offset` is beyond this segment."""
+        start = self.translate_offset(offset)
+        if start is None or start.position >= max_position:
+            return None
+        available = max_position - start.position
+        length = min(available, max_bytes)
+        if min_one_batch and length < start.size_in_bytes:
+            length = min(available, start.size_in_bytes)
+        if length <= 0:
+            return None
+        return FileSlice(self.file, start.position, length)
+
+    def find_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch with max timestamp >= `timestamp_ms`."""
+        _, offset = self.time_index.lookup(timestamp_ms)
+        _, position = self.offset_index.lookup(offset)
+        for batch in self.batches_from(position):
+            if batch.max_timestamp >= timestamp_ms:
+                return batch.base_offset, batch.max_timestamp
+        return None
+
+    def largest_timestamp_ms(self) -> int:
+        """The largest record timestamp, or the file's mtime if there is none (retention.ms)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.file.fileno()).st_mtime * 1000)
+
+    # Loading, recovery and truncation ---------------------------------------------------------
+
+    def load_state(self) -> None:
+        """Restore in-memory state of a cleanly closed segment from its indexes and tail."""
+        batches = self.batches_from(0, min(self.size, BATCH_HEADER_SIZE))
+        self.first_batch_timestamp = batches[0].max_timestamp if batches else None
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
+        _, position = self.offset_index.lookup(self.offset_index.last_offset)
+        for batch in self.batches_from(position):
+            self._index_batch(batch, batch.position)
+        if self.max_timestamp < 0:
+            self.offset_of_max_timestamp = -1
+
+    def on_become_inactive(self) -> None:
+        """The segment was rolled: record its final largest timestamp in the time index."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def recover(self, max_batch_bytes: int) -> int:
+        """Re-read the segment, rebuild indexes, truncate at the first invalid batch.
+
+        Returns the number of bytes truncated.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp = self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = None
+        self.next_offset = self.base_offset
+        self._bytes_since_index_entry = 0
+        fd = self.file.fileno()
+        file_size = os.fstat(fd).st_size
+        position = 0
+        while position < file_size:
+            valid = self._recover_batch(fd, position, file_size, max_batch_bytes)
+            if valid is None:
+                break
+            position += valid
+        self.size = position
+        if position < file_size:
+            os.ftruncate(fd, position)
+        return file_size - position
+
+    def _recover_batch(self, fd: int, position: int, file_size: int, max_batch_bytes: int) -> int | None:
+        if file_size - position < BATCH_HEADER_SIZE:
+            return None
+        base, length = _BATCH_PREFIX.unpack(os.pread(fd, 12, position))
+        size = int(length) + 12
+        if size < BATCH_HEADER_SIZE or size > max_batch_bytes or position + size > file_size:
+            return None
+        data = os.pread(fd, size, position)
+        batch = BatchView(data)
+        try:
+            batch.validate()
+        except InvalidRecordError:
+            return None
+        if batch.base_offset < self.next_offset:
+            return None
+        self.size = position
+        self._index_batch(batch, position)
+        return size
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch holding `offset` and all after it, as Kafka does; returns bytes removed."""
+        location = self.translate_offset(offset)
+        if location is None:
+            return 0
+        removed = self.size - location.position
+        os.ftruncate(self.file.fileno(), location.position)
+        self.offset_index.truncate_to_position(location.position)
+        self.size = location.position
+        self._rebuild_tail_state()
+        return removed
+
+    def _rebuild_tail_state(self) -> None:
+        """Recompute next offset, timestamps and time index after truncation."""
+        batches = self.batches_from(0)
+        self.next_offset = batches[-1].last_offset + 1 if batches else self.base_offset
+        self.max_timestamp = self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = batches[0].max_timestamp if batches else None
+        for b in batches:
+            if b.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = b.max_timestamp, b.last_offset
+        self.time_index.truncate_to(self.next_offset)
+        self._bytes_since_index_entry = self.index_interval_bytes
+
+    # Lifecycle -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        os.fsync(self.file.fileno())
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.file.close()
+        self.offset_index.close()
+        self.time_index.close()
+
+    def unlink(self) -> None:
+        """Remove the files; the open log file stays readable for fetches in flight."""
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.log_path.unlink(missing_ok=True)
