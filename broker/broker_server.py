@@ -11,8 +11,6 @@ import asyncio
 import logging
 from functools import partial
 
-from storage.log_manager import LogManager
-
 from broker.cluster.controller import Controller
 from broker.cluster.metadata_store import LocalMetadataStore
 from broker.config import BrokerConfig
@@ -21,6 +19,7 @@ from broker.handlers.common import BrokerContext
 from broker.replica_manager import ReplicaManager
 from broker.scheduler import Scheduler
 from broker.server import SocketServer
+from storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -32,23 +31,34 @@ class BrokerServer:
         self.store = LocalMetadataStore(config.log_dir_paths[0])
         self.replicas = ReplicaManager(config.broker_id, self.log_manager)
         self.controller = Controller(
-            config.broker_id, self.store, self.replicas, config.log_defaults,
-            config.num_partitions, config.default_replication_factor,
+            config.broker_id,
+            self.store,
+            self.replicas,
+            config.log_defaults,
+            config.num_partitions,
+            config.default_replication_factor,
         )
         self.scheduler = Scheduler()
         self.socket_server = SocketServer(
             RequestDispatcher(BrokerContext(config, self.replicas, self.controller)).handle,
-            config.socket_request_max_bytes, config.queued_max_request_bytes,
+            config.socket_request_max_bytes,
+            config.queued_max_request_bytes,
         )
         self._stopped = False
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, partial(self.log_manager.load_logs, self.controller.config_for))
+        await loop.run_in_executor(
+            None, partial(self.log_manager.load_logs, self.controller.config_for)
+        )
         self.controller.start()
         c = self.config
-        self.scheduler.schedule("log-retention", self._cleanup_logs, c.log_retention_check_interval_ms)
-        self.scheduler.schedule("flush-rolled-segments", self._flush_rolled, c.log_flush_offset_checkpoint_interval_ms)
+        self.scheduler.schedule(
+            "log-retention", self._cleanup_logs, c.log_retention_check_interval_ms
+        )
+        self.scheduler.schedule(
+            "flush-rolled-segments", self._flush_rolled, c.log_flush_offset_checkpoint_interval_ms
+        )
         self.scheduler.schedule(
             "checkpoint", self._checkpoint, c.replica_high_watermark_checkpoint_interval_ms
         )
@@ -60,7 +70,9 @@ class BrokerServer:
         self.log_manager.cleanup_logs()
 
     async def _flush_rolled(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.flush_rolled_segments)
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.flush_rolled_segments
+        )
 
     async def _checkpoint(self) -> None:
         self.log_manager.checkpoint()

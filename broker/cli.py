@@ -17,7 +17,9 @@ import typer
 
 from broker.config import ConfigError, load_config
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="A Kafka-protocol broker with tiered storage.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="A Kafka-protocol broker with tiered storage."
+)
 
 
 @app.callback()
@@ -27,13 +29,18 @@ def _main() -> None:
 
 @app.command()
 def serve(
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="server.properties file")] = None,
-    override: Annotated[list[str] | None, typer.Option("--override", help="key=value, repeatable")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="server.properties file")
+    ] = None,
+    override: Annotated[
+        list[str] | None, typer.Option("--override", help="key=value, repeatable")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run a broker until SIGINT or SIGTERM."""
     logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr,
+        level=log_level.upper(),
+        stream=sys.stderr,
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
     )
     try:

@@ -38,7 +38,9 @@ class BrokerConfig(BaseModel):
     delete_topic_enable: bool = Field(True, alias="delete.topic.enable")
     socket_request_max_bytes: int = Field(104_857_600, alias="socket.request.max.bytes", ge=1)
     queued_max_request_bytes: int = Field(104_857_600, alias="queued.max.request.bytes", ge=1)
-    log_retention_check_interval_ms: int = Field(300_000, alias="log.retention.check.interval.ms", ge=1)
+    log_retention_check_interval_ms: int = Field(
+        300_000, alias="log.retention.check.interval.ms", ge=1
+    )
     log_flush_offset_checkpoint_interval_ms: int = Field(
         60_000, alias="log.flush.offset.checkpoint.interval.ms", ge=1
     )
@@ -138,5 +140,7 @@ def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
     try:
         return BrokerConfig.model_validate(props)
     except ValidationError as e:
-        errors = "; ".join(f"{err['loc'][0] if err['loc'] else ''}: {err['msg']}" for err in e.errors())
+        errors = "; ".join(
+            f"{err['loc'][0] if err['loc'] else ''}: {err['msg']}" for err in e.errors()
+        )
         raise ConfigError(errors) from None

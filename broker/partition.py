@@ -44,14 +44,11 @@ class Partition:
         """Fence a client whose view of the leader epoch differs (-1: no check), as Kafka does."""
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
             return
-        if current_leader_epoch < self.leader_epoch:
-            raise KafkaError(
-                ErrorCode.fenced_leader_epoch,
-                f"{self.topic_partition}: leader epoch {current_leader_epoch} < current {self.leader_epoch}",
-            )
+        fenced = current_leader_epoch < self.leader_epoch
         raise KafkaError(
-            ErrorCode.unknown_leader_epoch,
-            f"{self.topic_partition}: leader epoch {current_leader_epoch} > current {self.leader_epoch}",
+            ErrorCode.fenced_leader_epoch if fenced else ErrorCode.unknown_leader_epoch,
+            f"{self.topic_partition}: client's leader epoch {current_leader_epoch}, "
+            f"current {self.leader_epoch}",
         )
 
     def append_records_to_leader(self, records: bytearray) -> LogAppendInfo:
@@ -60,11 +57,15 @@ class Partition:
         self.log.update_high_watermark(self.log.log_end_offset)
         return info
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool, current_leader_epoch: int) -> FetchDataInfo:
+    def read(
+        self, offset: int, max_bytes: int, min_one_batch: bool, current_leader_epoch: int
+    ) -> FetchDataInfo:
         self.check_leader_epoch(current_leader_epoch)
         return self.log.read(offset, max_bytes, self.log.high_watermark, min_one_batch)
 
-    def fetch_offset_for_timestamp(self, timestamp_ms: int, current_leader_epoch: int) -> OffsetAndEpoch | None:
+    def fetch_offset_for_timestamp(
+        self, timestamp_ms: int, current_leader_epoch: int
+    ) -> OffsetAndEpoch | None:
         self.check_leader_epoch(current_leader_epoch)
         found = self.log.fetch_offset_by_timestamp(timestamp_ms)
         if found is None:
@@ -74,6 +75,8 @@ class Partition:
             return None
         return OffsetAndEpoch(min(offset, self.log.high_watermark), timestamp, epoch)
 
-    def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int) -> tuple[int, int]:
+    def last_offset_for_leader_epoch(
+        self, current_leader_epoch: int, leader_epoch: int
+    ) -> tuple[int, int]:
         self.check_leader_epoch(current_leader_epoch)
         return self.log.end_offset_for_epoch(leader_epoch)

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker.partition import OffsetAndEpoch, Partition
+from broker.purgatory import Purgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import InvalidRecordError
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.segment import FileSlice
 from storage.topic_partition import TopicPartition
-
-from broker.partition import OffsetAndEpoch, Partition
-from broker.purgatory import Purgatory
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +63,9 @@ class ReplicaManager:
 
     # Leadership ----------------------------------------------------------------------
 
-    def make_leader(self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig, leader_epoch: int) -> Partition:
+    def make_leader(
+        self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig, leader_epoch: int
+    ) -> Partition:
         log_ = self.log_manager.get_or_create_log(tp, topic_id, config)
         partition = Partition(log_, self.broker_id, leader_epoch)
         self.partitions[tp] = partition
@@ -90,7 +90,9 @@ class ReplicaManager:
 
     # Produce -------------------------------------------------------------------------
 
-    def append_records(self, entries: dict[TopicPartition, bytes]) -> dict[TopicPartition, ProduceResult]:
+    def append_records(
+        self, entries: dict[TopicPartition, bytes]
+    ) -> dict[TopicPartition, ProduceResult]:
         """Append to each partition as leader; errors stay per partition."""
         results = {}
         for tp, records in entries.items():
@@ -121,7 +123,9 @@ class ReplicaManager:
             return results
         keys = [r.topic_partition for r in requests]
         await self.fetch_purgatory.wait_until(
-            keys, params.max_wait_ms / 1000, lambda: self._satisfied(params, self._read(params, requests))
+            keys,
+            params.max_wait_ms / 1000,
+            lambda: self._satisfied(params, self._read(params, requests)),
         )
         return self._read(params, requests)
 
@@ -131,43 +135,60 @@ class ReplicaManager:
             return True
         return sum(r.records.length for r in results if r.records) >= params.min_bytes
 
-    def _read(self, params: FetchParams, requests: list[FetchRequestPartition]) -> list[FetchResultPartition]:
+    def _read(
+        self, params: FetchParams, requests: list[FetchRequestPartition]
+    ) -> list[FetchResultPartition]:
         bytes_left = params.max_bytes
-        min_one_batch = True  # KIP-74: the first partition with data returns a batch even if too big
+        min_one_batch = (
+            True  # KIP-74: the first partition with data returns a batch even if too big
+        )
         results = []
         for request in requests:
-            result = self._read_partition(request, min(bytes_left, request.max_bytes), min_one_batch)
+            result = self._read_partition(
+                request, min(bytes_left, request.max_bytes), min_one_batch
+            )
             if result.records is not None:
                 bytes_left -= result.records.length
                 min_one_batch = False
             results.append(result)
         return results
 
-    def _read_partition(self, request: FetchRequestPartition, max_bytes: int, min_one_batch: bool) -> FetchResultPartition:
+    def _read_partition(
+        self, request: FetchRequestPartition, max_bytes: int, min_one_batch: bool
+    ) -> FetchResultPartition:
         try:
             partition = self.partition_or_error(request.topic_partition)
             if max_bytes <= 0 and not min_one_batch:
-                return FetchResultPartition(ErrorCode.none, partition.high_watermark, partition.log.log_start_offset)
-            data = partition.read(request.fetch_offset, max_bytes, min_one_batch, request.current_leader_epoch)
+                return FetchResultPartition(
+                    ErrorCode.none, partition.high_watermark, partition.log.log_start_offset
+                )
+            data = partition.read(
+                request.fetch_offset, max_bytes, min_one_batch, request.current_leader_epoch
+            )
             return FetchResultPartition(
-                ErrorCode.none, partition.high_watermark, partition.log.log_start_offset, data.records
+                ErrorCode.none,
+                partition.high_watermark,
+                partition.log.log_start_offset,
+                data.records,
             )
         except KafkaError as e:
-            partition = self.partitions.get(request.topic_partition)
-            if partition is None:
+            hosted = self.partitions.get(request.topic_partition)
+            if hosted is None:
                 return FetchResultPartition(e.code)
-            return FetchResultPartition(e.code, partition.high_watermark, partition.log.log_start_offset)
+            return FetchResultPartition(e.code, hosted.high_watermark, hosted.log.log_start_offset)
 
     # Offsets -------------------------------------------------------------------------
 
     def fetch_offset_for_timestamp(
         self, tp: TopicPartition, timestamp_ms: int, current_leader_epoch: int
     ) -> OffsetAndEpoch | None:
-        return self.partition_or_error(tp).fetch_offset_for_timestamp(timestamp_ms, current_leader_epoch)
+        return self.partition_or_error(tp).fetch_offset_for_timestamp(
+            timestamp_ms, current_leader_epoch
+        )
 
-    def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int, leader_epoch: int) -> tuple[int, int]:
-        return self.partition_or_error(tp).last_offset_for_leader_epoch(current_leader_epoch, leader_epoch)
-
-    def on_partitions(self, fn: Callable[[Partition], None]) -> None:
-        for partition in list(self.partitions.values()):
-            fn(partition)
+    def last_offset_for_leader_epoch(
+        self, tp: TopicPartition, current_leader_epoch: int, leader_epoch: int
+    ) -> tuple[int, int]:
+        return self.partition_or_error(tp).last_offset_for_leader_epoch(
+            current_leader_epoch, leader_epoch
+        )

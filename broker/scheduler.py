@@ -18,7 +18,9 @@ class Scheduler:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def schedule(self, name: str, job: Callable[[], Awaitable[object]], period_ms: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(name, job, period_ms / 1000), name=name)
+        task = asyncio.get_running_loop().create_task(
+            self._run(name, job, period_ms / 1000), name=name
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

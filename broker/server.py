@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from protocol.codec import FileRegion, ResponsePart
 from protocol.framing import FrameError, FrameReader
@@ -52,11 +53,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # Transport callbacks: short and synchronous. -------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"connection {self.peer}")
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"connection {self.peer}"
+        )
         self.server.connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -136,7 +138,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _send_file(self, transport: asyncio.Transport, region: FileRegion) -> None:
         if self.server.use_sendfile:
             await self._can_write.wait()
-            await asyncio.get_running_loop().sendfile(transport, region.file, region.position, region.length)
+            await asyncio.get_running_loop().sendfile(
+                transport, region.file, region.position, region.length
+            )
             return
         data = os.pread(region.file.fileno(), region.length, region.position)
         if len(data) < region.length:  # the file shrank under us: pad so framing stays intact
@@ -161,7 +165,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
 
 class SocketServer:
-    def __init__(self, handler: RequestHandler, max_request_bytes: int, max_queued_bytes: int) -> None:
+    def __init__(
+        self, handler: RequestHandler, max_request_bytes: int, max_queued_bytes: int
+    ) -> None:
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         self.max_queued_bytes = max_queued_bytes

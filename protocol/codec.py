@@ -21,7 +21,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial.writers import write_unsigned_varint
 from kio.static.constants import EntityType
-from kio.static.primitive import Records
+from kio.static.primitive import Records, uvarint
 
 from protocol.errors import ErrorCode, KafkaError
 
@@ -63,7 +63,8 @@ class UnsupportedVersionError(KafkaError):
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         super().__init__(
-            ErrorCode.unsupported_version, f"api_key {api_key} version {api_version} is not supported"
+            ErrorCode.unsupported_version,
+            f"api_key {api_key} version {api_version} is not supported",
         )
         self.api_key = api_key
         self.api_version = api_version
@@ -170,7 +171,7 @@ def _records_length(length: int, flexible: bool) -> bytes:
     if not flexible:
         return _INT32.pack(length)
     buffer = io.BytesIO()
-    write_unsigned_varint(buffer, length + 1)
+    write_unsigned_varint(buffer, uvarint(length + 1))
     return buffer.getvalue()
 
 

@@ -57,7 +57,8 @@ class FrameReader:
             if size < 0 or size > self.max_frame_bytes:
                 raise FrameError(
                     ErrorCode.invalid_request,
-                    f"frame size {size} outside 0..{self.max_frame_bytes} (socket.request.max.bytes)",
+                    f"frame size {size} outside 0..{self.max_frame_bytes} "
+                    "(socket.request.max.bytes)",
                 )
             body_start = self._start + SIZE_PREFIX_BYTES
             if self._end - body_start >= size:

@@ -109,11 +109,18 @@ class Log:
             mtime_ms = int((self.dir / f"{base:020d}.log").stat().st_mtime * 1000)
             segment = self._new_segment(base, mtime_ms)
             missing_index = segment.size > 0 and not segment.offset_index.entries
-            if missing_index or not had_clean_shutdown and base >= self._segment_base_for(self.recovery_point, bases):
+            if missing_index or (
+                not had_clean_shutdown
+                and base >= self._segment_base_for(self.recovery_point, bases)
+            ):
                 truncated = segment.recover(self.config.max_message_bytes + 1024)
                 if truncated:
-                    log.warning("%s: truncated %d invalid bytes at the end of %s",
-                                self.topic_partition, truncated, segment.log_path)
+                    log.warning(
+                        "%s: truncated %d invalid bytes at the end of %s",
+                        self.topic_partition,
+                        truncated,
+                        segment.log_path,
+                    )
             else:
                 segment.load_state()
             if self.segments and segment.base_offset < self.segments[-1].next_offset:
@@ -121,9 +128,16 @@ class Log:
             self._add(segment)
         # A truncated segment can leave later ones orphaned: drop everything after a gap.
         for i in range(1, len(self.segments)):
-            if self.segments[i].base_offset != self.segments[i - 1].next_offset and not self.segments[i - 1].is_empty:
+            if (
+                self.segments[i].base_offset != self.segments[i - 1].next_offset
+                and not self.segments[i - 1].is_empty
+            ):
                 for orphan in self.segments[i:]:
-                    log.warning("%s: removing %s after a gap in the log", self.topic_partition, orphan.log_path)
+                    log.warning(
+                        "%s: removing %s after a gap in the log",
+                        self.topic_partition,
+                        orphan.log_path,
+                    )
                     orphan.close()
                     orphan.unlink()
                 del self.segments[i:]
@@ -185,7 +199,9 @@ class Log:
             first_offset, next_offset - 1, max_timestamp, append_time, self.log_start_offset, count
         )
 
-    def _append(self, batches: list[BatchView], data: bytearray | memoryview, max_timestamp: int) -> None:
+    def _append(
+        self, batches: list[BatchView], data: bytearray | memoryview, max_timestamp: int
+    ) -> None:
         self._maybe_roll(len(data), max_timestamp)
         self.active_segment.append(batches, data)
 
@@ -194,8 +210,11 @@ class Log:
         if segment.is_empty:
             return
         first_ts = segment.first_batch_timestamp
-        aged = (now_ms() - segment.created_ms if first_ts is None or first_ts < 0
-                else max_timestamp - first_ts) >= self.config.segment_ms
+        aged = (
+            now_ms() - segment.created_ms
+            if first_ts is None or first_ts < 0
+            else max_timestamp - first_ts
+        ) >= self.config.segment_ms
         if (
             segment.is_full_for(size, self.config.segment_bytes)
             or aged
@@ -215,7 +234,9 @@ class Log:
 
     # Reads ---------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> FetchDataInfo:
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> FetchDataInfo:
         """Batches from `offset`, below `max_offset` (the high watermark for consumers).
 
         Raises OFFSET_OUT_OF_RANGE outside [log start offset, log end offset].
@@ -250,7 +271,11 @@ class Log:
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) for ListOffsets, or None if no batch matches."""
         if timestamp_ms == EARLIEST_TIMESTAMP:
-            return self.log_start_offset, -1, self.leader_epoch_cache.epoch_for_offset(self.log_start_offset)
+            return (
+                self.log_start_offset,
+                -1,
+                self.leader_epoch_cache.epoch_for_offset(self.log_start_offset),
+            )
         if timestamp_ms == LATEST_TIMESTAMP:
             return self.log_end_offset, -1, self.leader_epoch_cache.latest_epoch
         if timestamp_ms == MAX_TIMESTAMP:
@@ -280,7 +305,8 @@ class Log:
         if offset > self.high_watermark:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
-                f"{self.topic_partition}: log start offset {offset} above high watermark {self.high_watermark}",
+                f"{self.topic_partition}: log start offset {offset} above high watermark "
+                f"{self.high_watermark}",
             )
         if offset <= self.log_start_offset:
             return False
@@ -317,12 +343,21 @@ class Log:
         """
         now = now_ms()
         deletable: list[LogSegment] = []
-        excess = self.size_in_bytes - self.config.retention_bytes if self.config.retention_bytes >= 0 else 0
+        excess = (
+            self.size_in_bytes - self.config.retention_bytes
+            if self.config.retention_bytes >= 0
+            else 0
+        )
         for segment, following in zip(self.segments, self.segments[1:], strict=False):
-            expired = self.config.retention_ms >= 0 and now - segment.largest_timestamp_ms() > self.config.retention_ms
+            expired = (
+                self.config.retention_ms >= 0
+                and now - segment.largest_timestamp_ms() > self.config.retention_ms
+            )
             oversized = excess >= segment.size
             below_start = following.base_offset <= self.log_start_offset
-            if following.base_offset > self.high_watermark or not (expired or oversized or below_start):
+            if following.base_offset > self.high_watermark or not (
+                expired or oversized or below_start
+            ):
                 break
             deletable.append(segment)
             excess -= segment.size
@@ -360,7 +395,7 @@ class Log:
         target = self.log_end_offset if up_to_offset is None else up_to_offset
         if target <= self.recovery_point:
             return
-        for segment in self.segments[self._segment_for(self.recovery_point):]:
+        for segment in self.segments[self._segment_for(self.recovery_point) :]:
             if segment.base_offset >= target:
                 break
             segment.flush()

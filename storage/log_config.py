@@ -33,18 +33,34 @@ def _one_of(*values: str) -> Callable[[Any], bool]:
 
 
 _CONFIGS = (
-    ConfigDef("cleanup.policy", str, "delete", "log.cleanup.policy", _one_of("delete"),
-              "delete (compaction is not supported)"),
+    ConfigDef(
+        "cleanup.policy",
+        str,
+        "delete",
+        "log.cleanup.policy",
+        _one_of("delete"),
+        "delete (compaction is not supported)",
+    ),
     ConfigDef("retention.ms", int, 604_800_000, "log.retention.ms", _at_least(-1), ">= -1"),
     ConfigDef("retention.bytes", int, -1, "log.retention.bytes", _at_least(-1), ">= -1"),
     ConfigDef("segment.bytes", int, 1_073_741_824, "log.segment.bytes", _at_least(14), ">= 14"),
     ConfigDef("segment.ms", int, 604_800_000, "log.roll.ms", _at_least(1), ">= 1"),
-    ConfigDef("segment.index.bytes", int, 10_485_760, "log.index.size.max.bytes", _at_least(8), ">= 8"),
+    ConfigDef(
+        "segment.index.bytes", int, 10_485_760, "log.index.size.max.bytes", _at_least(8), ">= 8"
+    ),
     ConfigDef("index.interval.bytes", int, 4096, "log.index.interval.bytes", _at_least(0), ">= 0"),
     ConfigDef("max.message.bytes", int, 1_048_588, "message.max.bytes", _at_least(0), ">= 0"),
-    ConfigDef("message.timestamp.type", str, "CreateTime", "log.message.timestamp.type",
-              _one_of("CreateTime", "LogAppendTime"), "CreateTime or LogAppendTime"),
-    ConfigDef("file.delete.delay.ms", int, 60_000, "log.segment.delete.delay.ms", _at_least(0), ">= 0"),
+    ConfigDef(
+        "message.timestamp.type",
+        str,
+        "CreateTime",
+        "log.message.timestamp.type",
+        _one_of("CreateTime", "LogAppendTime"),
+        "CreateTime or LogAppendTime",
+    ),
+    ConfigDef(
+        "file.delete.delay.ms", int, 60_000, "log.segment.delete.delay.ms", _at_least(0), ">= 0"
+    ),
 )
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _CONFIGS}
 
@@ -55,7 +71,8 @@ def parse_value(definition: ConfigDef, raw: str) -> Any:
         value = definition.type(raw.strip())
     except ValueError:
         raise KafkaError(
-            ErrorCode.invalid_config, f"{definition.name}={raw!r}: not a valid {definition.type.__name__}"
+            ErrorCode.invalid_config,
+            f"{definition.name}={raw!r}: not a valid {definition.type.__name__}",
         ) from None
     if not definition.check(value):
         raise KafkaError(
@@ -96,4 +113,6 @@ class LogConfig:
     def from_configs(cls, values: Mapping[str, Any]) -> LogConfig:
         """Build from Kafka-named values (`segment.bytes`, ...); absent names keep defaults."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k.replace(".", "_"): v for k, v in values.items() if k.replace(".", "_") in names})
+        return cls(
+            **{k.replace(".", "_"): v for k, v in values.items() if k.replace(".", "_") in names}
+        )

@@ -59,7 +59,10 @@ class LogManager:
                     shutil.rmtree(path)
                     continue
                 self.logs[tp] = Log(
-                    path, tp, config, topic_id,
+                    path,
+                    tp,
+                    config,
+                    topic_id,
                     recovery_point=recovery.get(tp, 0),
                     log_start_offset=starts.get(tp, 0),
                     high_watermark=watermarks.get(tp, 0),
@@ -71,7 +74,9 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        log_dir = min(self.log_dirs, key=lambda d: sum(1 for lg in self.logs.values() if lg.dir.parent == d))
+        log_dir = min(
+            self.log_dirs, key=lambda d: sum(1 for lg in self.logs.values() if lg.dir.parent == d)
+        )
         created = Log(log_dir / str(tp), tp, config, topic_id)
         self.logs[tp] = created
         return created
@@ -89,8 +94,12 @@ class LogManager:
         for lg in list(self.logs.values()):
             deleted = lg.delete_old_segments()
             if deleted:
-                log.info("%s: retention removed %d segments, log start offset now %d",
-                         lg.topic_partition, len(deleted), lg.log_start_offset)
+                log.info(
+                    "%s: retention removed %d segments, log start offset now %d",
+                    lg.topic_partition,
+                    len(deleted),
+                    lg.log_start_offset,
+                )
             removed += len(deleted)
             lg.close_deleted(now_ms() - lg.config.file_delete_delay_ms)
         return removed

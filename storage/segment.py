@@ -66,7 +66,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / file_name(base_offset, ".log")
-        self.file: BinaryIO = open(self.log_path, "a+b")  # noqa: SIM115 (closed by close())
+        self.file: BinaryIO = open(self.log_path, "a+b")
         self.offset_index = OffsetIndex(
             directory / file_name(base_offset, ".index"), base_offset, max_index_bytes
         )
@@ -127,7 +127,10 @@ class LogSegment:
             batch = BatchView(header)
             found.append(
                 BatchLocation(
-                    batch.base_offset, batch.last_offset, position, batch.size_in_bytes,
+                    batch.base_offset,
+                    batch.last_offset,
+                    position,
+                    batch.size_in_bytes,
                     batch.max_timestamp,
                 )
             )
@@ -143,7 +146,10 @@ class LogSegment:
             batch = BatchView(os.pread(fd, BATCH_HEADER_SIZE, position))
             if batch.last_offset >= offset:
                 return BatchLocation(
-                    batch.base_offset, batch.last_offset, position, batch.size_in_bytes,
+                    batch.base_offset,
+                    batch.last_offset,
+                    position,
+                    batch.size_in_bytes,
                     batch.max_timestamp,
                 )
             position += batch.size_in_bytes
@@ -222,10 +228,12 @@ class LogSegment:
             os.ftruncate(fd, position)
         return file_size - position
 
-    def _recover_batch(self, fd: int, position: int, file_size: int, max_batch_bytes: int) -> int | None:
+    def _recover_batch(
+        self, fd: int, position: int, file_size: int, max_batch_bytes: int
+    ) -> int | None:
         if file_size - position < BATCH_HEADER_SIZE:
             return None
-        base, length = _BATCH_PREFIX.unpack(os.pread(fd, 12, position))
+        _, length = _BATCH_PREFIX.unpack(os.pread(fd, 12, position))
         size = int(length) + 12
         if size < BATCH_HEADER_SIZE or size > max_batch_bytes or position + size > file_size:
             return None
@@ -242,7 +250,7 @@ class LogSegment:
         return size
 
     def truncate_to(self, offset: int) -> int:
-        """Remove the batch holding `offset` and all after it, as Kafka does; returns bytes removed."""
+        """Remove the batch holding `offset` and all after it, as Kafka does; returns bytes cut."""
         location = self.translate_offset(offset)
         if location is None:
             return 0

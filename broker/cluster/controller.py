@@ -13,12 +13,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from broker.cluster.metadata_store import LocalMetadataStore, TopicRecord
+from broker.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode, KafkaError
 from storage.log_config import LogConfig, check_overrides
 from storage.topic_partition import TopicPartition
-
-from broker.cluster.metadata_store import LocalMetadataStore, TopicRecord
-from broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +38,19 @@ def validate_topic_name(name: str) -> None:
     if not LEGAL_TOPIC_NAME.fullmatch(name):
         raise KafkaError(
             ErrorCode.invalid_topic_exception,
-            f"topic name {name!r} contains characters other than ASCII alphanumerics, '.', '_' and '-'",
+            f"topic name {name!r} may only contain ASCII alphanumerics, '.', '_' and '-'",
         )
 
 
 class Controller:
     def __init__(
-        self, broker_id: int, store: LocalMetadataStore, replicas: ReplicaManager,
-        log_defaults: Mapping[str, Any], default_partitions: int, default_replication_factor: int,
+        self,
+        broker_id: int,
+        store: LocalMetadataStore,
+        replicas: ReplicaManager,
+        log_defaults: Mapping[str, Any],
+        default_partitions: int,
+        default_replication_factor: int,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -76,10 +80,16 @@ class Controller:
     def _lead(self, topic: TopicRecord, partitions: range) -> None:
         config = self.log_config(topic)
         for p in partitions:
-            self.replicas.make_leader(TopicPartition(topic.name, p), topic.topic_id, config, INITIAL_LEADER_EPOCH)
+            self.replicas.make_leader(
+                TopicPartition(topic.name, p), topic.topic_id, config, INITIAL_LEADER_EPOCH
+            )
 
     def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str],
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
         validate_only: bool = False,
     ) -> TopicRecord:
         """Create a topic (-1 means the broker default), or raise with Kafka's error code."""
@@ -87,9 +97,13 @@ class Controller:
         if name in self.store.topics:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
         partitions = self.default_partitions if partitions == -1 else partitions
-        replication_factor = self.default_replication_factor if replication_factor == -1 else replication_factor
+        replication_factor = (
+            self.default_replication_factor if replication_factor == -1 else replication_factor
+        )
         if partitions <= 0:
-            raise KafkaError(ErrorCode.invalid_partitions, f"number of partitions must be > 0, got {partitions}")
+            raise KafkaError(
+                ErrorCode.invalid_partitions, f"number of partitions must be > 0, got {partitions}"
+            )
         if replication_factor <= 0:
             raise KafkaError(
                 ErrorCode.invalid_replication_factor,
@@ -122,7 +136,7 @@ class Controller:
         if count <= topic.partitions:
             raise KafkaError(
                 ErrorCode.invalid_partitions,
-                f"topic {name!r} has {topic.partitions} partitions; the new count {count} must be larger",
+                f"topic {name!r} has {topic.partitions} partitions; {count} is not more",
             )
         if validate_only:
             return

@@ -48,7 +48,10 @@ class LocalMetadataStore:
         self.cluster_id = data["cluster_id"]
         for t in data["topics"]:
             record = TopicRecord(
-                t["name"], uuid.UUID(t["topic_id"]), t["partitions"], t["replication_factor"],
+                t["name"],
+                uuid.UUID(t["topic_id"]),
+                t["partitions"],
+                t["replication_factor"],
                 dict(t["configs"]),
             )
             self.topics[record.name] = record
@@ -59,8 +62,11 @@ class LocalMetadataStore:
             "cluster_id": self.cluster_id,
             "topics": [
                 {
-                    "name": t.name, "topic_id": str(t.topic_id), "partitions": t.partitions,
-                    "replication_factor": t.replication_factor, "configs": t.configs,
+                    "name": t.name,
+                    "topic_id": str(t.topic_id),
+                    "partitions": t.partitions,
+                    "replication_factor": t.replication_factor,
+                    "configs": t.configs,
                 }
                 for t in self.topics.values()
             ],

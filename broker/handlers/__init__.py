@@ -10,6 +10,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.handlers import admin, api_versions, fetch, metadata, offsets, produce
+from broker.handlers.common import BrokerContext
+from broker.server import ConnectionClosing
 from protocol.codec import (
     RecordsSplicer,
     Request,
@@ -19,10 +22,6 @@ from protocol.codec import (
     parse_request,
 )
 from protocol.errors import KafkaError
-
-from broker.handlers import admin, api_versions, fetch, metadata, offsets, produce
-from broker.handlers.common import BrokerContext
-from broker.server import ConnectionClosing
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +59,12 @@ class RequestDispatcher:
             request = parse_request(frame)
         except UnsupportedVersionError as e:
             if e.api_key == api_versions.API_VERSIONS:
-                log.info("ApiVersions v%d from %s is not supported; answering v0", e.api_version, peer)
-                return encode_response(e.correlation_id, api_versions.unsupported_version_response())
+                log.info(
+                    "ApiVersions v%d from %s is not supported; answering v0", e.api_version, peer
+                )
+                return encode_response(
+                    e.correlation_id, api_versions.unsupported_version_response()
+                )
             raise ConnectionClosing(str(e)) from None
         except KafkaError as e:
             raise ConnectionClosing(str(e)) from None

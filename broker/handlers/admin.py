@@ -5,12 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from broker.cluster.metadata_store import TopicRecord
+from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
 from protocol.codec import Request
 from protocol.errors import ErrorCode, KafkaError
 from storage.log_config import TOPIC_CONFIGS
-
-from broker.cluster.metadata_store import TopicRecord
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -35,22 +34,33 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
             partitions, replication = t.num_partitions, t.replication_factor
             if t.assignments:
                 if partitions != -1 or replication != -1:
-                    raise KafkaError(ErrorCode.invalid_request,
-                                     "both assignments and num_partitions/replication_factor were given")
+                    raise KafkaError(
+                        ErrorCode.invalid_request,
+                        "both assignments and num_partitions/replication_factor were given",
+                    )
                 partitions, replication = len(t.assignments), len(t.assignments[0].broker_ids)
                 if any(tuple(a.broker_ids) != (ctx.config.broker_id,) for a in t.assignments):
-                    raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                     f"assignments must name broker {ctx.config.broker_id} only")
+                    raise KafkaError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"assignments must name broker {ctx.config.broker_id} only",
+                    )
             topic = ctx.controller.create_topic(
-                t.name, partitions, replication, {c.name: c.value for c in t.configs},
+                t.name,
+                partitions,
+                replication,
+                {c.name: c.value for c in t.configs},
                 validate_only=request.body.validate_only,
             )
         except KafkaError as e:
             error, message = _error(e)
         results.append(
             make(
-                m.CreatableTopicResult, name=t.name, topic_id=topic.topic_id if topic else ZERO_UUID,
-                error_code=error, error_message=message, topic_config_error_code=ErrorCode.none,
+                m.CreatableTopicResult,
+                name=t.name,
+                topic_id=topic.topic_id if topic else ZERO_UUID,
+                error_code=error,
+                error_message=message,
+                topic_config_error_code=ErrorCode.none,
                 num_partitions=topic.partitions if topic else -1,
                 replication_factor=topic.replication_factor if topic else -1,
                 configs=tuple(_creatable_configs(ctx, m, topic)) if topic else (),
@@ -63,7 +73,9 @@ def _creatable_configs(ctx: BrokerContext, m: Any, topic: TopicRecord) -> list[A
     if not hasattr(m, "CreatableTopicConfigs"):
         return []
     return [
-        m.CreatableTopicConfigs(name=name, value=value, read_only=False, config_source=source, is_sensitive=False)
+        m.CreatableTopicConfigs(
+            name=name, value=value, read_only=False, config_source=source, is_sensitive=False
+        )
         for name, value, source in _topic_configs(ctx, topic)
     ]
 
@@ -102,8 +114,15 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request, _splicer: o
             topic_id = ctx.controller.delete_topic(name).topic_id
         except KafkaError as e:
             error, message = _error(e)
-        results.append(make(m.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
-                            error_code=error, error_message=message))
+        results.append(
+            make(
+                m.DeletableTopicResult,
+                name=name,
+                topic_id=topic_id or ZERO_UUID,
+                error_code=error,
+                error_message=message,
+            )
+        )
     return make(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
@@ -116,7 +135,11 @@ async def handle_create_partitions(ctx: BrokerContext, request: Request, _splice
             ctx.controller.create_partitions(t.name, t.count, request.body.validate_only)
         except KafkaError as e:
             error, message = _error(e)
-        results.append(make(m.CreatePartitionsTopicResult, name=t.name, error_code=error, error_message=message))
+        results.append(
+            make(
+                m.CreatePartitionsTopicResult, name=t.name, error_code=error, error_message=message
+            )
+        )
     return make(m.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
@@ -131,13 +154,30 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
             error, message = _error(e)
         keys = set(r.configuration_keys) if r.configuration_keys else None
         configs = tuple(
-            make(m.DescribeConfigsResourceResult, name=name, value=value,
-                 read_only=r.resource_type == BROKER_RESOURCE, config_source=source, is_sensitive=False,
-                 synonyms=(), config_type=0, documentation=None)
-            for name, value, source in rows if keys is None or name in keys
+            make(
+                m.DescribeConfigsResourceResult,
+                name=name,
+                value=value,
+                read_only=r.resource_type == BROKER_RESOURCE,
+                config_source=source,
+                is_sensitive=False,
+                synonyms=(),
+                config_type=0,
+                documentation=None,
+            )
+            for name, value, source in rows
+            if keys is None or name in keys
         )
-        results.append(make(m.DescribeConfigsResult, error_code=error, error_message=message,
-                            resource_type=r.resource_type, resource_name=r.resource_name, configs=configs))
+        results.append(
+            make(
+                m.DescribeConfigsResult,
+                error_code=error,
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                configs=configs,
+            )
+        )
     return make(m.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
@@ -148,8 +188,14 @@ def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[tuple[s
         if name not in ("", str(ctx.config.broker_id)):
             raise KafkaError(ErrorCode.invalid_request, f"broker {name!r} is not this broker")
         values = ctx.config.model_dump(by_alias=True)
-        return sorted((k, "" if v is None else str(v).lower() if isinstance(v, bool) else str(v), STATIC_BROKER_CONFIG)
-                      for k, v in values.items())
+        return sorted(
+            (
+                k,
+                "" if v is None else str(v).lower() if isinstance(v, bool) else str(v),
+                STATIC_BROKER_CONFIG,
+            )
+            for k, v in values.items()
+        )
     raise KafkaError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
 
 
@@ -160,11 +206,15 @@ async def handle_alter_configs(ctx: BrokerContext, request: Request, _splicer: o
     def new_configs(r: Any, _current: dict[str, str]) -> dict[str, str]:
         return {c.name: c.value for c in r.configs if c.value is not None}
 
-    return _alter(ctx, m, m.AlterConfigsResourceResponse, m.AlterConfigsResponse, request, new_configs)
+    return _alter(
+        ctx, m, m.AlterConfigsResourceResponse, m.AlterConfigsResponse, request, new_configs
+    )
 
 
-async def handle_incremental_alter_configs(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
-    """IncrementalAlterConfigs sets or deletes single overrides (lists are not used by topic configs)."""
+async def handle_incremental_alter_configs(
+    ctx: BrokerContext, request: Request, _splicer: object
+) -> Any:
+    """IncrementalAlterConfigs sets or deletes single overrides (topic configs have no lists)."""
     m = response_module(request.api_key, request.api_version)
 
     def new_configs(r: Any, current: dict[str, str]) -> dict[str, str]:
@@ -175,26 +225,54 @@ async def handle_incremental_alter_configs(ctx: BrokerContext, request: Request,
             elif c.config_operation == DELETE:
                 configs.pop(c.name, None)
             else:
-                raise KafkaError(ErrorCode.invalid_config,
-                                 f"{c.name}: APPEND and SUBTRACT apply to list configs only")
+                raise KafkaError(
+                    ErrorCode.invalid_config,
+                    f"{c.name}: APPEND and SUBTRACT apply to list configs only",
+                )
         return configs
 
-    return _alter(ctx, m, m.AlterConfigsResourceResponse, m.IncrementalAlterConfigsResponse, request, new_configs)
+    return _alter(
+        ctx,
+        m,
+        m.AlterConfigsResourceResponse,
+        m.IncrementalAlterConfigsResponse,
+        request,
+        new_configs,
+    )
 
 
-def _alter(ctx: BrokerContext, m: Any, result_cls: Any, response_cls: Any, request: Request, new_configs: Any) -> Any:
+def _alter(
+    ctx: BrokerContext,
+    m: Any,
+    result_cls: Any,
+    response_cls: Any,
+    request: Request,
+    new_configs: Any,
+) -> Any:
     results = []
     for r in request.body.resources:
         error, message = ErrorCode.none, None
         try:
             if r.resource_type != TOPIC_RESOURCE:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 f"resource type {r.resource_type}: only topic configs can be altered")
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    f"resource type {r.resource_type}: only topic configs can be altered",
+                )
             topic = ctx.controller.topic_or_error(r.resource_name)
-            ctx.controller.alter_configs(r.resource_name, new_configs(r, topic.configs),
-                                         field(request.body, "validate_only", False))
+            ctx.controller.alter_configs(
+                r.resource_name,
+                new_configs(r, topic.configs),
+                field(request.body, "validate_only", False),
+            )
         except KafkaError as e:
             error, message = _error(e)
-        results.append(make(result_cls, error_code=error, error_message=message,
-                            resource_type=r.resource_type, resource_name=r.resource_name))
+        results.append(
+            make(
+                result_cls,
+                error_code=error,
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+        )
     return make(response_cls, throttle_time=NO_THROTTLE, responses=tuple(results))

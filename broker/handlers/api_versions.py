@@ -11,11 +11,11 @@ from typing import Any
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
-
-from protocol.codec import Request, version_range
-from protocol.errors import ErrorCode
+from kio.static.primitive import i16
 
 from broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from protocol.codec import Request, version_range
+from protocol.errors import ErrorCode
 
 API_VERSIONS = 18
 PRODUCE = 0
@@ -35,7 +35,9 @@ def unsupported_version_response() -> ApiVersionsResponseV0:
     low, high = version_range(API_VERSIONS) or (0, 0)
     return ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,
-        api_keys=(ApiVersionV0(api_key=API_VERSIONS, min_version=low, max_version=high),),
+        api_keys=(
+            ApiVersionV0(api_key=i16(API_VERSIONS), min_version=i16(low), max_version=i16(high)),
+        ),
     )
 
 
@@ -47,7 +49,10 @@ def make_handler(api_keys: list[int]) -> Any:
         return make(
             m.ApiVersionsResponse,
             error_code=ErrorCode.none,
-            api_keys=tuple(make(m.ApiVersion, api_key=k, min_version=lo, max_version=hi) for k, lo, hi in ranges),
+            api_keys=tuple(
+                make(m.ApiVersion, api_key=k, min_version=lo, max_version=hi)
+                for k, lo, hi in ranges
+            ),
             throttle_time=NO_THROTTLE,
         )
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
+from broker.replica_manager import FetchParams, FetchRequestPartition, FetchResultPartition
 from protocol.codec import RecordsSplicer, Request
 from protocol.errors import ErrorCode
 from storage.topic_partition import TopicPartition
-
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
-from broker.replica_manager import FetchParams, FetchRequestPartition, FetchResultPartition
 
 
 async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSplicer) -> Any:
@@ -22,7 +21,9 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
     by_id = request.api_version >= 13
     store = ctx.controller.store
     requested: list[FetchRequestPartition] = []
-    layout: list[tuple[Any, list[tuple[int, int | ErrorCode]]]] = []  # (topic key, [(partition, index|error)])
+    layout: list[
+        tuple[Any, list[tuple[int, int | ErrorCode]]]
+    ] = []  # (topic key, [(partition, index|error)])
     for topic in body.topics:
         record = store.by_id(topic.topic_id) if by_id else store.topics.get(topic.topic)
         unknown = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
@@ -34,24 +35,38 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
             entries.append((p.partition, len(requested)))
             requested.append(
                 FetchRequestPartition(
-                    TopicPartition(record.name, p.partition), p.fetch_offset, p.partition_max_bytes,
+                    TopicPartition(record.name, p.partition),
+                    p.fetch_offset,
+                    p.partition_max_bytes,
                     field(p, "current_leader_epoch", -1),
                 )
             )
         layout.append((topic.topic_id if by_id else topic.topic, entries))
     params = FetchParams(
-        max_wait_ms=int(body.max_wait.total_seconds() * 1000), min_bytes=body.min_bytes,
+        max_wait_ms=int(body.max_wait.total_seconds() * 1000),
+        min_bytes=body.min_bytes,
         max_bytes=field(body, "max_bytes", 2**31 - 1),
     )
     results = await ctx.replicas.fetch_messages(params, requested)
     return make(
-        m.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
+        m.FetchResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,
         responses=tuple(
             make(
-                m.FetchableTopicResponse, topic=key, topic_id=key,
+                m.FetchableTopicResponse,
+                topic=key,
+                topic_id=key,
                 partitions=tuple(
-                    _partition(m, splicer, index,
-                               results[slot] if not isinstance(slot, ErrorCode) else FetchResultPartition(slot))
+                    _partition(
+                        m,
+                        splicer,
+                        index,
+                        results[slot]
+                        if not isinstance(slot, ErrorCode)
+                        else FetchResultPartition(slot),
+                    )
                     for index, slot in entries
                 ),
             )
@@ -62,9 +77,13 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
 
 def _partition(m: Any, splicer: RecordsSplicer, index: int, result: FetchResultPartition) -> Any:
     return make(
-        m.PartitionData, partition_index=index, error_code=result.error,
-        high_watermark=result.high_watermark, last_stable_offset=result.high_watermark,
-        log_start_offset=result.log_start_offset, aborted_transactions=None,
+        m.PartitionData,
+        partition_index=index,
+        error_code=result.error,
+        high_watermark=result.high_watermark,
+        last_stable_offset=result.high_watermark,
+        log_start_offset=result.log_start_offset,
+        aborted_transactions=None,
         preferred_read_replica=-1,
         records=splicer.placeholder(result.records) if result.records else b"",
     )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
 from protocol.codec import Request
 from protocol.errors import ErrorCode, KafkaError
 from storage.topic_partition import TopicPartition
-
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
 
 
 async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -17,21 +16,38 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
     for topic in request.body.topics:
         partitions = []
         for p in topic.partitions:
-            values: dict[str, Any] = {"error_code": ErrorCode.none, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            values: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
             try:
                 found = ctx.replicas.fetch_offset_for_timestamp(
-                    TopicPartition(topic.name, p.partition_index), p.timestamp, field(p, "current_leader_epoch", -1)
+                    TopicPartition(topic.name, p.partition_index),
+                    p.timestamp,
+                    field(p, "current_leader_epoch", -1),
                 )
                 if found is not None:
-                    values.update(timestamp=found.timestamp, offset=found.offset, leader_epoch=found.leader_epoch)
+                    values.update(
+                        timestamp=found.timestamp,
+                        offset=found.offset,
+                        leader_epoch=found.leader_epoch,
+                    )
             except KafkaError as e:
                 values["error_code"] = e.code
-            partitions.append(make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index, **values))
-        topics.append(make(m.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(partitions)))
+            partitions.append(
+                make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index, **values)
+            )
+        topics.append(
+            make(m.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(partitions))
+        )
     return make(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+async def handle_offset_for_leader_epoch(
+    ctx: BrokerContext, request: Request, _splicer: object
+) -> Any:
     m = response_module(request.api_key, request.api_version)
     topics = []
     for topic in request.body.topics:
@@ -39,12 +55,23 @@ async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: Request, _
         for p in topic.partitions:
             try:
                 epoch, end_offset = ctx.replicas.last_offset_for_leader_epoch(
-                    TopicPartition(topic.topic, p.partition), field(p, "current_leader_epoch", -1), p.leader_epoch
+                    TopicPartition(topic.topic, p.partition),
+                    field(p, "current_leader_epoch", -1),
+                    p.leader_epoch,
                 )
                 error = ErrorCode.none
             except KafkaError as e:
                 epoch, end_offset, error = -1, -1, e.code
-            partitions.append(make(m.EpochEndOffset, error_code=error, partition=p.partition,
-                                   leader_epoch=epoch, end_offset=end_offset))
-        topics.append(make(m.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(partitions)))
+            partitions.append(
+                make(
+                    m.EpochEndOffset,
+                    error_code=error,
+                    partition=p.partition,
+                    leader_epoch=epoch,
+                    end_offset=end_offset,
+                )
+            )
+        topics.append(
+            make(m.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(partitions))
+        )
     return make(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -5,13 +5,12 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from broker.cluster.controller import validate_topic_name
+from broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from broker.replica_manager import ProduceResult
 from protocol.codec import Request
 from protocol.errors import ErrorCode, KafkaError
 from storage.topic_partition import TopicPartition
-
-from broker.cluster.controller import validate_topic_name
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
-from broker.replica_manager import ProduceResult
 
 
 async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -49,8 +48,12 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
         m.ProduceResponse,
         responses=tuple(
             make(
-                m.TopicProduceResponse, name=key, topic_id=key,
-                partition_responses=tuple(_partition_response(m, index, results[tp]) for index, tp in partitions),
+                m.TopicProduceResponse,
+                name=key,
+                topic_id=key,
+                partition_responses=tuple(
+                    _partition_response(m, index, results[tp]) for index, tp in partitions
+                ),
             )
             for key, partitions in keys
         ),
@@ -72,12 +75,16 @@ def _topic_error(name: str, record: object, by_id: bool) -> ErrorCode | None:
 
 def _partition_response(m: Any, index: int, result: ProduceResult) -> Any:
     return make(
-        m.PartitionProduceResponse, index=index, error_code=result.error,
+        m.PartitionProduceResponse,
+        index=index,
+        error_code=result.error,
         base_offset=result.base_offset,
         log_append_time=(
-            None if result.log_append_time_ms < 0
+            None
+            if result.log_append_time_ms < 0
             else datetime.datetime.fromtimestamp(result.log_append_time_ms / 1000, datetime.UTC)
         ),
-        log_start_offset=result.log_start_offset, record_errors=(),
+        log_start_offset=result.log_start_offset,
+        record_errors=(),
         error_message=result.error_message,
     )

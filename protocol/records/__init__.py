@@ -1,8 +1,9 @@
 """Record batches (magic 2).
 
 `BatchView` reads and patches batch headers in place and is what the produce and
-fetch hot paths use; `decode` and `build` handle whole records for the readers
-that need them (pipeline, tests), never the hot paths.
+fetch hot paths use; `decoder` and `builder` handle whole records for the readers
+that need them (pipeline, tests), never the hot paths; `codecs` holds the
+compression codecs they share.
 """
 
 from protocol.records.batch import (
@@ -13,12 +14,23 @@ from protocol.records.batch import (
     TimestampType,
     iter_batches,
 )
+from protocol.records.builder import build_batch
+from protocol.records.codecs import compress, decompress
+from protocol.records.decoder import DecodedBatch, Header, Record, decode_batch, decode_records
 
 __all__ = [
     "BATCH_HEADER_SIZE",
     "BatchView",
     "Compression",
+    "DecodedBatch",
+    "Header",
     "InvalidRecordError",
+    "Record",
     "TimestampType",
+    "build_batch",
+    "compress",
+    "decode_batch",
+    "decode_records",
+    "decompress",
     "iter_batches",
 ]

@@ -60,24 +60,59 @@ class InvalidRecordError(KafkaError):
 class BatchView:
     """A view over one batch header inside a larger buffer; cheap, never copies records."""
 
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
     __slots__ = (
-        "_buf", "position", "base_offset", "batch_length", "partition_leader_epoch", "magic",
-        "crc", "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
-        "producer_id", "producer_epoch", "base_sequence", "record_count",
+        "_buf",
+        "attributes",
+        "base_offset",
+        "base_sequence",
+        "base_timestamp",
+        "batch_length",
+        "crc",
+        "last_offset_delta",
+        "magic",
+        "max_timestamp",
+        "partition_leader_epoch",
+        "position",
+        "producer_epoch",
+        "producer_id",
+        "record_count",
     )
 
     def __init__(self, buf: memoryview | bytes | bytearray, position: int = 0) -> None:
         if len(buf) - position < BATCH_HEADER_SIZE:
             raise InvalidRecordError(
                 ErrorCode.corrupt_message,
-                f"{len(buf) - position} bytes at position {position} is shorter than a batch header",
+                f"{len(buf) - position} bytes at position {position}: shorter than a header",
             )
         self._buf = buf
         self.position = position
         (
-            self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic,
-            self.crc, self.attributes, self.last_offset_delta, self.base_timestamp,
-            self.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence,
+            self.base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
             self.record_count,
         ) = _HEADER.unpack_from(buf, position)
 
@@ -95,7 +130,13 @@ class BatchView:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & 0x07)
+        codec = self.attributes & 0x07
+        if codec > Compression.ZSTD:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"unknown compression codec {codec} at position {self.position}",
+            )
+        return Compression(codec)
 
     @property
     def timestamp_type(self) -> TimestampType:
@@ -131,23 +172,23 @@ class BatchView:
 
     def set_base_offset(self, offset: int) -> None:
         """Rewrite baseOffset in place; outside the CRC'd range."""
-        _INT64.pack_into(self._buf, self.position, offset)  # type: ignore[arg-type]
+        _INT64.pack_into(self._buf, self.position, offset)
         self.base_offset = offset
 
     def set_partition_leader_epoch(self, epoch: int) -> None:
         """Rewrite partitionLeaderEpoch in place; outside the CRC'd range."""
-        _INT32.pack_into(self._buf, self.position + 12, epoch)  # type: ignore[arg-type]
+        _INT32.pack_into(self._buf, self.position + 12, epoch)
         self.partition_leader_epoch = epoch
 
     def set_log_append_time(self, timestamp_ms: int) -> None:
         """Stamp LogAppendTime: attributes and maxTimestamp are CRC'd, so re-checksum."""
         attributes = self.attributes | (TimestampType.LOG_APPEND_TIME << 3)
-        _INT16.pack_into(self._buf, self.position + ATTRIBUTES_OFFSET, attributes)  # type: ignore[arg-type]
-        _INT64.pack_into(self._buf, self.position + MAX_TIMESTAMP_OFFSET, timestamp_ms)  # type: ignore[arg-type]
+        _INT16.pack_into(self._buf, self.position + ATTRIBUTES_OFFSET, attributes)
+        _INT64.pack_into(self._buf, self.position + MAX_TIMESTAMP_OFFSET, timestamp_ms)
         self.attributes = attributes
         self.max_timestamp = timestamp_ms
         self.crc = self.compute_crc()
-        _UINT32.pack_into(self._buf, self.position + CRC_OFFSET, self.crc)  # type: ignore[arg-type]
+        _UINT32.pack_into(self._buf, self.position + CRC_OFFSET, self.crc)
 
     def validate(self, max_batch_bytes: int | None = None) -> None:
         """Check magic, size and CRC32C; raise `InvalidRecordError` with Kafka's code."""
@@ -159,7 +200,7 @@ class BatchView:
         if self.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
             raise InvalidRecordError(
                 ErrorCode.corrupt_message,
-                f"batchLength {self.batch_length} at position {self.position} is below the header size",
+                f"batchLength {self.batch_length} at position {self.position} < header size",
             )
         if self.position + self.size_in_bytes > len(self._buf):
             raise InvalidRecordError(
@@ -197,7 +238,7 @@ def iter_batches(buf: memoryview | bytes | bytearray) -> Iterator[BatchView]:
         if buf[position + MAGIC_OFFSET] != 2:
             raise InvalidRecordError(
                 ErrorCode.unsupported_for_message_format,
-                f"magic {buf[position + MAGIC_OFFSET]} at position {position}; only magic 2 is accepted",
+                f"magic {buf[position + MAGIC_OFFSET]} at position {position}; only 2 is accepted",
             )
         batch = BatchView(buf, position)
         if batch.size_in_bytes < BATCH_HEADER_SIZE:

@@ -1,0 +1,43 @@
+# Two commands do everything on a fresh machine (Debian, Python 3.11):
+#   make run    install if needed, then start one broker on 127.0.0.1:9092 (data in ./data)
+#   make test   install everything the tests need (Python deps, Debian's kcat), run the suite
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: run test install install-test peers bench check clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test peers
+
+peers:
+	@scripts/install-peers.sh
+
+run: install
+	$(BIN)/tierbroker serve --config config/server.properties
+
+test: install-test
+	$(BIN)/pytest
+
+check: install-test
+	$(BIN)/ruff check protocol storage broker tests benchmarks
+	$(BIN)/mypy
+
+bench: install-test
+	$(BIN)/python -m benchmarks.throughput
+
+clean:
+	rm -rf $(VENV) data

@@ -1,0 +1,96 @@
+"""A tierbroker started as a user starts it: the CLI, as a subprocess, on a free port."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def api_versions_answered(port: int, timeout_s: float = 0.5) -> bool:
+    """True once the broker answers an ApiVersions v0 request."""
+    request = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(struct.pack(">i", len(request)) + request)
+            return len(s.recv(4)) == 4
+    except OSError:
+        return False
+
+
+def tierbroker_executable() -> str:
+    exe = Path(sys.executable).with_name("tierbroker")
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("tierbroker")
+    if found is None:
+        raise RuntimeError("the tierbroker command is not installed: run `make test` (pip install -e .)")
+    return found
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.overrides = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(data_dir / "logs"),
+            **(overrides or {}),
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir / "broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 15.0) -> BrokerProcess:
+        args = [tierbroker_executable(), "serve", "--config", str(ROOT / "config" / "server.properties")]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        log_file = open(self.log_path, "ab")  # noqa: SIM115 (owned by the process)
+        self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.data_dir)
+        log_file.close()
+        deadline = time.monotonic() + timeout_s
+        while not api_versions_answered(self.port):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tierbroker exited with {self.process.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"tierbroker did not answer within {timeout_s}s:\n{self.log()}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
+        """Send `sig` and wait for the exit code (SIGKILL after the timeout)."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, sig)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.broker_process import BrokerProcess
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh broker with the shipped config, on a free port, in a temp dir."""
+    process = BrokerProcess(tmp_path).start()
+    yield process
+    process.stop()
+    assert "Traceback" not in process.log(), process.log()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:
+    """For tests that restart or configure the broker themselves; stops what they start."""
+    started: list[BrokerProcess] = []
+
+    class Factory(BrokerProcess):
+        def start(self, timeout_s: float = 15.0) -> BrokerProcess:
+            started.append(self)
+            return super().start(timeout_s)
+
+    yield Factory
+    for process in started:
+        process.kill()

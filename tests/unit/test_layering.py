@@ -1,0 +1,34 @@
+"""Imports point one way: protocol <- storage <- broker. A lower layer never imports a higher one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FORBIDDEN = {
+    "protocol": {"storage", "rlm", "broker", "pipeline"},
+    "storage": {"rlm", "broker", "pipeline"},
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layer_imports_point_down(layer: str) -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[layer])
+        for path in (ROOT / layer).rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
