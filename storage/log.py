@@ -325,6 +325,8 @@ class Log:
             self._remove_segments([self.segments[-1]])
         self.active_segment.truncate_to(offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        # The batch holding `offset` went whole, possibly below the log start offset.
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 
