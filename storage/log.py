@@ -113,7 +113,7 @@ class Log:
                 not had_clean_shutdown
                 and base >= self._segment_base_for(self.recovery_point, bases)
             ):
-                truncated = segment.recover(self.config.max_message_bytes + 1024)
+                truncated = segment.recover()
                 if truncated:
                     log.warning(
                         "%s: truncated %d invalid bytes at the end of %s",

@@ -204,7 +204,7 @@ class LogSegment:
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
-    def recover(self, max_batch_bytes: int) -> int:
+    def recover(self) -> int:
         """Re-read the segment, rebuild indexes, truncate at the first invalid batch.
 
         Returns the number of bytes truncated.
@@ -219,7 +219,7 @@ class LogSegment:
         file_size = os.fstat(fd).st_size
         position = 0
         while position < file_size:
-            valid = self._recover_batch(fd, position, file_size, max_batch_bytes)
+            valid = self._recover_batch(fd, position, file_size)
             if valid is None:
                 break
             position += valid
@@ -228,14 +228,12 @@ class LogSegment:
             os.ftruncate(fd, position)
         return file_size - position
 
-    def _recover_batch(
-        self, fd: int, position: int, file_size: int, max_batch_bytes: int
-    ) -> int | None:
+    def _recover_batch(self, fd: int, position: int, file_size: int) -> int | None:
         if file_size - position < BATCH_HEADER_SIZE:
             return None
         _, length = _BATCH_PREFIX.unpack(os.pread(fd, 12, position))
         size = int(length) + 12
-        if size < BATCH_HEADER_SIZE or size > max_batch_bytes or position + size > file_size:
+        if size < BATCH_HEADER_SIZE or position + size > file_size:
             return None
         data = os.pread(fd, size, position)
         batch = BatchView(data)
