@@ -1,8 +1,10 @@
 """`BrokerServer`: builds a broker from its config, starts it, and stops it in order.
 
-Start: load and recover logs, lead the known partitions, start background jobs,
-then listen. Stop: stop listening and finish requests in hand (with a timeout),
-stop background jobs, then flush and checkpoint every log and mark a clean shutdown.
+Start: load and recover logs, lead the known partitions, load consumer groups from
+`__consumer_offsets`, start background jobs, then listen.
+Stop: stop coordinating groups (answering waiting joins and syncs), stop
+listening and finish requests in hand (with a timeout), stop background jobs, then
+flush and checkpoint every log and mark a clean shutdown.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ from functools import partial
 from broker.cluster.controller import Controller
 from broker.cluster.metadata_store import LocalMetadataStore
 from broker.config import BrokerConfig
+from broker.groups.coordinator import GroupConfig, GroupCoordinator
+from broker.groups.offsets_store import GroupMetadataManager, OffsetsConfig
 from broker.handlers import RequestDispatcher
 from broker.handlers.common import BrokerContext
 from broker.replica_manager import ReplicaManager
 from broker.scheduler import Scheduler
 from broker.server import SocketServer
+from storage.log import now_ms
 from storage.log_manager import LogManager
+from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +44,37 @@ class BrokerServer:
             config.num_partitions,
             config.default_replication_factor,
         )
+        offsets = GroupMetadataManager(
+            self.replicas,
+            self.controller,
+            OffsetsConfig(
+                num_partitions=config.offsets_topic_num_partitions,
+                retention_ms=config.offsets_retention_minutes * 60_000,
+                metadata_max_bytes=config.offset_metadata_max_bytes,
+            ),
+        )
+        self.groups = GroupCoordinator(
+            GroupConfig(
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                max_size=config.group_max_size,
+            ),
+            offsets,
+            self._partition_exists,
+        )
         self.scheduler = Scheduler()
         self.socket_server = SocketServer(
-            RequestDispatcher(BrokerContext(config, self.replicas, self.controller)).handle,
+            RequestDispatcher(
+                BrokerContext(config, self.replicas, self.controller, self.groups)
+            ).handle,
             config.socket_request_max_bytes,
             config.queued_max_request_bytes,
         )
         self._stopped = False
+
+    def _partition_exists(self, tp: TopicPartition) -> bool:
+        return tp in self.replicas.partitions
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -52,6 +82,7 @@ class BrokerServer:
             None, partial(self.log_manager.load_logs, self.controller.config_for)
         )
         self.controller.start()
+        self.groups.start()
         c = self.config
         self.scheduler.schedule(
             "log-retention", self._cleanup_logs, c.log_retention_check_interval_ms
@@ -61,6 +92,14 @@ class BrokerServer:
         )
         self.scheduler.schedule(
             "checkpoint", self._checkpoint, c.replica_high_watermark_checkpoint_interval_ms
+        )
+        self.scheduler.schedule(
+            "offsets-retention", self._expire_offsets, c.offsets_retention_check_interval_ms
+        )
+        self.scheduler.schedule(
+            "producer-id-expiration",
+            self._expire_producers,
+            c.producer_id_expiration_check_interval_ms,
         )
         host, port = c.listener
         await self.socket_server.start(host, port)
@@ -77,6 +116,12 @@ class BrokerServer:
     async def _checkpoint(self) -> None:
         self.log_manager.checkpoint()
 
+    async def _expire_offsets(self) -> None:
+        self.groups.expire_offsets()
+
+    async def _expire_producers(self) -> None:
+        self.log_manager.remove_expired_producers(now_ms() - self.config.producer_id_expiration_ms)
+
     async def stop(self) -> None:
         """Idempotent; see the module docstring for the order."""
         if self._stopped:
@@ -84,6 +129,7 @@ class BrokerServer:
         self._stopped = True
         timeout_s = self.config.controlled_shutdown_timeout_ms / 1000
         log.info("shutting down")
+        self.groups.stop()
         await self.socket_server.stop(timeout_s)
         await self.scheduler.stop()
         self.log_manager.shutdown()

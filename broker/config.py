@@ -47,6 +47,22 @@ class BrokerConfig(BaseModel):
     replica_high_watermark_checkpoint_interval_ms: int = Field(
         5_000, alias="replica.high.watermark.checkpoint.interval.ms", ge=1
     )
+    offsets_topic_num_partitions: int = Field(50, alias="offsets.topic.num.partitions", ge=1)
+    offsets_retention_minutes: int = Field(10_080, alias="offsets.retention.minutes", ge=1)
+    offsets_retention_check_interval_ms: int = Field(
+        600_000, alias="offsets.retention.check.interval.ms", ge=1
+    )
+    offset_metadata_max_bytes: int = Field(4096, alias="offset.metadata.max.bytes", ge=0)
+    group_min_session_timeout_ms: int = Field(6_000, alias="group.min.session.timeout.ms", ge=0)
+    group_max_session_timeout_ms: int = Field(1_800_000, alias="group.max.session.timeout.ms", ge=0)
+    group_initial_rebalance_delay_ms: int = Field(
+        3_000, alias="group.initial.rebalance.delay.ms", ge=0
+    )
+    group_max_size: int = Field(2**31 - 1, alias="group.max.size", ge=1)
+    producer_id_expiration_ms: int = Field(86_400_000, alias="producer.id.expiration.ms", ge=1)
+    producer_id_expiration_check_interval_ms: int = Field(
+        600_000, alias="producer.id.expiration.check.interval.ms", ge=1
+    )
     controlled_shutdown_timeout_ms: int = Field(30_000, alias="shutdown.timeout.ms", ge=0)
     # Topic defaults (log.*): the topic config table names the broker property of each.
     log_defaults: dict[str, Any] = Field(default_factory=dict, exclude=True)

@@ -177,6 +177,18 @@ class ReplicaManager:
                 return FetchResultPartition(e.code)
             return FetchResultPartition(e.code, hosted.high_watermark, hosted.log.log_start_offset)
 
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords: move the log start offset (-1: to the high watermark); returns it."""
+        log_ = self.partition_or_error(tp).log
+        target = log_.high_watermark if offset == -1 else offset
+        if target < 0:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range, f"{tp}: cannot delete records below {offset}"
+            )
+        log_.maybe_increment_log_start_offset(target)
+        log_.delete_old_segments()
+        return log_.log_start_offset
+
     # Offsets -------------------------------------------------------------------------
 
     def fetch_offset_for_timestamp(

@@ -26,6 +26,7 @@ from protocol.records import BatchView, iter_batches
 from storage.checkpoints import read_partition_metadata, write_partition_metadata
 from storage.leader_epoch import LeaderEpochCache
 from storage.log_config import LogConfig
+from storage.producer_state import BatchMetadata, ProducerStateManager
 from storage.segment import FileSlice, LogSegment
 from storage.topic_partition import TopicPartition
 
@@ -80,6 +81,7 @@ class Log:
             raise ValueError(f"{metadata_path}: topic id {stored_id} does not match {topic_id}")
         self.topic_id = topic_id
         self.leader_epoch_cache = LeaderEpochCache(directory / "leader-epoch-checkpoint")
+        self.producer_state = ProducerStateManager(directory, topic_partition)
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.deleted_segments: list[tuple[int, LogSegment]] = []  # (removed at ms, segment)
@@ -89,6 +91,7 @@ class Log:
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self._load_producer_state()
 
     # Loading -------------------------------------------------------------------------
 
@@ -146,6 +149,20 @@ class Log:
         if not self.segments:
             self._add(self._new_segment(self.recovery_point if bases else 0))
 
+    def _load_producer_state(self) -> None:
+        """The newest snapshot, then the batch headers after it up to the log end offset."""
+        snapshot = self.producer_state.load(self.log_end_offset)
+        start = max(snapshot, self.log_start_offset)
+        for segment in self.segments[self._segment_for(start) :]:
+            _, position = segment.offset_index.lookup(start)
+            for _, batch in segment.headers_from(position):
+                if batch.has_producer_id and batch.base_offset >= start:
+                    self.producer_state.update(batch)
+
+    def take_producer_snapshot(self) -> None:
+        """Snapshot producer state at the log end offset (clean shutdown)."""
+        self.producer_state.take_snapshot(self.log_end_offset)
+
     @staticmethod
     def _segment_base_for(offset: int, bases: list[int]) -> int:
         i = bisect.bisect_right(bases, offset) - 1
@@ -175,12 +192,26 @@ class Log:
     # Appends -------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytearray, leader_epoch: int) -> LogAppendInfo:
-        """Validate batches, assign offsets and the leader epoch in place, and write them."""
+        """Validate batches, assign offsets and the leader epoch in place, and write them.
+
+        A batch an idempotent producer already wrote is not written again: the answer
+        carries the offsets it got the first time.
+        """
         batches = list(iter_batches(records))
         if not batches:
             raise KafkaError(ErrorCode.corrupt_message, f"{self.topic_partition}: empty records")
         for batch in batches:
             batch.validate(self.config.max_message_bytes)
+        duplicate = self._check_producer_state(batches)
+        if duplicate is not None:
+            return LogAppendInfo(
+                duplicate.base_offset,
+                duplicate.last_offset,
+                duplicate.timestamp,
+                -1,
+                self.log_start_offset,
+                0,
+            )
         append_time = now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
         first_offset = next_offset = self.log_end_offset
         max_timestamp = -1
@@ -195,9 +226,44 @@ class Log:
             count += batch.record_count
         self.leader_epoch_cache.assign(leader_epoch, first_offset)
         self._append(batches, records, max_timestamp)
+        for batch in batches:
+            if batch.has_producer_id:
+                self.producer_state.update(batch)
         return LogAppendInfo(
             first_offset, next_offset - 1, max_timestamp, append_time, self.log_start_offset, count
         )
+
+    def _check_producer_state(self, batches: list[BatchView]) -> BatchMetadata | None:
+        """Check idempotent batches; the cached metadata if the first one is a duplicate."""
+        previous: dict[int, BatchView] = {}
+        for i, batch in enumerate(batches):
+            if not batch.has_producer_id:
+                continue
+            if batch.is_transactional:
+                raise KafkaError(
+                    ErrorCode.transactional_id_authorization_failed,
+                    f"{self.topic_partition}: transactional batches are not supported",
+                )
+            before = previous.get(batch.producer_id)
+            if before is None:
+                duplicate = self.producer_state.check(batch)
+                if duplicate is not None and i == 0:
+                    return duplicate
+                if duplicate is not None:
+                    raise KafkaError(
+                        ErrorCode.out_of_order_sequence_number,
+                        f"{self.topic_partition}: a retried batch behind new ones",
+                    )
+            elif batch.producer_epoch != before.producer_epoch or batch.base_sequence != (
+                before.base_sequence + before.last_offset_delta + 1
+            ):
+                raise KafkaError(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"{self.topic_partition}: batches of producer {batch.producer_id} in one "
+                    "request are not consecutive",
+                )
+            previous[batch.producer_id] = batch
+        return None
 
     def _append(
         self, batches: list[BatchView], data: bytearray | memoryview, max_timestamp: int
@@ -229,6 +295,7 @@ class Log:
         if old.is_empty:
             return old
         old.on_become_inactive()
+        self.producer_state.take_snapshot(self.log_end_offset)
         self._add(self._new_segment(self.log_end_offset))
         return old
 
@@ -329,12 +396,16 @@ class Log:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.producer_state.truncate_to(self.log_end_offset)
+        self._load_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self._remove_segments(list(self.segments))
         self._add(self._new_segment(offset))
         self.log_start_offset = self.high_watermark = self.recovery_point = offset
         self.leader_epoch_cache.clear()
+        self.producer_state.truncate_to(-1)
+        self.producer_state.producers.clear()
 
     # Retention -----------------------------------------------------------------------
 
@@ -368,6 +439,7 @@ class Log:
         new_start = self.segments[len(deletable)].base_offset
         self.log_start_offset = max(self.log_start_offset, new_start)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.delete_snapshots_below(self.log_start_offset)
         self._remove_segments(deletable)
         return deletable
 

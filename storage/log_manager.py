@@ -104,6 +104,11 @@ class LogManager:
             lg.close_deleted(now_ms() - lg.config.file_delete_delay_ms)
         return removed
 
+    def remove_expired_producers(self, older_than_ms: int) -> None:
+        """Forget idempotent producers idle since `older_than_ms` (producer.id.expiration.ms)."""
+        for lg in list(self.logs.values()):
+            lg.producer_state.remove_expired(older_than_ms)
+
     def flush_rolled_segments(self) -> None:
         """fsync segments that are no longer active and advance recovery points to them."""
         for lg in list(self.logs.values()):
@@ -127,6 +132,7 @@ class LogManager:
         """Flush everything, checkpoint, close, and mark each log dir cleanly shut down."""
         for lg in self.logs.values():
             lg.flush()
+            lg.take_producer_snapshot()
         self.checkpoint()
         for lg in self.logs.values():
             lg.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -115,27 +116,26 @@ class LogSegment:
 
     # Reads ---------------------------------------------------------------------------
 
-    def batches_from(self, position: int, end: int | None = None) -> list[BatchLocation]:
-        """Headers of the batches from `position` up to `end` (or the segment's size)."""
-        found = []
+    def headers_from(
+        self, position: int, end: int | None = None
+    ) -> Iterator[tuple[int, BatchView]]:
+        """(file position, header view) of each batch from `position` up to `end` (or size)."""
         end = self.size if end is None else end
         fd = self.file.fileno()
         while position + BATCH_HEADER_SIZE <= end:
             header = os.pread(fd, BATCH_HEADER_SIZE, position)
             if len(header) < BATCH_HEADER_SIZE:
-                break
+                return
             batch = BatchView(header)
-            found.append(
-                BatchLocation(
-                    batch.base_offset,
-                    batch.last_offset,
-                    position,
-                    batch.size_in_bytes,
-                    batch.max_timestamp,
-                )
-            )
+            yield position, batch
             position += batch.size_in_bytes
-        return found
+
+    def batches_from(self, position: int, end: int | None = None) -> list[BatchLocation]:
+        """Locations of the batches from `position` up to `end` (or the segment's size)."""
+        return [
+            BatchLocation(b.base_offset, b.last_offset, pos, b.size_in_bytes, b.max_timestamp)
+            for pos, b in self.headers_from(position, end)
+        ]
 
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchLocation | None:
         """The first batch whose last offset is >= `offset`, searching from the index hint."""

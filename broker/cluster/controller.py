@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
 INITIAL_LEADER_EPOCH = 0
+PRODUCER_ID_BLOCK_SIZE = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
 
 
@@ -58,6 +59,7 @@ class Controller:
         self.log_defaults = dict(log_defaults)
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
+        self._next_producer_id = self._producer_id_block_end = 0
 
     @property
     def cluster_id(self) -> str:
@@ -154,6 +156,15 @@ class Controller:
         config = self.log_config(updated)
         for p in range(updated.partitions):
             self.replicas.update_config(TopicPartition(name, p), config)
+
+    def next_producer_id(self) -> int:
+        """A producer id never handed out before, also across restarts (ids go in blocks)."""
+        if self._next_producer_id >= self._producer_id_block_end:
+            self._next_producer_id = self.store.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
+            self._producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK_SIZE
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id
 
     def topic_or_error(self, name: str) -> TopicRecord:
         topic = self.store.topics.get(name)

@@ -35,6 +35,7 @@ class LocalMetadataStore:
     def __init__(self, log_dir: Path) -> None:
         self.path = log_dir / METADATA_FILE
         self.cluster_id: str = ""
+        self.producer_id_block_end = 0  # ids below this may have been handed out
         self.topics: dict[str, TopicRecord] = {}
         self._names_by_id: dict[uuid.UUID, str] = {}
         self._load()
@@ -46,6 +47,7 @@ class LocalMetadataStore:
             return
         data = json.loads(self.path.read_text(encoding="utf-8"))
         self.cluster_id = data["cluster_id"]
+        self.producer_id_block_end = data.get("producer_id_block_end", 0)
         for t in data["topics"]:
             record = TopicRecord(
                 t["name"],
@@ -60,6 +62,7 @@ class LocalMetadataStore:
     def _save(self) -> None:
         data = {
             "cluster_id": self.cluster_id,
+            "producer_id_block_end": self.producer_id_block_end,
             "topics": [
                 {
                     "name": t.name,
@@ -83,6 +86,13 @@ class LocalMetadataStore:
         if removed is not None:
             del self._names_by_id[removed.topic_id]
             self._save()
+
+    def allocate_producer_id_block(self, size: int) -> int:
+        """Reserve `size` producer ids durably; returns the first of them."""
+        start = self.producer_id_block_end
+        self.producer_id_block_end += size
+        self._save()
+        return start
 
     def by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
         name = self._names_by_id.get(topic_id)

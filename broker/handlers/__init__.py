@@ -10,8 +10,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.handlers import admin, api_versions, fetch, metadata, offsets, produce
-from broker.handlers.common import BrokerContext
+from broker.handlers import (
+    admin,
+    api_versions,
+    fetch,
+    group_offsets,
+    groups,
+    log_dirs,
+    metadata,
+    offsets,
+    produce,
+    producers,
+)
+from broker.handlers.common import CLIENT_HOST, BrokerContext
 from broker.server import ConnectionClosing
 from protocol.codec import (
     RecordsSplicer,
@@ -32,14 +43,29 @@ _HANDLERS: dict[int, Handler] = {
     1: fetch.handle_fetch,
     2: offsets.handle_list_offsets,
     3: metadata.handle_metadata,
+    8: group_offsets.handle_offset_commit,
+    9: group_offsets.handle_offset_fetch,
+    10: groups.handle_find_coordinator,
+    11: groups.handle_join_group,
+    12: groups.handle_heartbeat,
+    13: groups.handle_leave_group,
+    14: groups.handle_sync_group,
+    15: groups.handle_describe_groups,
+    16: groups.handle_list_groups,
     19: admin.handle_create_topics,
     20: admin.handle_delete_topics,
+    21: log_dirs.handle_delete_records,
+    22: producers.handle_init_producer_id,
     23: offsets.handle_offset_for_leader_epoch,
     32: admin.handle_describe_configs,
     33: admin.handle_alter_configs,
+    35: log_dirs.handle_describe_log_dirs,
     37: admin.handle_create_partitions,
+    42: groups.handle_delete_groups,
     44: admin.handle_incremental_alter_configs,
+    47: group_offsets.handle_offset_delete,
     60: metadata.handle_describe_cluster,
+    61: producers.handle_describe_producers,
     75: metadata.handle_describe_topic_partitions,
 }
 HANDLERS: dict[int, Handler] = {
@@ -72,6 +98,7 @@ class RequestDispatcher:
         if handler is None:
             raise ConnectionClosing(f"api_key {request.api_key} is not supported")
         splicer = RecordsSplicer()
+        CLIENT_HOST.set(peer.rsplit(":", 1)[0])
         body = await handler(self.ctx, request, splicer)
         if body is None:
             return None

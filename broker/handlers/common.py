@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -18,9 +19,12 @@ from kio.static.constants import EntityType
 
 from broker.cluster.controller import Controller
 from broker.config import BrokerConfig
+from broker.groups.coordinator import GroupCoordinator
 from broker.replica_manager import ReplicaManager
 
 NO_THROTTLE = datetime.timedelta(0)
+# The address of the client whose request is being handled (JoinGroup records it).
+CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,7 @@ class BrokerContext:
     config: BrokerConfig
     replicas: ReplicaManager
     controller: Controller
+    groups: GroupCoordinator
 
 
 @cache

@@ -1,0 +1,1 @@
+"""The classic consumer-group coordinator and the `__consumer_offsets` topic."""

@@ -1,0 +1,175 @@
+"""Committed offsets: OffsetCommit, OffsetFetch (single and multi-group) and OffsetDelete.
+
+From OffsetCommit v10 and OffsetFetch v10 topics are named by id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from broker.groups.records import OffsetValue
+from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
+from protocol.codec import Request
+from protocol.errors import ErrorCode
+from storage.log import now_ms
+from storage.topic_partition import TopicPartition
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _topic_name(ctx: BrokerContext, topic: Any) -> str:
+    """The name of a request topic given by name or (newer versions) by id; '' if unknown."""
+    name = field(topic, "name")
+    if name is not None:
+        return str(name)
+    record = ctx.controller.store.by_id(topic.topic_id)
+    return record.name if record else ""
+
+
+async def handle_offset_commit(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    timestamp = now_ms()
+    offsets: dict[TopicPartition, OffsetValue] = {}
+    layout = []
+    for topic in body.topics:
+        name = _topic_name(ctx, topic)
+        layout.append((topic, name))
+        for p in topic.partitions:
+            offsets[TopicPartition(name, p.partition_index)] = OffsetValue(
+                p.committed_offset,
+                field(p, "committed_leader_epoch", -1),
+                p.committed_metadata or "",
+                timestamp,
+            )
+    results = ctx.groups.commit_offsets(
+        body.group_id,
+        body.member_id,
+        field(body, "group_instance_id"),
+        body.generation_id_or_member_epoch,
+        offsets,
+    )
+    return make(
+        m.OffsetCommitResponse,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            make(
+                m.OffsetCommitResponseTopic,
+                name=name,
+                topic_id=field(topic, "topic_id"),
+                partitions=tuple(
+                    make(
+                        m.OffsetCommitResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=results[TopicPartition(name, p.partition_index)],
+                    )
+                    for p in topic.partitions
+                ),
+            )
+            for topic, name in layout
+        ),
+    )
+
+
+def _fetch_group(
+    ctx: BrokerContext, m: Any, group_id: str, topics: Any, by_id: bool
+) -> tuple[Any, ...]:
+    if topics is None:
+        committed = ctx.groups.store.fetch(group_id, None)
+        by_topic: dict[str, list[tuple[int, OffsetValue | None]]] = {}
+        for tp, value in sorted(committed.items()):
+            by_topic.setdefault(tp.topic, []).append((tp.partition, value))
+        wanted: list[tuple[Any, str, list[tuple[int, OffsetValue | None]]]] = [
+            (name, name, parts) for name, parts in by_topic.items()
+        ]
+    else:
+        wanted = []
+        for topic in topics:
+            name = _topic_name(ctx, topic)
+            found = ctx.groups.store.fetch(
+                group_id, [TopicPartition(name, i) for i in topic.partition_indexes]
+            )
+            key = field(topic, "topic_id") if by_id else name
+            wanted.append((key, name, [(tp.partition, v) for tp, v in found.items()]))
+    result = []
+    for key, name, parts in wanted:
+        record = ctx.controller.store.topics.get(name)
+        result.append(
+            make(
+                m.OffsetFetchResponseTopics
+                if hasattr(m, "OffsetFetchResponseTopics")
+                else m.OffsetFetchResponseTopic,
+                name=name,
+                topic_id=key if by_id else (record.topic_id if record else ZERO_UUID),
+                partitions=tuple(
+                    make(
+                        m.OffsetFetchResponsePartitions
+                        if hasattr(m, "OffsetFetchResponsePartitions")
+                        else m.OffsetFetchResponsePartition,
+                        partition_index=index,
+                        committed_offset=v.offset if v else -1,
+                        committed_leader_epoch=v.leader_epoch if v else -1,
+                        metadata=v.metadata if v else "",
+                        error_code=ErrorCode.none,
+                    )
+                    for index, v in parts
+                ),
+            )
+        )
+    return tuple(result)
+
+
+async def handle_offset_fetch(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    by_id = request.api_version >= 10
+    if request.api_version >= 8:
+        return make(
+            m.OffsetFetchResponse,
+            throttle_time=NO_THROTTLE,
+            groups=tuple(
+                make(
+                    m.OffsetFetchResponseGroup,
+                    group_id=g.group_id,
+                    error_code=ErrorCode.none,
+                    topics=_fetch_group(ctx, m, g.group_id, g.topics, by_id),
+                )
+                for g in body.groups
+            ),
+        )
+    return make(
+        m.OffsetFetchResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        topics=_fetch_group(ctx, m, body.group_id, body.topics, False),
+    )
+
+
+async def handle_offset_delete(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    partitions = [
+        TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions
+    ]
+    error, results = ctx.groups.delete_offsets(body.group_id, partitions)
+    return make(
+        m.OffsetDeleteResponse,
+        error_code=error,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            make(
+                m.OffsetDeleteResponseTopic,
+                name=t.name,
+                partitions=tuple(
+                    make(
+                        m.OffsetDeleteResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=results.get(TopicPartition(t.name, p.partition_index), error),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )

@@ -1,0 +1,232 @@
+"""Consumer-group membership: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+DescribeGroups, ListGroups and DeleteGroups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.groups.coordinator import JoinRequest
+from broker.handlers.common import (
+    CLIENT_HOST,
+    NO_THROTTLE,
+    BrokerContext,
+    field,
+    make,
+    response_module,
+)
+from protocol.codec import Request
+from protocol.errors import ErrorCode
+
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+
+async def handle_find_coordinator(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    """This broker coordinates every group and transactional id."""
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    key_type = field(body, "key_type", GROUP_KEY_TYPE)
+    if key_type == GROUP_KEY_TYPE:
+        ctx.groups.store.ensure_topic()
+    host, port = ctx.config.advertised_listener
+    error = (
+        ErrorCode.none
+        if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE)
+        else ErrorCode.invalid_request
+    )
+    node = ctx.config.broker_id if error == ErrorCode.none else -1
+    if request.api_version >= 4:
+        return make(
+            m.FindCoordinatorResponse,
+            throttle_time=NO_THROTTLE,
+            coordinators=tuple(
+                make(
+                    m.Coordinator,
+                    key=key,
+                    node_id=node,
+                    host=host,
+                    port=port,
+                    error_code=error,
+                    error_message=None,
+                )
+                for key in body.coordinator_keys
+            ),
+        )
+    return make(
+        m.FindCoordinatorResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        error_message=None,
+        node_id=node,
+        host=host,
+        port=port,
+    )
+
+
+async def handle_join_group(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    session_timeout_ms = int(body.session_timeout.total_seconds() * 1000)
+    rebalance = field(body, "rebalance_timeout")
+    result = await ctx.groups.join_group(
+        JoinRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=field(body, "group_instance_id"),
+            client_id=request.client_id or "",
+            client_host=CLIENT_HOST.get(),
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=int(rebalance.total_seconds() * 1000)
+            if rebalance
+            else session_timeout_ms,
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, p.metadata) for p in body.protocols],
+            require_known_member_id=request.api_version >= 4,
+            supports_skip_assignment=request.api_version >= 9,
+        )
+    )
+    return make(
+        m.JoinGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name
+        if request.api_version >= 7
+        else (result.protocol_name or ""),
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=tuple(
+            make(m.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=meta)
+            for mid, iid, meta in result.members
+        ),
+    )
+
+
+async def handle_sync_group(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    result = await ctx.groups.sync_group(
+        body.group_id,
+        body.generation_id,
+        body.member_id,
+        field(body, "group_instance_id"),
+        field(body, "protocol_type"),
+        field(body, "protocol_name"),
+        {a.member_id: a.assignment for a in body.assignments},
+    )
+    return make(
+        m.SyncGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+async def handle_heartbeat(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    error = ctx.groups.heartbeat(
+        body.group_id, body.member_id, field(body, "group_instance_id"), body.generation_id
+    )
+    return make(m.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)
+
+
+async def handle_leave_group(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    if request.api_version >= 3:
+        leaving = [(mi.member_id, mi.group_instance_id) for mi in body.members]
+    else:
+        leaving = [(body.member_id, None)]
+    error, results = ctx.groups.leave_group(body.group_id, leaving)
+    if request.api_version < 3:
+        return make(
+            m.LeaveGroupResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=results[0][2] if results else error,
+        )
+    return make(
+        m.LeaveGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        members=tuple(
+            make(m.MemberResponse, member_id=mid, group_instance_id=iid, error_code=e)
+            for mid, iid, e in results
+        ),
+    )
+
+
+async def handle_describe_groups(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    described = []
+    for group_id in request.body.groups:
+        group = ctx.groups.groups.get(group_id)
+        if group is None:
+            error = ErrorCode.group_id_not_found if request.api_version >= 6 else ErrorCode.none
+            described.append(
+                make(
+                    m.DescribedGroup,
+                    error_code=error,
+                    error_message=None,
+                    group_id=group_id,
+                    group_state="Dead",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                )
+            )
+            continue
+        described.append(
+            make(
+                m.DescribedGroup,
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state.value,
+                protocol_type=group.protocol_type or "",
+                protocol_data=group.protocol_name or "",
+                members=tuple(
+                    make(m.DescribedGroupMember, **member) for member in group.describe_members()
+                ),
+            )
+        )
+    return make(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+async def handle_list_groups(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    states = {s.lower() for s in field(request.body, "states_filter", ()) or ()}
+    types = {t.lower() for t in field(request.body, "types_filter", ()) or ()}
+    listed = [
+        make(
+            m.ListedGroup,
+            group_id=g.group_id,
+            protocol_type=g.protocol_type or "",
+            group_state=g.state.value,
+            group_type="classic",
+        )
+        for g in ctx.groups.groups.values()
+        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
+    ]
+    return make(
+        m.ListGroupsResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        groups=tuple(listed),
+    )
+
+
+async def handle_delete_groups(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    results = ctx.groups.delete_groups(list(request.body.groups_names))
+    return make(
+        m.DeleteGroupsResponse,
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            make(m.DeletableGroupResult, group_id=g, error_code=e) for g, e in results.items()
+        ),
+    )

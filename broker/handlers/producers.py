@@ -1,0 +1,89 @@
+"""Producers: InitProducerId for idempotent producers, and DescribeProducers.
+
+Transactions are not supported: a transactional id is refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal, so a
+transactional producer fails at once with a clear error instead of retrying.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from protocol.codec import Request
+from protocol.errors import ErrorCode, KafkaError
+from storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+async def handle_init_producer_id(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    if body.transactional_id is not None:
+        log.info(
+            "InitProducerId for transactional id %r refused: transactions are not supported",
+            body.transactional_id,
+        )
+        return make(
+            m.InitProducerIdResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.transactional_id_authorization_failed,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    # An idempotent producer always gets a fresh id at epoch 0, as Kafka gives it.
+    return make(
+        m.InitProducerIdResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id=ctx.controller.next_producer_id(),
+        producer_epoch=0,
+    )
+
+
+async def handle_describe_producers(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            try:
+                state = ctx.replicas.partition_or_error(
+                    TopicPartition(topic.name, index)
+                ).log.producer_state
+            except KafkaError as e:
+                partitions.append(
+                    make(
+                        m.PartitionResponse,
+                        partition_index=index,
+                        error_code=e.code,
+                        error_message=str(e.args[0]),
+                        active_producers=(),
+                    )
+                )
+                continue
+            producers = tuple(
+                make(
+                    m.ProducerState,
+                    producer_id=entry.producer_id,
+                    producer_epoch=entry.epoch,
+                    last_sequence=entry.last_seq,
+                    last_timestamp=entry.last_timestamp,
+                    coordinator_epoch=-1,
+                    current_txn_start_offset=-1,
+                )
+                for entry in state.producers.values()
+            )
+            partitions.append(
+                make(
+                    m.PartitionResponse,
+                    partition_index=index,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    active_producers=producers,
+                )
+            )
+        topics.append(make(m.TopicResponse, name=topic.name, partitions=tuple(partitions)))
+    return make(m.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
