@@ -86,7 +86,7 @@ class Log:
         self._bases: list[int] = []
         self.deleted_segments: list[tuple[int, LogSegment]] = []  # (removed at ms, segment)
         self.recovery_point = recovery_point
-        self._load(had_clean_shutdown)
+        self._load(had_clean_shutdown, log_start_offset)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
@@ -104,7 +104,7 @@ class Log:
             created_ms=now_ms() if created_ms is None else created_ms,
         )
 
-    def _load(self, had_clean_shutdown: bool) -> None:
+    def _load(self, had_clean_shutdown: bool, log_start_offset: int) -> None:
         for stale in list(self.dir.glob("*.tmp")) + list(self.dir.glob("*.deleted")):
             stale.unlink()
         bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
@@ -147,7 +147,7 @@ class Log:
                 del self._bases[i:]
                 break
         if not self.segments:
-            self._add(self._new_segment(self.recovery_point if bases else 0))
+            self._add(self._new_segment(log_start_offset))
 
     def _load_producer_state(self) -> None:
         """The newest snapshot, then the batch headers after it up to the log end offset."""
