@@ -67,6 +67,8 @@ class ReplicaManager:
         self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig, leader_epoch: int
     ) -> Partition:
         log_ = self.log_manager.get_or_create_log(tp, topic_id, config)
+        # As Kafka's makeLeader: the new epoch starts at the log end offset.
+        log_.leader_epoch_cache.assign(leader_epoch, log_.log_end_offset)
         partition = Partition(log_, self.broker_id, leader_epoch)
         self.partitions[tp] = partition
         return partition

@@ -23,6 +23,7 @@ from kio.serial.writers import write_unsigned_varint
 from kio.static.constants import EntityType
 from kio.static.primitive import Records, uvarint
 
+from protocol.bounds import check_bounds
 from protocol.errors import ErrorCode, KafkaError
 
 _REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -95,20 +96,18 @@ def parse_request(frame: bytes | memoryview) -> Request:
     if not low <= api_version <= high:
         raise UnsupportedVersionError(api_key, api_version, correlation_id)
     request_type = load_request_schema(api_key, api_version)
+    header_type = request_type.__header_schema__
+    # Lengths are checked before kio reads them; trailing bytes are ignored, as in Kafka.
+    body_offset = check_bounds(header_type, frame, 0, header=True)
+    check_bounds(request_type, frame, body_offset)
     try:
-        header, header_size = entity_reader(request_type.__header_schema__)(frame, 0)
-        body, body_size = entity_reader(request_type)(frame, header_size)
+        header, _ = entity_reader(header_type)(frame, 0)
+        body, _ = entity_reader(request_type)(frame, body_offset)
     except Exception as e:  # kio raises assorted errors on malformed input
         raise KafkaError(
             ErrorCode.invalid_request,
             f"malformed api_key {api_key} v{api_version} request: {type(e).__name__}: {e}",
         ) from e
-    if header_size + body_size != len(frame):
-        raise KafkaError(
-            ErrorCode.invalid_request,
-            f"api_key {api_key} v{api_version} request has "
-            f"{len(frame) - header_size - body_size} trailing bytes",
-        )
     return Request(api_key, api_version, correlation_id, header.client_id, body)
 
 

@@ -347,17 +347,23 @@ class Log:
             return self.log_end_offset, -1, self.leader_epoch_cache.latest_epoch
         if timestamp_ms == MAX_TIMESTAMP:
             best = max(self.segments, key=lambda s: s.max_timestamp)
-            if best.max_timestamp < 0:
-                return None
-            offset = best.offset_of_max_timestamp
-            return offset, best.max_timestamp, self.leader_epoch_cache.epoch_for_offset(offset)
-        for segment in self.segments:
-            if segment.max_timestamp >= timestamp_ms:
-                found = segment.find_offset_by_timestamp(timestamp_ms)
-                if found is not None:
-                    offset = max(found[0], self.log_start_offset)
-                    return offset, found[1], self.leader_epoch_cache.epoch_for_offset(offset)
-        return None
+            found = best.max_timestamp_record()
+        else:
+            found = next(
+                (
+                    hit
+                    for segment in self.segments
+                    if segment.max_timestamp >= timestamp_ms
+                    and (
+                        hit := segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                    )
+                ),
+                None,
+            )
+        if found is None:
+            return None
+        offset, timestamp = found
+        return offset, timestamp, self.leader_epoch_cache.epoch_for_offset(offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)

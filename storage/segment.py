@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from protocol.records import BATCH_HEADER_SIZE, BatchView, InvalidRecordError
+from protocol.records import BATCH_HEADER_SIZE, BatchView, InvalidRecordError, Record, decode_batch
 from storage.indexes import OffsetIndex, TimeIndex
 
 _READ_CHUNK_BYTES = 1 << 20
@@ -171,14 +171,38 @@ class LogSegment:
             return None
         return FileSlice(self.file, start.position, length)
 
-    def find_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch with max timestamp >= `timestamp_ms`."""
+    def find_offset_by_timestamp(
+        self, timestamp_ms: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `starting_offset` whose
+        timestamp is >= `timestamp_ms`, as Kafka's searchForTimestamp; records of the
+        matching batch are decoded (ListOffsets only, never on the fetch path)."""
         _, offset = self.time_index.lookup(timestamp_ms)
-        _, position = self.offset_index.lookup(offset)
-        for batch in self.batches_from(position):
-            if batch.max_timestamp >= timestamp_ms:
-                return batch.base_offset, batch.max_timestamp
+        _, position = self.offset_index.lookup(max(offset, starting_offset))
+        for batch_position, batch in self.headers_from(position):
+            if batch.max_timestamp < timestamp_ms or batch.last_offset < starting_offset:
+                continue
+            for record in self._records_of(batch_position, batch):
+                if record.timestamp >= timestamp_ms and record.offset >= starting_offset:
+                    return record.offset, record.timestamp
         return None
+
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding the segment's largest timestamp."""
+        if self.max_timestamp < 0:
+            return None
+        location = self.translate_offset(self.offset_of_max_timestamp)
+        if location is None:
+            return None
+        header = BatchView(os.pread(self.file.fileno(), BATCH_HEADER_SIZE, location.position))
+        for record in self._records_of(location.position, header):
+            if record.timestamp == self.max_timestamp:
+                return record.offset, record.timestamp
+        return location.last_offset, self.max_timestamp
+
+    def _records_of(self, position: int, header: BatchView) -> list[Record]:
+        data = os.pread(self.file.fileno(), header.size_in_bytes, position)
+        return list(decode_batch(BatchView(data)).records)
 
     def largest_timestamp_ms(self) -> int:
         """The largest record timestamp, or the file's mtime if there is none (retention.ms)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -18,6 +19,8 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 ZERO_UUID = uuid.UUID(int=0)
+
+log = logging.getLogger(__name__)
 
 
 def _error(e: KafkaError) -> tuple[ErrorCode, str]:
@@ -52,6 +55,7 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
                 validate_only=request.body.validate_only,
             )
         except KafkaError as e:
+            log.info("CreateTopics %r refused: %s", t.name, e)
             error, message = _error(e)
         results.append(
             make(

@@ -1,0 +1,154 @@
+"""`check_bounds`: a structural pass over a request before kio decodes it.
+
+kio's native reader trusts declared lengths: a compact array that claims 2^32
+elements makes it allocate that much and abort the process. Kafka's generated
+readers refuse a count larger than the bytes left. This pass walks the same
+schema (kio's dataclass metadata, so nothing is hand-written per API), reads only
+lengths and counts, and raises `KafkaError(INVALID_REQUEST)` when one cannot fit
+in the rest of the frame. Records and bytes are skipped, never read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from typing import Any
+
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_schema_field_type,
+    is_optional,
+)
+
+from protocol.errors import ErrorCode, KafkaError
+
+_FIXED_SIZES = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+
+# A field step: (kind, kafka_type or nested steps, optional).
+Step = tuple[str, Any, bool]
+
+
+class _Cursor:
+    __slots__ = ("buf", "end", "pos")
+
+    def __init__(self, buf: bytes | memoryview, pos: int) -> None:
+        self.buf, self.pos, self.end = buf, pos, len(buf)
+
+    def fail(self, what: str) -> KafkaError:
+        return KafkaError(ErrorCode.invalid_request, f"{what} at byte {self.pos} of {self.end}")
+
+    def skip(self, n: int) -> None:
+        if n < 0 or self.pos + n > self.end:
+            raise self.fail(f"field of {n} bytes does not fit")
+        self.pos += n
+
+    def int_be(self, size: int) -> int:
+        if self.pos + size > self.end:
+            raise self.fail("truncated length")
+        value = int.from_bytes(self.buf[self.pos : self.pos + size], "big", signed=True)
+        self.pos += size
+        return value
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            if self.pos >= self.end or shift > 28:
+                raise self.fail("bad varint")
+            byte = self.buf[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+
+@cache
+def _steps(entity_type: type, header: bool) -> tuple[tuple[Step, ...], bool]:
+    """The non-tagged fields of an entity as steps, and whether it is flexible."""
+    steps: list[Step] = []
+    for f in dataclasses.fields(entity_type):
+        if "tag" in f.metadata:
+            continue
+        kind = classify_field(f)
+        optional = is_optional(f)
+        if isinstance(kind, EntityField):
+            steps.append(("entity", kind.type_, optional))
+        elif isinstance(kind, EntityTupleField):
+            steps.append(("entity_array", kind.type_, optional))
+        else:
+            kafka_type = get_schema_field_type(f)
+            if header and f.name == "client_id":
+                kafka_type = "legacy_string"  # always a legacy string, as Kafka special-cases it
+            array = isinstance(kind, PrimitiveTupleField)
+            steps.append(("array" if array else "primitive", kafka_type, optional))
+    return tuple(steps), bool(getattr(entity_type, "__flexible__"))  # noqa: B009
+
+
+def check_bounds(
+    entity_type: type, buf: bytes | memoryview, offset: int, header: bool = False
+) -> int:
+    """Walk `entity_type` over `buf` from `offset`; the offset after it. Raises on overflow."""
+    cursor = _Cursor(buf, offset)
+    _entity(cursor, entity_type, header)
+    return cursor.pos
+
+
+def _entity(c: _Cursor, entity_type: type, header: bool = False) -> None:
+    steps, flexible = _steps(entity_type, header)
+    for kind, what, optional in steps:
+        if kind == "primitive":
+            _primitive(c, what, flexible)
+        elif kind == "entity":
+            if optional and c.int_be(1) < 0:
+                continue
+            _entity(c, what)
+        else:
+            count = _array_count(c, flexible)
+            if count > c.end - c.pos:
+                raise c.fail(f"array of {count} elements cannot fit")
+            for _ in range(count):
+                if kind == "entity_array":
+                    _entity(c, what)
+                else:
+                    _primitive(c, what, flexible)
+    if flexible:
+        for _ in range(c.uvarint()):
+            c.uvarint()  # tag
+            c.skip(c.uvarint())
+
+
+def _array_count(c: _Cursor, flexible: bool) -> int:
+    return c.uvarint() - 1 if flexible else c.int_be(4)
+
+
+def _primitive(c: _Cursor, kafka_type: str, flexible: bool) -> None:
+    size = _FIXED_SIZES.get(kafka_type)
+    if size is not None:
+        c.skip(size)
+    elif kafka_type == "legacy_string" or (kafka_type == "string" and not flexible):
+        c.skip(max(c.int_be(2), 0))
+    elif kafka_type in ("string", "bytes", "records") and flexible:
+        c.skip(max(c.uvarint() - 1, 0))
+    elif kafka_type in ("bytes", "records"):
+        c.skip(max(c.int_be(4), 0))
+    else:
+        raise c.fail(f"unknown field type {kafka_type!r}")
