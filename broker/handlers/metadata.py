@@ -6,6 +6,7 @@ Metadata creates unknown topics when the client allows it and
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -17,6 +18,7 @@ from protocol.errors import ErrorCode, KafkaError
 from storage.topic_partition import TopicPartition
 
 ZERO_UUID = uuid.UUID(int=0)
+log = logging.getLogger(__name__)
 NO_AUTHORIZED_OPERATIONS = -2147483648
 
 
@@ -57,6 +59,7 @@ def _resolve(
     try:
         validate_topic_name(name)
     except KafkaError as e:
+        log.info("Metadata for topic %r refused: %s", name, e)
         return e.code, name, None
     topic = store.topics.get(name)
     if topic is None and allow_create:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import Any
 
 from broker.cluster.controller import validate_topic_name
@@ -11,6 +12,8 @@ from broker.replica_manager import ProduceResult
 from protocol.codec import Request
 from protocol.errors import ErrorCode, KafkaError
 from storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
 
 
 async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -25,6 +28,8 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
         record = store.by_id(topic.topic_id) if by_id else store.topics.get(topic.name)
         name = record.name if record else ("" if by_id else topic.name)
         error = _topic_error(name, record, by_id)
+        if error is not None:
+            log.info("produce to topic %r refused: %s", name or topic.topic_id, error.name.upper())
         partitions = []
         for p in topic.partition_data:
             tp = TopicPartition(name, p.index)

@@ -38,7 +38,9 @@ def tierbroker_executable() -> str:
         return str(exe)
     found = shutil.which("tierbroker")
     if found is None:
-        raise RuntimeError("the tierbroker command is not installed: run `make test` (pip install -e .)")
+        raise RuntimeError(
+            "the tierbroker command is not installed: run `make test` (pip install -e .)"
+        )
     return found
 
 
@@ -59,16 +61,25 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 15.0) -> BrokerProcess:
-        args = [tierbroker_executable(), "serve", "--config", str(ROOT / "config" / "server.properties")]
+        args = [
+            tierbroker_executable(),
+            "serve",
+            "--config",
+            str(ROOT / "config" / "server.properties"),
+        ]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
-        log_file = open(self.log_path, "ab")  # noqa: SIM115 (owned by the process)
-        self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.data_dir)
+        log_file = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            args, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.data_dir
+        )
         log_file.close()
         deadline = time.monotonic() + timeout_s
         while not api_versions_answered(self.port):
             if self.process.poll() is not None:
-                raise RuntimeError(f"tierbroker exited with {self.process.returncode}:\n{self.log()}")
+                raise RuntimeError(
+                    f"tierbroker exited with {self.process.returncode}:\n{self.log()}"
+                )
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"tierbroker did not answer within {timeout_s}s:\n{self.log()}")

@@ -12,6 +12,7 @@ from kio.index import load_request_schema
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
+from broker.handlers import HANDLERS
 from protocol.bounds import check_bounds
 from protocol.codec import parse_request, supported_versions
 from protocol.errors import ErrorCode, KafkaError
@@ -51,7 +52,7 @@ st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
 SCHEMAS = [
     load_request_schema(key, version)
-    for key in HANDLED
+    for key in sorted(HANDLERS)
     for version in range(supported_versions()[key][0], supported_versions()[key][1] + 1)
 ]
 

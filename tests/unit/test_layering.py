@@ -1,4 +1,4 @@
-"""Imports point one way: protocol <- storage <- broker. A lower layer never imports a higher one."""
+"""Imports point one way: protocol <- storage <- broker; a lower layer never imports a higher."""
 
 from __future__ import annotations
 

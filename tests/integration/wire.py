@@ -1,0 +1,127 @@
+"""A small blocking Kafka wire client for tests: kio entities in, kio entities out.
+
+`WireClient.request(entity)` frames a kio request payload with the request header
+its class names (`__header_schema__`), sends it, and decodes the answer with the
+matching kio response class and that class's response header. `send_raw` and
+`send_frame` put arbitrary bytes on the wire, for tests of malformed input.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import time
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+_SIZE = struct.Struct(">i")
+
+
+def encode_request(entity: Any, correlation_id: int, client_id: str | None = "wire-test") -> bytes:
+    """Header and body of a request entity, without the size prefix."""
+    cls = type(entity)
+    header_cls = cls.__header_schema__
+    values = {
+        "request_api_key": cls.__api_key__,
+        "request_api_version": cls.__version__,
+        "correlation_id": correlation_id,
+    }
+    if "client_id" in header_cls.__dataclass_fields__:
+        values["client_id"] = client_id
+    buffer = io.BytesIO()
+    entity_writer(header_cls)(buffer, header_cls(**values))
+    entity_writer(cls)(buffer, entity)
+    return buffer.getvalue()
+
+
+def decode_response(response_cls: Any, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, response entity) of a response frame without its size prefix."""
+    header, header_size = entity_reader(response_cls.__header_schema__)(frame, 0)
+    body, body_size = entity_reader(response_cls)(frame, header_size)
+    if header_size + body_size != len(frame):
+        raise ValueError(
+            f"{len(frame) - header_size - body_size} trailing bytes after {response_cls.__name__}"
+        )
+    return header.correlation_id, body
+
+
+class ConnectionClosed(Exception):
+    """The broker closed the connection."""
+
+
+class WireClient:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self._correlation_id = 0
+
+    def __enter__(self) -> WireClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    # Raw bytes ---------------------------------------------------------------------
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_frame(self, body: bytes) -> None:
+        self.sock.sendall(_SIZE.pack(len(body)) + body)
+
+    def _read_exactly(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            chunk = self.sock.recv(min(left, 1 << 20))
+            if not chunk:
+                raise ConnectionClosed(f"connection closed with {left} of {n} bytes unread")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def read_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(self._read_exactly(4))
+        return self._read_exactly(size)
+
+    def is_closed(self, timeout_s: float = 5.0) -> bool:
+        """True once the broker closes the connection (EOF or reset) within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        previous = self.sock.gettimeout()
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                try:
+                    if not self.sock.recv(65536):
+                        return True
+                except (ConnectionResetError, BrokenPipeError):
+                    return True
+                except TimeoutError:
+                    return False
+            return False
+        finally:
+            self.sock.settimeout(previous)
+
+    # Entities ----------------------------------------------------------------------
+
+    def send(self, entity: Any, client_id: str | None = "wire-test") -> int:
+        """Send a request entity; returns its correlation id."""
+        self._correlation_id += 1
+        self.send_frame(encode_request(entity, self._correlation_id, client_id))
+        return self._correlation_id
+
+    def receive(self, response_cls: Any, correlation_id: int) -> Any:
+        got, body = decode_response(response_cls, self.read_frame())
+        if got != correlation_id:
+            raise AssertionError(f"correlation id {got}, expected {correlation_id}")
+        return body
+
+    def request(self, entity: Any, client_id: str | None = "wire-test") -> Any:
+        """Send a request entity and return the decoded response entity of the same version."""
+        cls = type(entity)
+        correlation_id = self.send(entity, client_id)
+        return self.receive(load_response_schema(cls.__api_key__, cls.__version__), correlation_id)
