@@ -33,8 +33,9 @@ _payloads = (
     st.none()
     | st.binary(max_size=48)
     # repetitive, so the codecs have something to compress
-    | st.builds(lambda chunk, times: chunk * times, st.binary(min_size=1, max_size=4),
-                st.integers(1, 300))
+    | st.builds(
+        lambda chunk, times: chunk * times, st.binary(min_size=1, max_size=4), st.integers(1, 300)
+    )
 )
 _headers = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=16)), max_size=4)
 _records = st.lists(
@@ -42,11 +43,13 @@ _records = st.lists(
 )
 _producers = st.one_of(
     st.just({"producer_id": -1, "producer_epoch": -1, "base_sequence": -1}),
-    st.fixed_dictionaries({
-        "producer_id": st.integers(0, 2**63 - 1),
-        "producer_epoch": st.integers(0, 2**15 - 1),
-        "base_sequence": st.integers(0, 2**31 - 1),
-    }),
+    st.fixed_dictionaries(
+        {
+            "producer_id": st.integers(0, 2**63 - 1),
+            "producer_epoch": st.integers(0, 2**15 - 1),
+            "base_sequence": st.integers(0, 2**31 - 1),
+        }
+    ),
 )
 _options = st.builds(
     lambda producer, **options: {**producer, **options},
@@ -60,8 +63,9 @@ _options = st.builds(
 )
 
 
-def expected_records(records: list[RecordInput], base_offset: int, log_append_time: int | None
-                     ) -> tuple[Record, ...]:
+def expected_records(
+    records: list[RecordInput], base_offset: int, log_append_time: int | None
+) -> tuple[Record, ...]:
     return tuple(
         Record(
             base_offset + delta,
@@ -96,9 +100,17 @@ def test_built_batches_validate_and_decode_to_what_was_built(
     )
     assert view.last_offset == options["base_offset"] + len(records) - 1
     assert view.max_timestamp == max_timestamp
-    for field in ("base_offset", "partition_leader_epoch", "compression", "timestamp_type",
-                  "producer_id", "producer_epoch", "base_sequence", "is_transactional",
-                  "is_control"):
+    for field in (
+        "base_offset",
+        "partition_leader_epoch",
+        "compression",
+        "timestamp_type",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "is_transactional",
+        "is_control",
+    ):
         assert getattr(decoded, field) == options[field], field
     assert tuple(decode_records(batch)) == decoded.records
 
@@ -201,7 +213,9 @@ def test_log_append_time_stamp_keeps_the_batch_valid(
 @FAST
 @given(_records, _records, _options, st.data())
 def test_decode_records_skips_a_partial_trailing_batch(
-    first: list[RecordInput], second: list[RecordInput], options: dict[str, Any],
+    first: list[RecordInput],
+    second: list[RecordInput],
+    options: dict[str, Any],
     data: st.DataObject,
 ) -> None:
     one = build_batch(first, **options)
@@ -224,6 +238,10 @@ def test_codecs_round_trip(codec: Compression, data: bytes) -> None:
 @pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])
 def test_codecs_refuse_garbage(codec: Compression) -> None:
     with pytest.raises(InvalidRecordError) as refused:
-        decompress(codec, b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x09xyz"
-                   if codec is Compression.SNAPPY else b"definitely not compressed")
+        decompress(
+            codec,
+            b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x09xyz"
+            if codec is Compression.SNAPPY
+            else b"definitely not compressed",
+        )
     assert refused.value.code == ErrorCode.corrupt_message

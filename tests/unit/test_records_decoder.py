@@ -55,10 +55,14 @@ def _zstd_stream(data: bytes) -> bytes:
 
 @pytest.fixture
 def kafka_python_codecs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kafka.codec, "snappy", SimpleNamespace(
-        compress=lambda data: bytes(cramjam.snappy.compress_raw(data)),
-        decompress=lambda data: bytes(cramjam.snappy.decompress_raw(data)),
-    ))
+    monkeypatch.setattr(
+        kafka.codec,
+        "snappy",
+        SimpleNamespace(
+            compress=lambda data: bytes(cramjam.snappy.compress_raw(data)),
+            decompress=lambda data: bytes(cramjam.snappy.decompress_raw(data)),
+        ),
+    )
     monkeypatch.setattr(kafka.codec, "has_lz4", lambda: True)
     monkeypatch.setattr(kafka.codec, "has_zstd", lambda: True)
     # cramjam's own frame defaults: linked blocks and checksums, unlike ours
@@ -76,10 +80,18 @@ def sample_records(seed: int, count: int = 40) -> list[RecordInput]:
     records: list[RecordInput] = []
     for index in range(count):
         key = rng.choice([None, b"", f"key-{index % 7}".encode()])
-        value = rng.choice([None, b"", rng.randbytes(rng.randint(1, 50)),
-                            b"payload %d " % index * rng.randint(1, 9000)])
-        headers = [(rng.choice(["trace", "ünï", ""]), rng.choice([None, b"", b"h" * 300]))
-                   for _ in range(rng.randint(0, 3))]
+        value = rng.choice(
+            [
+                None,
+                b"",
+                rng.randbytes(rng.randint(1, 50)),
+                b"payload %d " % index * rng.randint(1, 9000),
+            ]
+        )
+        headers = [
+            (rng.choice(["trace", "ünï", ""]), rng.choice([None, b"", b"h" * 300]))
+            for _ in range(rng.randint(0, 3))
+        ]
         records.append((key, value, headers, base + rng.randint(-5_000, 5_000)))
     return records
 
@@ -93,9 +105,13 @@ def as_records(inputs: list[RecordInput], base_offset: int) -> tuple[Record, ...
 
 def kafka_python_batch(inputs: list[RecordInput], codec: Compression, **producer: Any) -> bytes:
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=int(codec), is_transactional=producer.get("transactional", False),
-        producer_id=producer.get("producer_id", -1), producer_epoch=producer.get("epoch", -1),
-        base_sequence=producer.get("sequence", -1), batch_size=1 << 30,
+        magic=2,
+        compression_type=int(codec),
+        is_transactional=producer.get("transactional", False),
+        producer_id=producer.get("producer_id", -1),
+        producer_epoch=producer.get("epoch", -1),
+        base_sequence=producer.get("sequence", -1),
+        batch_size=1 << 30,
     )
     for offset, (key, value, headers, ts) in enumerate(inputs):
         assert builder.append(offset, ts, key, value, list(headers)) is not None
@@ -120,8 +136,9 @@ CODECS = list(Compression)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_kafka_python_batches_decode_identically(codec: Compression, seed: int) -> None:
     inputs = sample_records(seed)
-    batch = kafka_python_batch(inputs, codec, transactional=True, producer_id=4242, epoch=3,
-                               sequence=77)
+    batch = kafka_python_batch(
+        inputs, codec, transactional=True, producer_id=4242, epoch=3, sequence=77
+    )
     view = BatchView(batch)
     view.validate()
     assert view.compression is codec  # kafka-python falls back to NONE if it doesn't shrink
@@ -139,8 +156,15 @@ def test_kafka_python_batches_decode_identically(codec: Compression, seed: int) 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_our_batches_parse_identically_with_kafka_python(codec: Compression, seed: int) -> None:
     inputs = sample_records(seed)
-    batch = build_batch(inputs, base_offset=1000, compression=codec, producer_id=9,
-                        producer_epoch=1, base_sequence=5, partition_leader_epoch=12)
+    batch = build_batch(
+        inputs,
+        base_offset=1000,
+        compression=codec,
+        producer_id=9,
+        producer_epoch=1,
+        base_sequence=5,
+        partition_leader_epoch=12,
+    )
 
     reader, records = kafka_python_read(batch)
 
@@ -169,9 +193,14 @@ def test_log_append_time_reads_the_same_in_both(codec: Compression) -> None:
 
 def test_extreme_varints_agree() -> None:
     """int64-wide timestamp deltas and int32 offsets, both signs, through both codecs."""
-    inputs: list[RecordInput] = [(None, b"a", [], 0), (None, b"b", [], 2**62),
-                                 (None, b"c", [], -(2**62)), (None, b"d", [], 63),
-                                 (None, b"e", [], -64), (None, b"f", [], 64)]
+    inputs: list[RecordInput] = [
+        (None, b"a", [], 0),
+        (None, b"b", [], 2**62),
+        (None, b"c", [], -(2**62)),
+        (None, b"d", [], 63),
+        (None, b"e", [], -64),
+        (None, b"f", [], 64),
+    ]
     ours = build_batch(inputs)
     theirs = kafka_python_batch(inputs, Compression.NONE)
     assert ours[21:] == theirs[21:]  # only the partition leader epoch differs: -1 vs 0
@@ -196,8 +225,9 @@ def test_xerial_version_fields_are_not_checked() -> None:
     assert decompress(Compression.SNAPPY, framed) == b"hello"
 
 
-@pytest.mark.parametrize("tail", [b"\x00\x00", struct.pack(">i", 99) + b"xyz",
-                                  struct.pack(">i", -1)])
+@pytest.mark.parametrize(
+    "tail", [b"\x00\x00", struct.pack(">i", 99) + b"xyz", struct.pack(">i", -1)]
+)
 def test_truncated_xerial_streams_are_corrupt(tail: bytes) -> None:
     framed = XERIAL_MAGIC + struct.pack(">ii", 1, 1) + tail
     with pytest.raises(InvalidRecordError) as refused:
@@ -292,8 +322,11 @@ def _topic_partition_0(topic: bytes) -> bytes:
 
 def _fetch_v4(address: tuple[str, int], topic: bytes, offset: int) -> bytes:
     """The records bytes of partition 0 from `offset`."""
-    body = (struct.pack(">iiiib", -1, 100, 1, 1 << 24, 0) + _topic_partition_0(topic)
-            + struct.pack(">qi", offset, 1 << 24))
+    body = (
+        struct.pack(">iiiib", -1, 100, 1, 1 << 24, 0)
+        + _topic_partition_0(topic)
+        + struct.pack(">qi", offset, 1 << 24)
+    )
     response = _request(address, 1, 4, body)
     position = 4 + 4 + 2 + len(topic) + 4  # throttle, topic count and name, partition count
     _, error, _, _, aborted = struct.unpack_from(">ihqqi", response, position)
@@ -304,28 +337,41 @@ def _fetch_v4(address: tuple[str, int], topic: bytes, offset: int) -> bytes:
 
 
 def _produce_v3(address: tuple[str, int], topic: bytes, batch: bytes) -> None:
-    body = (struct.pack(">hhi", -1, 1, 5000) + _topic_partition_0(topic)
-            + struct.pack(">i", len(batch)) + batch)
+    body = (
+        struct.pack(">hhi", -1, 1, 5000)
+        + _topic_partition_0(topic)
+        + struct.pack(">i", len(batch))
+        + batch
+    )
     response = _request(address, 0, 3, body)
     (error,) = struct.unpack_from(">h", response, 4 + 2 + len(topic) + 4 + 4)
     assert error == 0
 
 
-@pytest.mark.parametrize("codec", [c for c in CODECS if c is not Compression.NONE],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "codec", [c for c in CODECS if c is not Compression.NONE], ids=lambda c: c.name
+)
 def test_librdkafka_batches_and_ours_interoperate(codec: Compression) -> None:
     """librdkafka writes raw snappy, independent-block lz4 and zstd without a content size;
     we decode its batches, and its consumer (CRC checks on) decodes ours."""
     big = b"".join(b"value %d " % i for i in range(20_000))
-    producer = confluent_kafka.Producer({
-        "bootstrap.servers": "unused:9092", "test.mock.num.brokers": 1,
-        "compression.type": codec.name.lower(), "linger.ms": 1000,
-    })
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": "unused:9092",
+            "test.mock.num.brokers": 1,
+            "compression.type": codec.name.lower(),
+            "linger.ms": 1000,
+        }
+    )
     broker = next(iter(producer.list_topics(timeout=10).brokers.values()))
     address = (broker.host, broker.port)
     theirs: list[RecordInput] = [
-        (None if i == 1 else b"k%d" % i, big if i == 2 else b"v%d" % i * 50,
-         [("h", b"x"), ("n", None)], 1000 + i)
+        (
+            None if i == 1 else b"k%d" % i,
+            big if i == 2 else b"v%d" % i * 50,
+            [("h", b"x"), ("n", None)],
+            1000 + i,
+        )
         for i in range(5)
     ]
     for key, value, headers, ts in theirs:
@@ -342,13 +388,18 @@ def test_librdkafka_batches_and_ours_interoperate(codec: Compression) -> None:
         assert len(fetched) > before
     assert fetched == list(as_records(theirs, 0))
 
-    ours: list[RecordInput] = [(b"ok%d" % i, big if i == 1 else b"mine%d" % i, [("a", b"b")],
-                                2000 + i) for i in range(3)]
+    ours: list[RecordInput] = [
+        (b"ok%d" % i, big if i == 1 else b"mine%d" % i, [("a", b"b")], 2000 + i) for i in range(3)
+    ]
     _produce_v3(address, b"t", build_batch(ours, compression=codec))
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": f"{broker.host}:{broker.port}", "group.id": "check",
-        "check.crcs": True, "enable.auto.commit": False,
-    })
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": f"{broker.host}:{broker.port}",
+            "group.id": "check",
+            "check.crcs": True,
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([confluent_kafka.TopicPartition("t", 0, len(theirs))])
     consumed: list[tuple[Any, ...]] = []
     deadline = time.monotonic() + 10
@@ -356,8 +407,15 @@ def test_librdkafka_batches_and_ours_interoperate(codec: Compression) -> None:
         message = consumer.poll(0.5)
         if message is not None:
             assert message.error() is None, message.error()
-            consumed.append((message.offset(), message.timestamp()[1], message.key(),
-                             message.value(), message.headers()))
+            consumed.append(
+                (
+                    message.offset(),
+                    message.timestamp()[1],
+                    message.key(),
+                    message.value(),
+                    message.headers(),
+                )
+            )
     consumer.close()
     assert consumed == [
         (r.offset, r.timestamp, r.key, r.value, [(h.key, h.value) for h in r.headers])
