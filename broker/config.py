@@ -63,6 +63,55 @@ class BrokerConfig(BaseModel):
     producer_id_expiration_check_interval_ms: int = Field(
         600_000, alias="producer.id.expiration.check.interval.ms", ge=1
     )
+    remote_log_storage_system_enable: bool = Field(False, alias="remote.log.storage.system.enable")
+    remote_log_storage_manager_class_name: str = Field(
+        "localfs", alias="remote.log.storage.manager.class.name"
+    )
+    remote_log_storage_manager_class_path: str | None = Field(
+        None, alias="remote.log.storage.manager.class.path"
+    )
+    remote_log_metadata_manager_class_name: str = Field(
+        "topic", alias="remote.log.metadata.manager.class.name"
+    )
+    remote_log_metadata_topic_num_partitions: int = Field(
+        50, alias="remote.log.metadata.topic.num.partitions", ge=1
+    )
+    remote_log_manager_task_interval_ms: int = Field(
+        30_000, alias="remote.log.manager.task.interval.ms", ge=1
+    )
+    remote_log_manager_copier_thread_pool_size: int = Field(
+        10, alias="remote.log.manager.copier.thread.pool.size", ge=1
+    )
+    remote_log_manager_expiration_thread_pool_size: int = Field(
+        10, alias="remote.log.manager.expiration.thread.pool.size", ge=1
+    )
+    remote_log_manager_thread_pool_size: int = Field(
+        10, alias="remote.log.manager.thread.pool.size", ge=1
+    )
+    remote_log_reader_threads: int = Field(10, alias="remote.log.reader.threads", ge=1)
+    remote_log_reader_max_pending_tasks: int = Field(
+        100, alias="remote.log.reader.max.pending.tasks", ge=1
+    )
+    remote_log_index_file_cache_total_size_bytes: int = Field(
+        1 << 30, alias="remote.log.index.file.cache.total.size.bytes", ge=1
+    )
+    remote_fetch_max_wait_ms: int = Field(500, alias="remote.fetch.max.wait.ms", ge=1)
+    remote_log_manager_copy_max_bytes_per_second: int = Field(
+        2**63 - 1, alias="remote.log.manager.copy.max.bytes.per.second", ge=1
+    )
+    remote_log_manager_fetch_max_bytes_per_second: int = Field(
+        2**63 - 1, alias="remote.log.manager.fetch.max.bytes.per.second", ge=1
+    )
+    remote_log_manager_task_retry_backoff_ms: int = Field(
+        500, alias="remote.log.manager.task.retry.backoff.ms", ge=1
+    )
+    remote_log_manager_task_retry_backoff_max_ms: int = Field(
+        30_000, alias="remote.log.manager.task.retry.backoff.max.ms", ge=1
+    )
+    metrics_port: int = Field(-1, alias="metrics.port", ge=-1)
+    # `rsm.config.*` and `rlmm.config.*`, prefixes removed.
+    rsm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
+    rlmm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
     controlled_shutdown_timeout_ms: int = Field(30_000, alias="shutdown.timeout.ms", ge=0)
     # Topic defaults (log.*): the topic config table names the broker property of each.
     log_defaults: dict[str, Any] = Field(default_factory=dict, exclude=True)
@@ -85,6 +134,12 @@ class BrokerConfig(BaseModel):
             if prop in values and definition.name not in defaults:
                 defaults[definition.name] = definition.type(values[prop])
         values["log_defaults"] = defaults
+        for prefix, key in (("rsm.config.", "rsm_configs"), ("rlmm.config.", "rlmm_configs")):
+            values[key] = {
+                k[len(prefix) :]: str(v)
+                for k, v in values.items()
+                if isinstance(k, str) and k.startswith(prefix)
+            }
         return values
 
     @property
@@ -149,7 +204,8 @@ def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
     known = {f.alias for f in BrokerConfig.model_fields.values() if f.alias}
     known |= {d.broker_property for d in TOPIC_CONFIGS.values() if d.broker_property}
     known |= {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.dir"}
-    for key in sorted(set(props) - known):
+    plugin_keys = {k for k in props if k.startswith(("rsm.config.", "rlmm.config."))}
+    for key in sorted(set(props) - known - plugin_keys):
         log.warning("The configuration %r was supplied but isn't a known config", key)
     if "log.dir" in props and "log.dirs" not in props:
         props["log.dirs"] = props["log.dir"]

@@ -14,6 +14,7 @@ appends are serialised by the caller (`Partition`).
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import os
 import time
@@ -35,6 +36,14 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+
+
+class OffsetMovedToTieredStorage(Exception):
+    """The offset is below the local log but within the log: it is in the remote tier."""
+
+    def __init__(self, topic_partition: TopicPartition, offset: int) -> None:
+        super().__init__(f"{topic_partition}: offset {offset} is in the remote tier")
+        self.offset = offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +96,13 @@ class Log:
         self.deleted_segments: list[tuple[int, LogSegment]] = []  # (removed at ms, segment)
         self.recovery_point = recovery_point
         self._load(had_clean_shutdown, log_start_offset)
-        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        # With a remote tier, the log may start below the first local segment.
+        self.log_start_offset = (
+            log_start_offset
+            if config.remote_storage_enable
+            else max(log_start_offset, self.segments[0].base_offset)
+        )
+        self.highest_offset_in_remote_storage = -1  # set by the RemoteLogManager
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
@@ -308,6 +323,8 @@ class Log:
 
         Raises OFFSET_OUT_OF_RANGE outside [log start offset, log end offset].
         """
+        if self.log_start_offset <= offset < self.local_log_start_offset:
+            raise OffsetMovedToTieredStorage(self.topic_partition, offset)
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
@@ -418,36 +435,48 @@ class Log:
     def delete_old_segments(self) -> list[LogSegment]:
         """Local retention by time, size and log start offset; returns the removed segments.
 
-        The active segment is kept; the log start offset moves to the first kept segment.
+        The active segment is kept. Without a remote tier, `retention.*` apply and the
+        log start offset moves to the first kept segment. With one, `local.retention.*`
+        apply, only segments wholly in the remote tier go, and the log start offset
+        stays where the remote tier starts.
         """
+        remote = self.config.remote_storage_enable
+        retention_ms = (
+            self.config.effective_local_retention_ms if remote else self.config.retention_ms
+        )
+        retention_bytes = (
+            self.config.effective_local_retention_bytes if remote else self.config.retention_bytes
+        )
         now = now_ms()
         deletable: list[LogSegment] = []
-        excess = (
-            self.size_in_bytes - self.config.retention_bytes
-            if self.config.retention_bytes >= 0
-            else 0
-        )
-        for segment, following in zip(self.segments, self.segments[1:], strict=False):
-            expired = (
-                self.config.retention_ms >= 0
-                and now - segment.largest_timestamp_ms() > self.config.retention_ms
-            )
+        excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else 0
+        for segment, following in itertools.pairwise(self.segments):
+            last_offset = following.base_offset - 1
+            below_start = last_offset < self.log_start_offset
+            expired = retention_ms >= 0 and now - segment.largest_timestamp_ms() > retention_ms
             oversized = excess >= segment.size
-            below_start = following.base_offset <= self.log_start_offset
             if following.base_offset > self.high_watermark or not (
                 expired or oversized or below_start
             ):
                 break
+            if remote and not below_start and last_offset > self.highest_offset_in_remote_storage:
+                break  # not in the remote tier yet: local deletion waits for the copy
             deletable.append(segment)
             excess -= segment.size
         if not deletable:
             return []
-        new_start = self.segments[len(deletable)].base_offset
-        self.log_start_offset = max(self.log_start_offset, new_start)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self.producer_state.delete_snapshots_below(self.log_start_offset)
+        if not remote:
+            self.log_start_offset = max(
+                self.log_start_offset, self.segments[len(deletable)].base_offset
+            )
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.delete_snapshots_below(self.segments[len(deletable)].base_offset)
         self._remove_segments(deletable)
         return deletable
+
+    @property
+    def local_log_start_offset(self) -> int:
+        return max(self.log_start_offset, self.segments[0].base_offset)
 
     def _remove_segments(self, segments: list[LogSegment]) -> None:
         """Unlink segment files; their open files are closed by `close_deleted` later."""

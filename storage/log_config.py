@@ -28,7 +28,7 @@ def _at_least(n: int) -> Callable[[Any], bool]:
     return lambda v: v >= n
 
 
-def _one_of(*values: str) -> Callable[[Any], bool]:
+def _one_of(*values: object) -> Callable[[Any], bool]:
     return lambda v: v in values
 
 
@@ -58,6 +58,15 @@ _CONFIGS = (
         _one_of("CreateTime", "LogAppendTime"),
         "CreateTime or LogAppendTime",
     ),
+    ConfigDef("remote.storage.enable", bool, False, None, _one_of(True, False), "true or false"),
+    ConfigDef("local.retention.ms", int, -2, "log.local.retention.ms", _at_least(-2), ">= -2"),
+    ConfigDef(
+        "local.retention.bytes", int, -2, "log.local.retention.bytes", _at_least(-2), ">= -2"
+    ),
+    ConfigDef("remote.log.copy.disable", bool, False, None, _one_of(True, False), "true or false"),
+    ConfigDef(
+        "remote.log.delete.on.disable", bool, False, None, _one_of(True, False), "true or false"
+    ),
     ConfigDef(
         "file.delete.delay.ms", int, 60_000, "log.segment.delete.delay.ms", _at_least(0), ">= 0"
     ),
@@ -65,10 +74,18 @@ _CONFIGS = (
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _CONFIGS}
 
 
+def _parse_bool(raw: str) -> bool:
+    if raw.lower() not in ("true", "false"):
+        raise ValueError(raw)
+    return raw.lower() == "true"
+
+
 def parse_value(definition: ConfigDef, raw: str) -> Any:
     """Parse and check one topic config value; `KafkaError(INVALID_CONFIG)` if bad."""
     try:
-        value = definition.type(raw.strip())
+        value = (
+            _parse_bool(raw.strip()) if definition.type is bool else definition.type(raw.strip())
+        )
     except ValueError:
         raise KafkaError(
             ErrorCode.invalid_config,
@@ -108,6 +125,21 @@ class LogConfig:
     max_message_bytes: int = 1_048_588
     message_timestamp_type: str = "CreateTime"
     file_delete_delay_ms: int = 60_000
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2  # -2: follow retention.ms
+    local_retention_bytes: int = -2  # -2: follow retention.bytes
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        return (
+            self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+        )
 
     @classmethod
     def from_configs(cls, values: Mapping[str, Any]) -> LogConfig:

@@ -28,17 +28,15 @@ from broker.groups.records import (
     encode_offset_value,
     partition_for,
 )
+from broker.internal_topic import InternalTopic
 from broker.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import build_batch, decode_records
-from storage.log import now_ms
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": "104857600"}
-_LOAD_READ_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,31 +50,23 @@ class GroupMetadataManager:
     def __init__(
         self, replicas: ReplicaManager, controller: Controller, config: OffsetsConfig
     ) -> None:
-        self.replicas = replicas
-        self.controller = controller
+        self.topic = InternalTopic(
+            OFFSETS_TOPIC, config.num_partitions, OFFSETS_TOPIC_CONFIGS, replicas, controller
+        )
         self.config = config
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
 
-    def partition_for(self, group_id: str) -> TopicPartition:
-        return TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.config.num_partitions))
-
     def ensure_topic(self) -> None:
         """Create `__consumer_offsets` on first use, as Kafka does."""
-        if OFFSETS_TOPIC not in self.controller.store.topics:
-            self.controller.create_topic(
-                OFFSETS_TOPIC, self.config.num_partitions, 1, OFFSETS_TOPIC_CONFIGS
-            )
+        self.topic.ensure_created()
 
     # Loading -------------------------------------------------------------------------
 
     def load(self) -> dict[str, GroupValue]:
         """Replay the topic: fills the offsets cache; returns the last metadata of each group."""
         groups: dict[str, GroupValue] = {}
-        topic = self.controller.store.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return groups
-        for p in range(topic.partitions):
-            for key_bytes, value in self._read_partition(TopicPartition(OFFSETS_TOPIC, p)):
+        for p in range(self.topic.num_partitions if self.topic.exists else 0):
+            for _, key_bytes, value in self.topic.read(p):
                 key = decode_key(key_bytes)
                 if isinstance(key, OffsetKey):
                     tp = TopicPartition(key.topic, key.partition)
@@ -92,40 +82,18 @@ class GroupMetadataManager:
         self.offsets = {g: o for g, o in self.offsets.items() if o}
         return groups
 
-    def _read_partition(self, tp: TopicPartition) -> Iterable[tuple[bytes, bytes | None]]:
-        partition = self.replicas.partition_or_error(tp)
-        log_ = partition.log
-        offset = log_.log_start_offset
-        while offset < log_.high_watermark:
-            data = log_.read(offset, _LOAD_READ_BYTES, log_.high_watermark, min_one_batch=True)
-            if data.records is None:
-                return
-            last = offset - 1
-            for record in decode_records(data.records.read()):
-                if record.offset >= offset and record.key is not None:
-                    yield record.key, record.value
-                last = record.offset
-            if last < offset:
-                return
-            offset = last + 1
-
     # Writing -------------------------------------------------------------------------
 
     def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append records to the group's partition; raise with the code a client should see."""
-        timestamp = now_ms()
-        batch = build_batch([(key, value, [], timestamp) for key, value in records])
-        tp = self.partition_for(group_id)
-        result = self.replicas.append_records({tp: batch})[tp]
-        if result.error == ErrorCode.message_too_large:
-            raise KafkaError(
-                ErrorCode.invalid_commit_offset_size, f"commit for {group_id} too large"
-            )
-        if result.error != ErrorCode.none:
-            raise KafkaError(
-                ErrorCode.coordinator_not_available,
-                f"appending to {tp} for group {group_id} failed: {result.error.name}",
-            )
+        """Append to the group's partition; raise with the code a client should see."""
+        try:
+            self.topic.append_records(partition_for(group_id, self.topic.num_partitions), records)
+        except KafkaError as e:
+            if e.code == ErrorCode.message_too_large:
+                raise KafkaError(
+                    ErrorCode.invalid_commit_offset_size, f"commit for {group_id} too large"
+                ) from e
+            raise KafkaError(ErrorCode.coordinator_not_available, f"group {group_id}: {e}") from e
 
     def commit(self, group_id: str, offsets: dict[TopicPartition, OffsetValue]) -> None:
         self._append(

@@ -1,4 +1,4 @@
-"""Imports point one way: protocol <- storage <- broker; a lower layer never imports a higher."""
+"""Imports point one way: protocol <- storage <- rlm <- broker; never up."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {
     "protocol": {"storage", "rlm", "broker", "pipeline"},
     "storage": {"rlm", "broker", "pipeline"},
+    "rlm": {"broker", "pipeline"},
 }
 
 

@@ -1,0 +1,169 @@
+"""`CopyTask`: copies a leader's rolled segments to the remote tier, oldest first (KIP-405).
+
+A segment is eligible once it is rolled (never the active one) and its last offset
+is below the high watermark (the last stable offset: there are no transactions).
+For each: COPY_SEGMENT_STARTED is recorded, the RSM uploads the segment, its
+indexes, producer snapshot and leader-epoch lineage, then COPY_SEGMENT_FINISHED is
+recorded and only then does the partition's remote high offset move, which is
+what local retention waits for. A failed copy records DELETE_SEGMENT_STARTED,
+removes what it uploaded and DELETE_SEGMENT_FINISHED, then raises for back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rlm.config import RemoteLogManagerConfig
+from rlm.metrics import RemoteStorageMetrics
+from rlm.quota import ByteRateLimiter
+from rlm.tiered_partition import TieredPartition
+from storage.log import now_ms
+from storage.remote.metadata_manager import RemoteLogMetadataManager
+from storage.remote.segment_metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+)
+from storage.remote.storage_manager import LogSegmentData, RemoteStorageManager
+from storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+
+def segment_epochs(
+    entries: list[tuple[int, int]], start: int, end: int
+) -> tuple[tuple[int, int], ...]:
+    """The (epoch, start offset) entries covering offsets [start, end], clipped to start."""
+    found = []
+    for i, (epoch, epoch_start) in enumerate(entries):
+        epoch_end = entries[i + 1][1] - 1 if i + 1 < len(entries) else end
+        if epoch_end >= start and epoch_start <= end:
+            found.append((epoch, max(epoch_start, start)))
+    return tuple(found) or ((0, start),)
+
+
+class CopyTask:
+    def __init__(
+        self,
+        partition: TieredPartition,
+        broker_id: int,
+        config: RemoteLogManagerConfig,
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        limiter: ByteRateLimiter,
+        metrics: RemoteStorageMetrics,
+    ) -> None:
+        self.partition = partition
+        self.broker_id = broker_id
+        self.timeout_s = config.remote_call_timeout_ms / 1000
+        self.rsm = rsm
+        self.rlmm = rlmm
+        self.limiter = limiter
+        self.metrics = metrics
+
+    def eligible_segments(self) -> list[LogSegment]:
+        lg = self.partition.log
+        copied = lg.highest_offset_in_remote_storage
+        return [
+            s
+            for s in lg.segments[:-1]
+            if s.next_offset - 1 > copied
+            and s.next_offset <= lg.high_watermark
+            and s.next_offset - 1 >= lg.log_start_offset
+        ]
+
+    async def run_once(self) -> None:
+        lg = self.partition.log
+        if (
+            not self.partition.leader
+            or not lg.config.remote_storage_enable
+            or lg.config.remote_log_copy_disable
+        ):
+            return
+        for segment in self.eligible_segments():
+            if not self.partition.leader:
+                return
+            await self.copy(segment)
+
+    async def copy(self, segment: LogSegment) -> None:
+        p, lg = self.partition, self.partition.log
+        end = segment.next_offset - 1
+        epochs = segment_epochs(lg.leader_epoch_cache.entries, segment.base_offset, end)
+        metadata = RemoteLogSegmentMetadata(
+            segment_id=RemoteLogSegmentId.generate(p.tip),
+            start_offset=segment.base_offset,
+            end_offset=end,
+            max_timestamp_ms=segment.max_timestamp,
+            broker_id=self.broker_id,
+            event_timestamp_ms=now_ms(),
+            segment_size_bytes=segment.size,
+            segment_leader_epochs=epochs,
+        )
+        snapshot = lg.producer_state.snapshot_path(segment.next_offset)
+        data = LogSegmentData(
+            log_segment=segment.log_path,
+            offset_index=segment.offset_index.path,
+            time_index=segment.time_index.path,
+            transaction_index=None,
+            producer_snapshot_index=snapshot if snapshot.exists() else None,
+            leader_epoch_index=_epoch_checkpoint(epochs),
+        )
+        p.copying.add(metadata.segment_id.id)
+        try:
+            await asyncio.wait_for(
+                self.rlmm.add_remote_log_segment_metadata(metadata), self.timeout_s
+            )
+            await self.limiter.acquire(segment.size)
+            try:
+                await asyncio.wait_for(
+                    self.rsm.copy_log_segment_data(metadata, data), self.timeout_s
+                )
+            except Exception as e:
+                self.metrics.copy_errors.labels(p.topic).inc()
+                log.warning(
+                    "%s: copying segment %d-%d failed: %s", p.tip, segment.base_offset, end, e
+                )
+                await self._abandon(metadata)
+                raise
+            finished = metadata.with_state(RemoteLogSegmentState.COPY_SEGMENT_FINISHED, now_ms())
+            await asyncio.wait_for(
+                self.rlmm.update_remote_log_segment_metadata(finished), self.timeout_s
+            )
+        finally:
+            p.copying.discard(metadata.segment_id.id)
+        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, end)
+        self.metrics.copy_requests.labels(p.topic).inc()
+        self.metrics.copy_bytes.labels(p.topic).inc(segment.size)
+        log.info(
+            "%s: copied segment %d-%d (%d bytes) to the remote tier",
+            p.tip,
+            segment.base_offset,
+            end,
+            segment.size,
+        )
+
+    async def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Remove a failed copy's objects; if that fails too, expiration retries it later."""
+        try:
+            started = metadata.with_state(RemoteLogSegmentState.DELETE_SEGMENT_STARTED, now_ms())
+            await asyncio.wait_for(
+                self.rlmm.update_remote_log_segment_metadata(started), self.timeout_s
+            )
+            await asyncio.wait_for(self.rsm.delete_log_segment_data(metadata), self.timeout_s)
+            done = started.with_state(RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, now_ms())
+            await asyncio.wait_for(
+                self.rlmm.update_remote_log_segment_metadata(done), self.timeout_s
+            )
+        except Exception as e:
+            log.warning(
+                "%s: cleaning up the failed copy %s failed: %s",
+                metadata.topic_id_partition,
+                metadata.segment_id.id,
+                e,
+            )
+
+
+def _epoch_checkpoint(epochs: tuple[tuple[int, int], ...]) -> bytes:
+    lines = ["0", str(len(epochs)), *(f"{epoch} {start}" for epoch, start in epochs)]
+    return ("\n".join(lines) + "\n").encode()

@@ -1,0 +1,190 @@
+"""`ExpirationTask`: applies retention to a leader's remote tier and deletes what it gives up.
+
+Deleted, oldest first, through DELETE_SEGMENT_STARTED -> RSM delete ->
+DELETE_SEGMENT_FINISHED:
+- segments past `retention.ms` (by their largest timestamp);
+- the oldest segments while the whole log, remote (`remote_log_size`, KIP-852)
+  plus the local part not yet copied, exceeds `retention.bytes`;
+- segments wholly below the log start offset (DeleteRecords);
+- every segment when the topic turned tiering off with remote.log.delete.on.disable;
+- copies abandoned in COPY_SEGMENT_STARTED (a crash mid-copy) once older than
+  the stuck-copy timeout, and superseded overlapping segments: neither was ever
+  read nor counted.
+After deleting, the log start offset moves to the first remaining remote segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+
+from rlm.config import RemoteLogManagerConfig
+from rlm.metrics import RemoteStorageMetrics
+from rlm.tiered_partition import TieredPartition
+from storage.log import now_ms
+from storage.remote.metadata_manager import RemoteLogMetadataManager
+from storage.remote.segment_metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from storage.remote.storage_manager import RemoteStorageManager
+
+log = logging.getLogger(__name__)
+
+STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+
+
+class SegmentDeleter:
+    """Deletes one remote segment through the state machine; shared by the tasks below."""
+
+    def __init__(
+        self,
+        config: RemoteLogManagerConfig,
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        forget_indexes: Callable[[uuid.UUID], None],
+    ) -> None:
+        self.timeout_s = config.remote_call_timeout_ms / 1000
+        self.rsm = rsm
+        self.rlmm = rlmm
+        self.forget_indexes = forget_indexes
+
+    async def delete(self, metadata: RemoteLogSegmentMetadata) -> None:
+        started = (
+            metadata
+            if metadata.state == DELETE_STARTED
+            else metadata.with_state(DELETE_STARTED, now_ms())
+        )
+        await asyncio.wait_for(
+            self.rlmm.update_remote_log_segment_metadata(started), self.timeout_s
+        )
+        await asyncio.wait_for(self.rsm.delete_log_segment_data(metadata), self.timeout_s)
+        done = started.with_state(DELETE_FINISHED, now_ms())
+        await asyncio.wait_for(self.rlmm.update_remote_log_segment_metadata(done), self.timeout_s)
+        self.forget_indexes(metadata.segment_id.id)
+
+
+class ExpirationTask:
+    def __init__(
+        self,
+        partition: TieredPartition,
+        config: RemoteLogManagerConfig,
+        rlmm: RemoteLogMetadataManager,
+        deleter: SegmentDeleter,
+        metrics: RemoteStorageMetrics,
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.rlmm = rlmm
+        self.deleter = deleter
+        self.metrics = metrics
+
+    def expired_segments(self) -> list[RemoteLogSegmentMetadata]:
+        p, lg = self.partition, self.partition.log
+        cfg = lg.config
+        segments = self.rlmm.readable_segments(p.tip)
+        if not cfg.remote_storage_enable:
+            return segments if cfg.remote_log_delete_on_disable else []
+        now = now_ms()
+        local_only = sum(
+            s.size for s in lg.segments if s.base_offset > lg.highest_offset_in_remote_storage
+        )
+        excess = (
+            self.rlmm.remote_log_size(p.tip, lg.leader_epoch_cache.latest_epoch)
+            + local_only
+            - cfg.retention_bytes
+            if cfg.retention_bytes >= 0
+            else 0
+        )
+        expired = []
+        for segment in segments:
+            by_time = cfg.retention_ms >= 0 and segment.max_timestamp_ms < now - cfg.retention_ms
+            by_size = excess >= segment.segment_size_bytes
+            below_start = segment.end_offset < lg.log_start_offset
+            if not (by_time or by_size or below_start):
+                break
+            expired.append(segment)
+            excess -= segment.segment_size_bytes
+        self.metrics.delete_lag_bytes.labels(p.topic, p.tip.topic_partition.partition).set(
+            sum(s.segment_size_bytes for s in expired)
+        )
+        return expired
+
+    def abandoned_segments(self) -> list[RemoteLogSegmentMetadata]:
+        """Copies stuck in COPY_SEGMENT_STARTED, half-deleted and superseded segments."""
+        p = self.partition
+        cutoff = now_ms() - self.config.stuck_copy_timeout_ms
+        stuck = [
+            s
+            for s in self.rlmm.list_remote_log_segments(p.tip)
+            if (
+                s.state == STARTED
+                and s.segment_id.id not in p.copying
+                and s.event_timestamp_ms < cutoff
+            )
+            or s.state == DELETE_STARTED
+        ]
+        return stuck + self.rlmm.superseded_segments(p.tip)
+
+    async def run_once(self) -> None:
+        p, lg = self.partition, self.partition.log
+        if not p.leader:
+            return
+        for segment in self.abandoned_segments():
+            log.info(
+                "%s: removing abandoned remote segment %s (%s)",
+                p.tip,
+                segment.segment_id.id,
+                segment.state.name,
+            )
+            await self.deleter.delete(segment)
+        for segment in self.expired_segments():
+            await self.deleter.delete(segment)
+            remaining = self.rlmm.readable_segments(p.tip)
+            new_start = remaining[0].start_offset if remaining else lg.local_log_start_offset
+            if new_start > lg.log_start_offset:
+                lg.log_start_offset = min(new_start, lg.high_watermark)
+                lg.leader_epoch_cache.truncate_from_start(lg.log_start_offset)
+                log.info(
+                    "%s: remote retention moved the log start offset to %d",
+                    p.tip,
+                    lg.log_start_offset,
+                )
+
+
+class PartitionDeleteTask:
+    """Removes every remote segment of a deleted partition, recording its delete states."""
+
+    def __init__(
+        self,
+        tip: TopicIdPartition,
+        rlmm: RemoteLogMetadataManager,
+        deleter: SegmentDeleter,
+        on_done: Callable[[TopicIdPartition], None],
+    ) -> None:
+        self.tip = tip
+        self.rlmm = rlmm
+        self.deleter = deleter
+        self.on_done = on_done
+
+    async def run_once(self) -> None:
+        if self.rlmm.remote_partition_delete_state(self.tip) is None:
+            await self.rlmm.put_remote_partition_delete_metadata(
+                self.tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+            )
+        await self.rlmm.put_remote_partition_delete_metadata(
+            self.tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED
+        )
+        for segment in list(self.rlmm.list_remote_log_segments(self.tip)):
+            await self.deleter.delete(segment)
+        await self.rlmm.put_remote_partition_delete_metadata(
+            self.tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+        )
+        log.info("%s: remote data deleted", self.tip)
+        self.on_done(self.tip)

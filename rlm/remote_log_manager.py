@@ -1,0 +1,212 @@
+"""`RemoteLogManager`: every remote-tier activity of one broker.
+
+It owns three pools, each with its own concurrency limit: copy (`CopyTask` per
+led partition), expiration (`ExpirationTask` per led partition, and deletion of
+deleted partitions' data), and remote reads (`RemoteLogReader`). Handlers never
+wait on copy or expiration; a remote tier that is slow or down only delays
+tiering and remote reads, which back off and resume (see `TaskPool`).
+
+Stop order: stop the pools (cancelling tasks in flight, with a timeout), the
+reader, then close the RLMM (which snapshots) and the RSM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from rlm.config import RemoteLogManagerConfig
+from rlm.copy_task import CopyTask
+from rlm.expiration_task import ExpirationTask, PartitionDeleteTask, SegmentDeleter
+from rlm.index_cache import RemoteIndexCache
+from rlm.metrics import RemoteStorageMetrics
+from rlm.quota import ByteRateLimiter
+from rlm.remote_reader import RemoteLogReader
+from rlm.task_pool import TaskPool
+from rlm.tiered_partition import TieredPartition
+from storage.log import Log
+from storage.remote.metadata_manager import RemoteLogMetadataManager
+from storage.remote.segment_metadata import TopicIdPartition
+from storage.remote.storage_manager import RemoteStorageManager
+
+log = logging.getLogger(__name__)
+
+
+class RemoteLogManager:
+    def __init__(
+        self,
+        config: RemoteLogManagerConfig,
+        broker_id: int,
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        log_dir: Path,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.config = config
+        self.broker_id = broker_id
+        self.rsm = rsm
+        self.rlmm = rlmm
+        self.metrics = RemoteStorageMetrics(registry)
+        self.index_cache = RemoteIndexCache(log_dir, config.index_cache_bytes, rsm.fetch_index)
+        self.reader = RemoteLogReader(config, rlmm, rsm, self.index_cache, self.metrics)
+        self.deleter = SegmentDeleter(config, rsm, rlmm, self.index_cache.remove)
+        self.copy_limiter = ByteRateLimiter(config.copy_max_bytes_per_second)
+        c = config
+        self.copier = TaskPool(
+            "copy",
+            c.copier_pool_size,
+            c.task_interval_ms,
+            c.task_retry_backoff_ms,
+            c.task_retry_backoff_max_ms,
+        )
+        self.expirer = TaskPool(
+            "expiration",
+            c.expiration_pool_size,
+            c.task_interval_ms,
+            c.task_retry_backoff_ms,
+            c.task_retry_backoff_max_ms,
+        )
+        self.partitions: dict[TopicIdPartition, TieredPartition] = {}
+
+    async def start(self, topic_exists: Callable[[TopicIdPartition], bool]) -> None:
+        """Load remote metadata, start the pools, and finish deleting deleted partitions' data."""
+        await self.rlmm.start()
+        self.copier.start()
+        self.expirer.start()
+        for tip in self.rlmm.partitions():
+            if not topic_exists(tip):
+                self._schedule_partition_delete(tip)
+
+    # Leadership ----------------------------------------------------------------------
+
+    def on_leadership(self, tip: TopicIdPartition, lg: Log) -> None:
+        """This broker leads the partition: restore its remote offsets and schedule its tasks."""
+        highest = max(
+            (
+                h
+                for epoch, _ in lg.leader_epoch_cache.entries
+                if (h := self.rlmm.highest_offset_for_epoch(tip, epoch)) is not None
+            ),
+            default=-1,
+        )
+        lg.highest_offset_in_remote_storage = highest
+        partition = TieredPartition(tip, lg)
+        old = self.partitions.get(tip)
+        if old is not None:
+            old.leader = False
+        self.partitions[tip] = partition
+        self.copier.schedule(
+            tip,
+            CopyTask(
+                partition,
+                self.broker_id,
+                self.config,
+                self.rsm,
+                self.rlmm,
+                self.copy_limiter,
+                self.metrics,
+            ),
+        )
+        self.expirer.schedule(
+            tip, ExpirationTask(partition, self.config, self.rlmm, self.deleter, self.metrics)
+        )
+        self.rlmm.on_partition_leadership_changes([tip], [])
+
+    def on_stop(self, tip: TopicIdPartition, delete: bool) -> None:
+        """The partition is no longer led here; with `delete`, its remote data goes too."""
+        partition = self.partitions.pop(tip, None)
+        if partition is not None:
+            partition.leader = False
+        self.copier.cancel(tip)
+        self.expirer.cancel(tip)
+        self.rlmm.on_stop_partitions([tip])
+        if delete:
+            self._schedule_partition_delete(tip)
+
+    def _schedule_partition_delete(self, tip: TopicIdPartition) -> None:
+        log.info("%s: scheduling deletion of its remote data", tip)
+        self.expirer.schedule(
+            tip, PartitionDeleteTask(tip, self.rlmm, self.deleter, self.expirer.cancel)
+        )
+
+    def config_changed(self, tip: TopicIdPartition) -> None:
+        """A topic config changed (retention, tiering): re-evaluate soon."""
+        self.copier.trigger(tip)
+        self.expirer.trigger(tip)
+
+    # Reads ---------------------------------------------------------------------------
+
+    async def read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `offset` in the remote tier.
+
+        Raises TimeoutError after remote.fetch.max.wait.ms (the read goes on)."""
+        return await self.reader.read(tip, offset, max_bytes, self.config.fetch_max_wait_ms / 1000)
+
+    async def find_offset_by_timestamp(
+        self, tip: TopicIdPartition, timestamp_ms: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        return await asyncio.wait_for(
+            self.reader.find_offset_by_timestamp(tip, timestamp_ms, starting_offset),
+            self.config.remote_call_timeout_ms / 1000,
+        )
+
+    # Status and metrics --------------------------------------------------------------
+
+    def status(self) -> list[dict[str, Any]]:
+        """Per led partition: both tiers' offsets, sizes and segment counts, and the copy lag."""
+        rows = []
+        for tip, p in sorted(self.partitions.items()):
+            lg = p.log
+            remote = self.rlmm.readable_segments(tip)
+            pending = [
+                s
+                for s in lg.segments[:-1]
+                if s.next_offset - 1 > lg.highest_offset_in_remote_storage
+            ]
+            rows.append(
+                {
+                    "topic": tip.topic_partition.topic,
+                    "partition": tip.topic_partition.partition,
+                    "log_start_offset": lg.log_start_offset,
+                    "local_log_start_offset": lg.local_log_start_offset,
+                    "log_end_offset": lg.log_end_offset,
+                    "local_segments": len(lg.segments),
+                    "local_bytes": lg.size_in_bytes,
+                    "remote_log_start_offset": remote[0].start_offset if remote else -1,
+                    "remote_log_end_offset": lg.highest_offset_in_remote_storage,
+                    "remote_segments": len(remote),
+                    "remote_bytes": self.rlmm.remote_log_size(
+                        tip, lg.leader_epoch_cache.latest_epoch
+                    ),
+                    "copy_lag_segments": len(pending),
+                    "copy_lag_bytes": sum(s.size for s in pending),
+                }
+            )
+        return rows
+
+    def update_metrics(self) -> None:
+        for row in self.status():
+            labels = (row["topic"], row["partition"])
+            self.metrics.copy_lag_bytes.labels(*labels).set(row["copy_lag_bytes"])
+            self.metrics.copy_lag_segments.labels(*labels).set(row["copy_lag_segments"])
+            self.metrics.log_size_bytes.labels(*labels).set(row["remote_bytes"])
+            self.metrics.metadata_count.labels(*labels).set(row["remote_segments"])
+        self.metrics.pool_queue.labels("copy").set(self.copier.queued)
+        self.metrics.pool_queue.labels("expiration").set(self.expirer.queued)
+        self.metrics.pool_queue.labels("reader").set(self.reader.pending)
+
+    # Shutdown ------------------------------------------------------------------------
+
+    async def stop(self, timeout_s: float) -> None:
+        for partition in self.partitions.values():
+            partition.leader = False
+        await self.copier.stop(timeout_s)
+        await self.expirer.stop(timeout_s)
+        await self.reader.close()
+        await self.rlmm.close()
+        await self.rsm.close()

@@ -1,0 +1,197 @@
+"""`RemoteLogReader`: serves fetches and timestamp lookups from the remote tier.
+
+A read finds the segment holding the offset (RLMM), turns the offset into a byte
+position with the segment's offset index (`RemoteIndexCache`), and range-reads
+only from there: whole batches, at least one, never more than the fetch's byte
+limit. Reads run in a bounded pool (`remote.log.reader.threads`, at most
+`remote.log.reader.max.pending.tasks` waiting) as tasks owned by the reader: a
+fetch that stops waiting (`remote.fetch.max.wait.ms`) does not cancel its read,
+whose result is kept briefly so the client's retry is served at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch
+from rlm.config import RemoteLogManagerConfig
+from rlm.index_cache import RemoteIndexCache
+from rlm.metrics import RemoteStorageMetrics
+from rlm.quota import ByteRateLimiter
+from storage.remote.metadata_manager import RemoteLogMetadataManager
+from storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from storage.remote.storage_manager import RemoteStorageManager
+
+log = logging.getLogger(__name__)
+
+SLACK_BYTES = 64 * 1024  # read past the index position: batches before the offset, one header
+RESULT_CACHE_BYTES = 64 * 1024 * 1024
+
+ReadKey = tuple[TopicIdPartition, int, int]  # partition, fetch offset, max bytes
+
+
+class RemoteLogReader:
+    def __init__(
+        self,
+        config: RemoteLogManagerConfig,
+        rlmm: RemoteLogMetadataManager,
+        rsm: RemoteStorageManager,
+        index_cache: RemoteIndexCache,
+        metrics: RemoteStorageMetrics,
+    ) -> None:
+        self.config = config
+        self.rlmm = rlmm
+        self.rsm = rsm
+        self.index_cache = index_cache
+        self.metrics = metrics
+        self.limiter = ByteRateLimiter(config.fetch_max_bytes_per_second)
+        self._slots = asyncio.Semaphore(config.reader_threads)
+        self._inflight: dict[ReadKey, asyncio.Task[bytes]] = {}
+        self._results: OrderedDict[ReadKey, bytes] = OrderedDict()
+        self._results_bytes = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._inflight)
+
+    async def read(
+        self, tip: TopicIdPartition, offset: int, max_bytes: int, timeout_s: float
+    ) -> bytes:
+        """Batches from `offset`; raises TimeoutError if not read within `timeout_s`."""
+        key = (tip, offset, max_bytes)
+        done = self._results.pop(key, None)
+        if done is not None:
+            self._results_bytes -= len(done)
+            return done
+        task = self._inflight.get(key)
+        if task is None:
+            if len(self._inflight) >= self.config.reader_max_pending_tasks:
+                raise KafkaError(ErrorCode.request_timed_out, "remote read queue is full")
+            task = asyncio.get_running_loop().create_task(self._read(tip, offset, max_bytes))
+            self._inflight[key] = task
+            task.add_done_callback(lambda t: self._read_done(key, t))
+        result = await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        self._forget(key)
+        return result
+
+    def _read_done(self, key: ReadKey, task: asyncio.Task[bytes]) -> None:
+        self._inflight.pop(key, None)
+        if task.cancelled() or task.exception() is not None:
+            return
+        data = task.result()
+        self._results[key] = data  # taken by `read`, or kept for the retry of a timed-out fetch
+        self._results_bytes += len(data)
+        while self._results_bytes > RESULT_CACHE_BYTES and self._results:
+            _, old = self._results.popitem(last=False)
+            self._results_bytes -= len(old)
+
+    def _forget(self, key: ReadKey) -> None:
+        data = self._results.pop(key, None)
+        if data is not None:
+            self._results_bytes -= len(data)
+
+    async def _read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> bytes:
+        async with self._slots:
+            try:
+                data = await asyncio.wait_for(
+                    self._read_batches(tip, offset, max_bytes),
+                    self.config.remote_call_timeout_ms / 1000,
+                )
+            except Exception:
+                self.metrics.fetch_errors.labels(tip.topic_partition.topic).inc()
+                raise
+            self.metrics.fetch_requests.labels(tip.topic_partition.topic).inc()
+            self.metrics.fetch_bytes.labels(tip.topic_partition.topic).inc(len(data))
+            return data
+
+    async def _read_batches(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> bytes:
+        metadata = self.rlmm.remote_log_segment_metadata(tip, offset)
+        if metadata is None:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range, f"{tip}: offset {offset} is not in the remote tier"
+            )
+        position = await self.index_cache.lookup_offset(metadata, offset)
+        chunk = await self._fetch(metadata, position, max_bytes + SLACK_BYTES)
+        start = 0
+        # Skip batches before the offset; read on if the chunk ends first.
+        while True:
+            if len(chunk) - start < BATCH_HEADER_SIZE:
+                position += start
+                chunk = await self._fetch(metadata, position, max_bytes + SLACK_BYTES)
+                start = 0
+                if len(chunk) < BATCH_HEADER_SIZE:
+                    raise KafkaError(
+                        ErrorCode.offset_out_of_range, f"{tip}: offset {offset} past segment end"
+                    )
+            batch = BatchView(chunk, start)
+            if batch.last_offset >= offset:
+                break
+            start += batch.size_in_bytes
+        end = start
+        while end + BATCH_HEADER_SIZE <= len(chunk):
+            size = BatchView(chunk, end).size_in_bytes
+            if end + size > len(chunk) or (end > start and end + size - start > max_bytes):
+                break
+            end += size
+        if end == start:  # the first batch is larger than the chunk: at least one batch
+            first = BatchView(chunk, start).size_in_bytes
+            return await self._fetch(metadata, position + start, first)
+        return chunk[start:end]
+
+    async def _fetch(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> bytes:
+        end = min(position + length, metadata.segment_size_bytes) - 1
+        if end < position:
+            return b""
+        await self.limiter.acquire(end - position + 1)
+        return await self.rsm.fetch_log_segment(metadata, position, end)
+
+    async def find_offset_by_timestamp(
+        self, tip: TopicIdPartition, timestamp_ms: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first remote record at or after `starting_offset` with
+        timestamp >= `timestamp_ms`, searching segments in offset order, as Kafka does."""
+        for metadata in self.rlmm.readable_segments(tip):
+            if metadata.max_timestamp_ms < timestamp_ms or metadata.end_offset < starting_offset:
+                continue
+            from_offset = max(
+                await self.index_cache.lookup_timestamp(metadata, timestamp_ms), starting_offset
+            )
+            position = await self.index_cache.lookup_offset(metadata, from_offset)
+            async for batch_bytes in self._batches(metadata, position):
+                batch = BatchView(batch_bytes)
+                if batch.max_timestamp < timestamp_ms or batch.last_offset < starting_offset:
+                    continue
+                for record in decode_batch(batch).records:
+                    if record.timestamp >= timestamp_ms and record.offset >= starting_offset:
+                        return record.offset, record.timestamp
+        return None
+
+    async def _batches(
+        self, metadata: RemoteLogSegmentMetadata, position: int
+    ) -> AsyncIterator[bytes]:
+        """Whole batches from `position` to the segment's end, read a chunk at a time."""
+        while position < metadata.segment_size_bytes:
+            chunk = await self._fetch(metadata, position, SLACK_BYTES * 16)
+            at = 0
+            while at + BATCH_HEADER_SIZE <= len(chunk):
+                size = BatchView(chunk, at).size_in_bytes
+                if at + size > len(chunk):
+                    break
+                yield chunk[at : at + size]
+                at += size
+            if at == 0:  # one batch larger than the chunk
+                size = BatchView(chunk).size_in_bytes
+                yield await self._fetch(metadata, position, size)
+                at = size
+            position += at
+
+    async def close(self) -> None:
+        tasks = list(self._inflight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.index_cache.close()

@@ -1,0 +1,26 @@
+"""`TieredPartition`: what the remote-log tasks need to know about one partition.
+
+The log is the broker's local `Log`; `leader` is false once the broker stops
+leading, and tasks then do nothing. Copies in progress are listed so expiration
+never mistakes them for copies abandoned by a crash.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from storage.log import Log
+from storage.remote.segment_metadata import TopicIdPartition
+
+
+@dataclass(slots=True)
+class TieredPartition:
+    tip: TopicIdPartition
+    log: Log
+    leader: bool = True
+    copying: set[uuid.UUID] = field(default_factory=set)
+
+    @property
+    def topic(self) -> str:
+        return self.tip.topic_partition.topic

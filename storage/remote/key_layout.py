@@ -1,0 +1,87 @@
+"""`ObjectKeyLayout`: the one place that names the objects of the remote tier.
+
+    <prefix><entropy>/<cluster>/<topic>-<topic id>/<partition>/<start offset>-<segment id>.<suffix>
+
+(the start offset in 20 digits, ids in Kafka's base64url form)
+
+Suffixes: `log`, `index`, `timeindex`, `snapshot`, `leader-epoch-checkpoint`,
+`txnindex`, and `manifest.json` last. With `entropy_bits` N > 0, `<entropy>` is
+the first N bits of MD5("<cluster>/<topic>/<partition>") as hex followed by `/`,
+so the request load of many partitions spreads over 2^N key prefixes (the
+Pinterest layout); every reader must use the same N.
+
+The manifest is a small JSON document: the segment's metadata and the keys and
+sizes of its objects. A plugin writes it after every other object of the
+segment; a segment without a manifest is incomplete and is ignored by readers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from storage.checkpoints import topic_id_to_str
+from storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from storage.remote.storage_manager import IndexType
+
+MANIFEST_SUFFIX = "manifest.json"
+LOG_SUFFIX = "log"
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectKeyLayout:
+    prefix: str = ""
+    entropy_bits: int = 0
+    cluster: str = "cluster"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.entropy_bits <= 32:
+            raise ValueError(f"entropy bits must be 0..32, got {self.entropy_bits}")
+
+    def entropy(self, topic: str, partition: int) -> str:
+        if self.entropy_bits == 0:
+            return ""
+        digest = hashlib.md5(f"{self.cluster}/{topic}/{partition}".encode(), usedforsecurity=False)
+        value = int.from_bytes(digest.digest()[:4], "big") >> (32 - self.entropy_bits)
+        return f"{value:0{(self.entropy_bits + 3) // 4}x}/"
+
+    def partition_prefix(self, tip: TopicIdPartition) -> str:
+        tp = tip.topic_partition
+        return (
+            f"{self.prefix}{self.entropy(tp.topic, tp.partition)}{self.cluster}/"
+            f"{tp.topic}-{topic_id_to_str(tip.topic_id)}/{tp.partition}/"
+        )
+
+    def segment_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
+        segment = metadata.segment_id
+        base = f"{metadata.start_offset:020d}-{topic_id_to_str(segment.id)}"
+        return f"{self.partition_prefix(segment.topic_id_partition)}{base}.{suffix}"
+
+    def index_key(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> str:
+        return self.segment_key(metadata, index_type.value)
+
+    def all_keys(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
+        """Every object of a segment, the manifest last (the order to write them in)."""
+        return [
+            self.segment_key(metadata, LOG_SUFFIX),
+            *(self.index_key(metadata, t) for t in IndexType),
+            self.segment_key(metadata, MANIFEST_SUFFIX),
+        ]
+
+
+def manifest_json(
+    metadata: RemoteLogSegmentMetadata, layout: ObjectKeyLayout, sizes: dict[str, int]
+) -> bytes:
+    """The manifest of a copied segment: its metadata and the size of each object."""
+    document: dict[str, Any] = {
+        "version": MANIFEST_VERSION,
+        "segment": metadata.to_json(),
+        "objects": {
+            suffix: {"key": layout.segment_key(metadata, suffix), "size": size}
+            for suffix, size in sizes.items()
+        },
+    }
+    return json.dumps(document, sort_keys=True).encode()

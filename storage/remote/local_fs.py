@@ -1,0 +1,144 @@
+"""`LocalFsRemoteStorageManager`: the remote tier in a local directory (the embedded default).
+
+Objects are files under `rsm.config.dir`, named by `ObjectKeyLayout`. Each is
+written to a temporary name, fsynced and renamed, the manifest last, so a crash
+never leaves a half-written object under its final name. File work runs in the
+default executor, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout, manifest_json
+from storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from storage.remote.storage_manager import (
+    IndexType,
+    LogSegmentData,
+    RemoteResourceNotFoundError,
+    RemoteStorageManager,
+)
+
+T = TypeVar("T")
+
+
+class LocalFsRemoteStorageManager(RemoteStorageManager):
+    def __init__(self) -> None:
+        self.root = Path("remote")
+        self.layout = ObjectKeyLayout()
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        self.root = Path(configs["dir"])
+        self.layout = ObjectKeyLayout(
+            prefix=configs.get("key.prefix", ""),
+            entropy_bits=int(configs.get("key.prefix.entropy.bits", "0")),
+            cluster=configs.get("cluster.id", "cluster"),
+        )
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    async def _run(fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    # Copy ----------------------------------------------------------------------------
+
+    async def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        try:
+            await self._run(self._copy, metadata, data)
+        except OSError:
+            await self.delete_log_segment_data(metadata)
+            raise
+
+    def _copy(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
+        sizes = {
+            LOG_SUFFIX: self._copy_file(
+                data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
+            )
+        }
+        sources: dict[IndexType, Path | bytes | None] = {
+            IndexType.OFFSET: data.offset_index,
+            IndexType.TIMESTAMP: data.time_index,
+            IndexType.PRODUCER_SNAPSHOT: data.producer_snapshot_index,
+            IndexType.TRANSACTION: data.transaction_index,
+            IndexType.LEADER_EPOCH: data.leader_epoch_index,
+        }
+        for index_type, source in sources.items():
+            key = self.layout.index_key(metadata, index_type)
+            if isinstance(source, Path):
+                sizes[index_type.value] = self._copy_file(source, key)
+            elif source is not None:
+                sizes[index_type.value] = self._write(key, source)
+        self._write(
+            self.layout.segment_key(metadata, MANIFEST_SUFFIX),
+            manifest_json(metadata, self.layout, sizes),
+        )
+
+    def _copy_file(self, source: Path, key: str) -> int:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(source, tmp)
+        self._sync_and_rename(tmp, target)
+        return target.stat().st_size
+
+    def _write(self, key: str, data: bytes) -> int:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(data)
+        self._sync_and_rename(tmp, target)
+        return len(data)
+
+    @staticmethod
+    def _sync_and_rename(tmp: Path, target: Path) -> None:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+
+    # Reads ---------------------------------------------------------------------------
+
+    async def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> bytes:
+        return await self._run(
+            self._read, self.layout.segment_key(metadata, LOG_SUFFIX), start_position, end_position
+        )
+
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        return await self._run(self._read, self.layout.index_key(metadata, index_type), 0, None)
+
+    def _read(self, key: str, start: int, end: int | None) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                stop = size if end is None else min(end + 1, size)
+                return os.pread(f.fileno(), max(stop - start, 0), start)
+        except FileNotFoundError:
+            raise RemoteResourceNotFoundError(f"no remote object {key}") from None
+
+    # Delete --------------------------------------------------------------------------
+
+    async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        await self._run(self._delete, metadata)
+
+    def _delete(self, metadata: RemoteLogSegmentMetadata) -> None:
+        # The manifest goes first, so readers stop trusting the segment before its data goes.
+        for key in reversed(self.layout.all_keys(metadata)):
+            for path in (self._path(key), self._path(key + ".tmp")):
+                path.unlink(missing_ok=True)

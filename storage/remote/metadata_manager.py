@@ -1,0 +1,103 @@
+"""`RemoteLogMetadataManager`: the contract of the plugin that records what is in the
+remote tier (KIP-405), and `MetadataTopic`, what a topic-based one needs from the broker.
+
+Writes go through the segment state machine (`RemoteLogSegmentState`); reads are
+answered from memory. Only COPY_SEGMENT_FINISHED segments are returned for reads
+and counted by `remote_log_size`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Protocol
+
+from storage.remote.segment_metadata import (
+    RemoteLogSegmentMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+
+
+class MetadataTopic(Protocol):
+    """An internal topic a metadata manager appends to and replays (given by the broker)."""
+
+    @property
+    def num_partitions(self) -> int: ...
+
+    async def append(self, partition: int, key: bytes, value: bytes) -> int:
+        """Append one record; its offset, once it is durable."""
+
+    def read(self, partition: int, start_offset: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """(offset, key, value) of the records from `start_offset` to the end."""
+
+
+class RemoteLogMetadataManager(abc.ABC):
+    @abc.abstractmethod
+    def configure(self, configs: Mapping[str, str]) -> None:
+        """Receive the `rlmm.config.` properties (prefix removed)."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Load the recorded state; called once before any other call."""
+
+    @abc.abstractmethod
+    async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Record a segment whose copy starts (COPY_SEGMENT_STARTED)."""
+
+    @abc.abstractmethod
+    async def update_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Record a segment's new state; repeating the current state is a no-op."""
+
+    @abc.abstractmethod
+    async def put_remote_partition_delete_metadata(
+        self, tip: TopicIdPartition, state: RemotePartitionDeleteState
+    ) -> None:
+        """Record the progress of deleting a whole partition's remote data."""
+
+    @abc.abstractmethod
+    def remote_log_segment_metadata(
+        self, tip: TopicIdPartition, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        """The readable segment holding `offset`, if any."""
+
+    @abc.abstractmethod
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        """The highest remote offset written in `leader_epoch`, if any."""
+
+    @abc.abstractmethod
+    def list_remote_log_segments(self, tip: TopicIdPartition) -> Iterator[RemoteLogSegmentMetadata]:
+        """Every known segment of the partition, in any state but deleted, by start offset."""
+
+    @abc.abstractmethod
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """The COPY_SEGMENT_FINISHED segments that are read, by start offset."""
+
+    @abc.abstractmethod
+    def superseded_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """Finished segments wholly covered by another one: to delete, never read."""
+
+    @abc.abstractmethod
+    def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int) -> int:
+        """Bytes of readable segments with data of epochs <= `leader_epoch` (KIP-852)."""
+
+    @abc.abstractmethod
+    def partitions(self) -> list[TopicIdPartition]:
+        """Every partition with remote metadata (deleted partitions until their data is gone)."""
+
+    @abc.abstractmethod
+    def remote_partition_delete_state(
+        self, tip: TopicIdPartition
+    ) -> RemotePartitionDeleteState | None:
+        """How far deleting the partition's remote data has come, if it was asked for."""
+
+    def on_partition_leadership_changes(  # noqa: B027 (optional hook)
+        self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
+    ) -> None:
+        """This broker now leads or follows these partitions."""
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:  # noqa: B027
+        """This broker no longer hosts these partitions."""
+
+    async def close(self) -> None:  # noqa: B027 (optional hook)
+        """Persist what needs persisting and release resources."""

@@ -1,0 +1,86 @@
+"""`RemoteStorageManager`: the contract of a remote-tier storage plugin (KIP-405).
+
+A plugin stores and serves segments and their indexes; it knows nothing of
+offsets or leaders. Every method may be retried: copying a segment again
+overwrites it, deleting a missing one succeeds. A copy that fails must remove
+what it uploaded. The plugin writes a small manifest (see `ObjectKeyLayout`)
+after all other objects of a segment: readers outside the broker trust a segment
+only once its manifest exists.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.remote.segment_metadata import RemoteLogSegmentMetadata
+
+
+class IndexType(enum.Enum):
+    OFFSET = "index"
+    TIMESTAMP = "timeindex"
+    PRODUCER_SNAPSHOT = "snapshot"
+    LEADER_EPOCH = "leader-epoch-checkpoint"
+    TRANSACTION = "txnindex"
+
+
+@dataclass(frozen=True, slots=True)
+class LogSegmentData:
+    """What is copied for one segment: its files, and the leader epochs it holds."""
+
+    log_segment: Path
+    offset_index: Path
+    time_index: Path
+    transaction_index: Path | None
+    producer_snapshot_index: Path | None
+    leader_epoch_index: bytes
+
+
+class RemoteStorageError(Exception):
+    """A remote call failed; `retriable` says whether trying again may help."""
+
+    def __init__(self, message: str, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class RemoteResourceNotFoundError(RemoteStorageError):
+    """The segment or index does not exist in the remote tier."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class RemoteStorageManager(abc.ABC):
+    @abc.abstractmethod
+    def configure(self, configs: Mapping[str, str]) -> None:
+        """Receive the `rsm.config.` properties (prefix removed) and broker ids."""
+
+    @abc.abstractmethod
+    async def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        """Upload a segment, its indexes, and last its manifest."""
+
+    @abc.abstractmethod
+    async def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> bytes:
+        """Bytes [start_position, end_position] of the segment (end inclusive, None: to the end)."""
+
+    @abc.abstractmethod
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """One index of the segment, whole."""
+
+    @abc.abstractmethod
+    async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Remove every object of the segment; succeeds if they are already gone."""
+
+    async def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release clients and connections."""
