@@ -1,10 +1,12 @@
 """`BrokerServer`: builds a broker from its config, starts it, and stops it in order.
 
-Start: load and recover logs, lead the known partitions, load consumer groups from
-`__consumer_offsets`, start background jobs, then listen.
+Start: load and recover logs, lead the known partitions, start the remote tier
+(load its metadata, hand it the led partitions), load consumer groups from
+`__consumer_offsets`, start background jobs and the metrics endpoint, then listen.
 Stop: stop coordinating groups (answering waiting joins and syncs), stop
-listening and finish requests in hand (with a timeout), stop background jobs, then
-flush and checkpoint every log and mark a clean shutdown.
+listening and finish requests in hand (with a timeout), stop background jobs and
+the metrics endpoint, stop the remote tier (its pools, then a metadata snapshot),
+then flush and checkpoint every log and mark a clean shutdown.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
+from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from broker.cluster.controller import Controller
 from broker.cluster.metadata_store import LocalMetadataStore
@@ -20,11 +25,15 @@ from broker.groups.coordinator import GroupConfig, GroupCoordinator
 from broker.groups.offsets_store import GroupMetadataManager, OffsetsConfig
 from broker.handlers import RequestDispatcher
 from broker.handlers.common import BrokerContext
+from broker.metrics import MetricsServer
+from broker.remote_storage import build_remote_log_manager
 from broker.replica_manager import ReplicaManager
 from broker.scheduler import Scheduler
 from broker.server import SocketServer
+from rlm.remote_log_manager import RemoteLogManager
 from storage.log import now_ms
 from storage.log_manager import LogManager
+from storage.remote.segment_metadata import TopicIdPartition
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -43,6 +52,7 @@ class BrokerServer:
             config.log_defaults,
             config.num_partitions,
             config.default_replication_factor,
+            config.remote_log_storage_system_enable,
         )
         offsets = GroupMetadataManager(
             self.replicas,
@@ -63,6 +73,9 @@ class BrokerServer:
             offsets,
             self._partition_exists,
         )
+        self.registry = CollectorRegistry()
+        self.remote: RemoteLogManager | None = None
+        self.metrics_server = MetricsServer(self.registry, self._tier_status)
         self.scheduler = Scheduler()
         self.socket_server = SocketServer(
             RequestDispatcher(
@@ -82,8 +95,19 @@ class BrokerServer:
             None, partial(self.log_manager.load_logs, self.controller.config_for)
         )
         self.controller.start()
-        self.groups.start()
         c = self.config
+        if c.remote_log_storage_system_enable:
+            self.remote = build_remote_log_manager(
+                c, self.store.cluster_id, self.replicas, self.controller, self.registry
+            )
+            await self.remote.start(self._topic_exists)
+            self.replicas.attach_remote_log_manager(self.remote)
+            self.scheduler.schedule(
+                "remote-log-metrics",
+                self._remote_housekeeping,
+                min(c.remote_log_manager_task_interval_ms, 10_000),
+            )
+        self.groups.start()
         self.scheduler.schedule(
             "log-retention", self._cleanup_logs, c.log_retention_check_interval_ms
         )
@@ -102,8 +126,22 @@ class BrokerServer:
             c.producer_id_expiration_check_interval_ms,
         )
         host, port = c.listener
+        if c.metrics_port >= 0:
+            await self.metrics_server.start(host, c.metrics_port)
         await self.socket_server.start(host, port)
         log.info("broker %d started (cluster %s)", c.broker_id, self.store.cluster_id)
+
+    def _topic_exists(self, tip: TopicIdPartition) -> bool:
+        topic = self.store.topics.get(tip.topic_partition.topic)
+        return topic is not None and topic.topic_id == tip.topic_id
+
+    def _tier_status(self) -> list[dict[str, Any]]:
+        return self.remote.status() if self.remote is not None else []
+
+    async def _remote_housekeeping(self) -> None:
+        assert self.remote is not None
+        self.remote.update_metrics()
+        self.remote.rlmm_snapshot()
 
     async def _cleanup_logs(self) -> None:
         self.log_manager.cleanup_logs()
@@ -132,5 +170,8 @@ class BrokerServer:
         self.groups.stop()
         await self.socket_server.stop(timeout_s)
         await self.scheduler.stop()
+        await self.metrics_server.stop()
+        if self.remote is not None:
+            await self.remote.stop(timeout_s)
         self.log_manager.shutdown()
         log.info("shut down cleanly")

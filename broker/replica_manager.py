@@ -1,21 +1,28 @@
 """`ReplicaManager`: the partitions this broker hosts, and appends and reads across them.
 
 Handlers call it with plain values and get plain results back; it decides which
-partition answers, what error a partition gets, and when a fetch must wait.
+partition answers, what error a partition gets, when a fetch must wait, and when
+a read goes to the remote tier (an offset below the local log but within the
+log, served through the RemoteLogManager's reader pool).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.partition import OffsetAndEpoch, Partition
 from broker.purgatory import Purgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import InvalidRecordError
+from rlm.remote_log_manager import RemoteLogManager
+from storage.log import OffsetMovedToTieredStorage
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
+from storage.remote.segment_metadata import TopicIdPartition
+from storage.remote.storage_manager import RemoteStorageError
 from storage.segment import FileSlice
 from storage.topic_partition import TopicPartition
 
@@ -44,7 +51,13 @@ class FetchResultPartition:
     error: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: FileSlice | None = None
+    records: FileSlice | bytes | None = None  # bytes: read from the remote tier
+
+    @property
+    def size(self) -> int:
+        if self.records is None:
+            return 0
+        return self.records.length if isinstance(self.records, FileSlice) else len(self.records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +67,21 @@ class FetchParams:
     max_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class _RemoteRead:
+    index: int  # position in the fetch's results
+    partition: Partition
+    offset: int
+    max_bytes: int
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = Purgatory()
+        self.remote: RemoteLogManager | None = None
 
     # Leadership ----------------------------------------------------------------------
 
@@ -71,10 +93,20 @@ class ReplicaManager:
         log_.leader_epoch_cache.assign(leader_epoch, log_.log_end_offset)
         partition = Partition(log_, self.broker_id, leader_epoch)
         self.partitions[tp] = partition
+        if self.remote is not None:
+            self.remote.on_leadership(TopicIdPartition(topic_id, tp), log_)
         return partition
 
+    def attach_remote_log_manager(self, remote: RemoteLogManager) -> None:
+        """Tiering starts: hand every partition led so far to the RemoteLogManager."""
+        self.remote = remote
+        for tp, partition in self.partitions.items():
+            remote.on_leadership(TopicIdPartition(partition.topic_id, tp), partition.log)
+
     def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
-        self.partitions.pop(tp, None)
+        partition = self.partitions.pop(tp, None)
+        if partition is not None and self.remote is not None:
+            self.remote.on_stop(TopicIdPartition(partition.topic_id, tp), delete)
         if delete:
             self.log_manager.delete_log(tp)
         self.fetch_purgatory.notify(tp)
@@ -83,6 +115,8 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is not None:
             partition.log.config = config
+            if self.remote is not None:
+                self.remote.config_changed(TopicIdPartition(partition.topic_id, tp))
 
     def partition_or_error(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.get(tp)
@@ -114,50 +148,75 @@ class ReplicaManager:
             self.fetch_purgatory.notify(tp)
         return results
 
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords: move the log start offset (-1: to the high watermark); returns it."""
+        log_ = self.partition_or_error(tp).log
+        target = log_.high_watermark if offset == -1 else offset
+        if target < 0:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range, f"{tp}: cannot delete records below {offset}"
+            )
+        log_.maybe_increment_log_start_offset(target)
+        log_.delete_old_segments()
+        return log_.log_start_offset
+
     # Fetch ---------------------------------------------------------------------------
 
     async def fetch_messages(
         self, params: FetchParams, requests: list[FetchRequestPartition]
     ) -> list[FetchResultPartition]:
-        """Read every requested partition; wait up to max_wait_ms for min_bytes (delayed fetch)."""
-        results = self._read(params, requests)
+        """Read every requested partition; wait up to max_wait_ms for min_bytes (delayed fetch).
+
+        Offsets in the remote tier are read concurrently, each within the byte budget
+        left when its turn came, so several remote partitions never exceed fetch.max.bytes.
+        """
+        results, remote = self._read(params, requests)
+        if remote:
+            await self._read_remote(results, remote)
+            return results
         if params.max_wait_ms <= 0 or not requests or self._satisfied(params, results):
             return results
         keys = [r.topic_partition for r in requests]
         await self.fetch_purgatory.wait_until(
             keys,
             params.max_wait_ms / 1000,
-            lambda: self._satisfied(params, self._read(params, requests)),
+            lambda: self._satisfied(params, self._read(params, requests)[0]),
         )
-        return self._read(params, requests)
+        return self._read(params, requests)[0]
 
     @staticmethod
     def _satisfied(params: FetchParams, results: list[FetchResultPartition]) -> bool:
         if any(r.error != ErrorCode.none for r in results):
             return True
-        return sum(r.records.length for r in results if r.records) >= params.min_bytes
+        return sum(r.size for r in results) >= params.min_bytes
 
     def _read(
         self, params: FetchParams, requests: list[FetchRequestPartition]
-    ) -> list[FetchResultPartition]:
+    ) -> tuple[list[FetchResultPartition], list[_RemoteRead]]:
         bytes_left = params.max_bytes
         min_one_batch = (
             True  # KIP-74: the first partition with data returns a batch even if too big
         )
-        results = []
+        results: list[FetchResultPartition] = []
+        remote: list[_RemoteRead] = []
         for request in requests:
-            result = self._read_partition(
-                request, min(bytes_left, request.max_bytes), min_one_batch
-            )
+            budget = min(bytes_left, request.max_bytes)
+            result = self._read_partition(request, budget, min_one_batch)
+            if isinstance(result, _RemoteRead):
+                remote.append(replace(result, index=len(results)))
+                results.append(FetchResultPartition(ErrorCode.none))
+                bytes_left -= budget  # reserved: the remote read may use all of it
+                min_one_batch = False
+                continue
             if result.records is not None:
-                bytes_left -= result.records.length
+                bytes_left -= result.size
                 min_one_batch = False
             results.append(result)
-        return results
+        return results, remote
 
     def _read_partition(
         self, request: FetchRequestPartition, max_bytes: int, min_one_batch: bool
-    ) -> FetchResultPartition:
+    ) -> FetchResultPartition | _RemoteRead:
         try:
             partition = self.partition_or_error(request.topic_partition)
             if max_bytes <= 0 and not min_one_batch:
@@ -173,32 +232,79 @@ class ReplicaManager:
                 partition.log.log_start_offset,
                 data.records,
             )
-        except KafkaError as e:
-            hosted = self.partitions.get(request.topic_partition)
-            if hosted is None:
-                return FetchResultPartition(e.code)
-            return FetchResultPartition(e.code, hosted.high_watermark, hosted.log.log_start_offset)
-
-    def delete_records(self, tp: TopicPartition, offset: int) -> int:
-        """DeleteRecords: move the log start offset (-1: to the high watermark); returns it."""
-        log_ = self.partition_or_error(tp).log
-        target = log_.high_watermark if offset == -1 else offset
-        if target < 0:
-            raise KafkaError(
-                ErrorCode.offset_out_of_range, f"{tp}: cannot delete records below {offset}"
+        except OffsetMovedToTieredStorage:
+            if self.remote is None:
+                return self._error(request, ErrorCode.offset_out_of_range)
+            budget = (
+                max_bytes if max_bytes > 0 else 1
+            )  # min one batch: the reader returns a whole one
+            return _RemoteRead(
+                -1, self.partitions[request.topic_partition], request.fetch_offset, budget
             )
-        log_.maybe_increment_log_start_offset(target)
-        log_.delete_old_segments()
-        return log_.log_start_offset
+        except KafkaError as e:
+            return self._error(request, e.code)
+
+    def _error(self, request: FetchRequestPartition, code: ErrorCode) -> FetchResultPartition:
+        hosted = self.partitions.get(request.topic_partition)
+        if hosted is None:
+            return FetchResultPartition(code)
+        return FetchResultPartition(code, hosted.high_watermark, hosted.log.log_start_offset)
+
+    async def _read_remote(
+        self, results: list[FetchResultPartition], reads: list[_RemoteRead]
+    ) -> None:
+        assert self.remote is not None
+        remote = self.remote
+        outcomes = await asyncio.gather(
+            *(
+                remote.read(
+                    TopicIdPartition(r.partition.topic_id, r.partition.topic_partition),
+                    r.offset,
+                    r.max_bytes,
+                )
+                for r in reads
+            ),
+            return_exceptions=True,
+        )
+        for read, outcome in zip(reads, outcomes, strict=True):
+            lg = read.partition.log
+            if isinstance(outcome, bytes):
+                results[read.index] = FetchResultPartition(
+                    ErrorCode.none, lg.high_watermark, lg.log_start_offset, outcome
+                )
+                continue
+            code = _remote_error_code(outcome)
+            log.info(
+                "remote read of %s at offset %d: %s",
+                read.partition.topic_partition,
+                read.offset,
+                code.name.upper() if code != ErrorCode.kafka_storage_error else outcome,
+            )
+            results[read.index] = FetchResultPartition(code, lg.high_watermark, lg.log_start_offset)
 
     # Offsets -------------------------------------------------------------------------
 
-    def fetch_offset_for_timestamp(
+    async def fetch_offset_for_timestamp(
         self, tp: TopicPartition, timestamp_ms: int, current_leader_epoch: int
     ) -> OffsetAndEpoch | None:
-        return self.partition_or_error(tp).fetch_offset_for_timestamp(
-            timestamp_ms, current_leader_epoch
-        )
+        """ListOffsets; a timestamp in the remote tier is looked up there, off the request loop."""
+        partition = self.partition_or_error(tp)
+        lg = partition.log
+        if timestamp_ms >= 0 and self.remote is not None and lg.config.remote_storage_enable:
+            partition.check_leader_epoch(current_leader_epoch)
+            tip = TopicIdPartition(partition.topic_id, tp)
+            try:
+                found = await self.remote.find_offset_by_timestamp(
+                    tip, timestamp_ms, lg.log_start_offset
+                )
+            except (RemoteStorageError, TimeoutError) as e:
+                raise KafkaError(ErrorCode.kafka_storage_error, f"{tp}: remote tier: {e}") from e
+            if found is not None and found[0] < lg.local_log_start_offset:
+                offset, timestamp = found
+                return OffsetAndEpoch(
+                    offset, timestamp, lg.leader_epoch_cache.epoch_for_offset(offset)
+                )
+        return partition.fetch_offset_for_timestamp(timestamp_ms, current_leader_epoch)
 
     def last_offset_for_leader_epoch(
         self, tp: TopicPartition, current_leader_epoch: int, leader_epoch: int
@@ -206,3 +312,11 @@ class ReplicaManager:
         return self.partition_or_error(tp).last_offset_for_leader_epoch(
             current_leader_epoch, leader_epoch
         )
+
+
+def _remote_error_code(error: BaseException) -> ErrorCode:
+    if isinstance(error, KafkaError):
+        return error.code
+    if isinstance(error, TimeoutError):
+        return ErrorCode.request_timed_out  # the read goes on; the client's retry finds it
+    return ErrorCode.kafka_storage_error

@@ -163,6 +163,8 @@ class RemoteLogManager:
         for tip, p in sorted(self.partitions.items()):
             lg = p.log
             remote = self.rlmm.readable_segments(tip)
+            if not lg.config.remote_storage_enable and not remote:
+                continue
             pending = [
                 s
                 for s in lg.segments[:-1]
@@ -188,6 +190,10 @@ class RemoteLogManager:
                 }
             )
         return rows
+
+    def rlmm_snapshot(self) -> None:
+        """Let the metadata manager persist its state if it keeps a snapshot."""
+        self.rlmm.maybe_snapshot()
 
     def update_metrics(self) -> None:
         for row in self.status():

@@ -33,9 +33,12 @@ from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # KIP-1023
 
 
 class OffsetMovedToTieredStorage(Exception):
@@ -352,16 +355,34 @@ class Log:
         location = segment.translate_offset(offset)
         return segment, location.position if location else segment.size
 
+    def _special_offset(self, timestamp_ms: int) -> int | None:
+        """The offset a negative ListOffsets timestamp names; None for MAX_TIMESTAMP."""
+        tiered = self.config.remote_storage_enable
+        remote_end = self.highest_offset_in_remote_storage
+        offsets = {
+            LATEST_TIMESTAMP: self.log_end_offset,
+            EARLIEST_TIMESTAMP: self.log_start_offset,
+            EARLIEST_LOCAL_TIMESTAMP: self.local_log_start_offset,
+            LATEST_TIERED_TIMESTAMP: remote_end if tiered else -1,
+            EARLIEST_PENDING_UPLOAD_TIMESTAMP: (
+                max(remote_end + 1, self.local_log_start_offset) if tiered else -1
+            ),
+        }
+        if timestamp_ms not in offsets and timestamp_ms != MAX_TIMESTAMP:
+            raise KafkaError(
+                ErrorCode.invalid_request, f"unknown ListOffsets timestamp {timestamp_ms}"
+            )
+        return offsets.get(timestamp_ms)
+
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) for ListOffsets, or None if no batch matches."""
-        if timestamp_ms == EARLIEST_TIMESTAMP:
-            return (
-                self.log_start_offset,
-                -1,
-                self.leader_epoch_cache.epoch_for_offset(self.log_start_offset),
-            )
-        if timestamp_ms == LATEST_TIMESTAMP:
-            return self.log_end_offset, -1, self.leader_epoch_cache.latest_epoch
+        if timestamp_ms < 0:
+            offset = self._special_offset(timestamp_ms)
+            if offset is not None:
+                epoch = self.leader_epoch_cache.epoch_for_offset(offset) if offset >= 0 else -1
+                if timestamp_ms == LATEST_TIMESTAMP:
+                    epoch = self.leader_epoch_cache.latest_epoch
+                return offset, -1, epoch
         if timestamp_ms == MAX_TIMESTAMP:
             best = max(self.segments, key=lambda s: s.max_timestamp)
             found = best.max_timestamp_record()

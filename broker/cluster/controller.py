@@ -52,6 +52,7 @@ class Controller:
         log_defaults: Mapping[str, Any],
         default_partitions: int,
         default_replication_factor: int,
+        tiering_enabled: bool = False,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -60,6 +61,7 @@ class Controller:
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
         self._next_producer_id = self._producer_id_block_end = 0
+        self.tiering_enabled = tiering_enabled
 
     @property
     def cluster_id(self) -> str:
@@ -116,7 +118,7 @@ class Controller:
                 ErrorCode.invalid_replication_factor,
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
-        check_overrides(configs)
+        self._check_tiering(check_overrides(configs), None)
         topic = TopicRecord(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
         if validate_only:
             return topic
@@ -148,7 +150,7 @@ class Controller:
     def alter_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
         """Replace the topic's config overrides with `configs` (already merged by the caller)."""
         topic = self.topic_or_error(name)
-        check_overrides(configs)
+        self._check_tiering(check_overrides(configs), self.log_config(topic))
         if validate_only:
             return
         updated = topic.with_changes(configs=dict(configs))
@@ -156,6 +158,23 @@ class Controller:
         config = self.log_config(updated)
         for p in range(updated.partitions):
             self.replicas.update_config(TopicPartition(name, p), config)
+
+    def _check_tiering(self, overrides: Mapping[str, Any], current: LogConfig | None) -> None:
+        """remote.storage.enable needs the broker's remote tier; turning it off needs
+        remote.log.delete.on.disable=true (KIP-950), since the remote data then goes."""
+        wanted = overrides.get("remote.storage.enable", False)
+        if wanted and not self.tiering_enabled:
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                "remote.storage.enable=true needs remote.log.storage.system.enable=true",
+            )
+        if current is not None and current.remote_storage_enable and not wanted:
+            if not overrides.get("remote.log.delete.on.disable", False):
+                raise KafkaError(
+                    ErrorCode.invalid_config,
+                    "turning remote.storage.enable off deletes the remote data: "
+                    "set remote.log.delete.on.disable=true to confirm",
+                )
 
     def next_producer_id(self) -> int:
         """A producer id never handed out before, also across restarts (ids go in blocks)."""

@@ -23,7 +23,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
                 "leader_epoch": -1,
             }
             try:
-                found = ctx.replicas.fetch_offset_for_timestamp(
+                found = await ctx.replicas.fetch_offset_for_timestamp(
                     TopicPartition(topic.name, p.partition_index),
                     p.timestamp,
                     field(p, "current_leader_epoch", -1),

@@ -99,5 +99,8 @@ class RemoteLogMetadataManager(abc.ABC):
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:  # noqa: B027
         """This broker no longer hosts these partitions."""
 
+    def maybe_snapshot(self) -> None:  # noqa: B027 (optional hook)
+        """Persist recorded state if it is due (called periodically)."""
+
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Persist what needs persisting and release resources."""

@@ -51,6 +51,7 @@ class BrokerProcess:
         self.overrides = {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(data_dir / "logs"),
+            "metrics.port": str(free_port()),
             **(overrides or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
