@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from broker.config import ConfigError, load_config
+from broker.config import BrokerConfig, ConfigError, load_config
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="A Kafka-protocol broker with tiered storage."
@@ -51,10 +51,10 @@ def serve(
     asyncio.run(_serve(broker_config))
 
 
-async def _serve(config: object) -> None:
-    from broker.broker_server import BrokerServer
+async def _serve(config: BrokerConfig) -> None:
+    from broker.broker_server import BrokerServer  # here: `tier status` needs none of it
 
-    server = BrokerServer(config)  # type: ignore[arg-type]
+    server = BrokerServer(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

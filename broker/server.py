@@ -75,8 +75,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._queued_bytes += len(frame)
             self._frames.put_nowait(frame)
         if self._queued_bytes > self.server.max_queued_bytes and not self._reading_paused:
+            assert self.transport is not None
             self._reading_paused = True
-            self.transport.pause_reading()  # type: ignore[union-attr]
+            self.transport.pause_reading()
 
     def eof_received(self) -> bool | None:
         if self.reader.has_partial_frame:
