@@ -71,8 +71,11 @@ class BrokerProcess:
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         log_file = open(self.log_path, "ab")
+        # kio registers hypothesis strategies when hypothesis is installed (it is, for the
+        # tests); a shared storage dir keeps it from rebuilding its cache in every temp dir.
+        env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": str(ROOT / ".hypothesis")}
         self.process = subprocess.Popen(
-            args, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.data_dir
+            args, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.data_dir, env=env
         )
         log_file.close()
         deadline = time.monotonic() + timeout_s
