@@ -27,6 +27,8 @@ class Partition:
         self.log = log
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
+        # A new leader whose ISR is itself: everything in its log is committed.
+        self.log.update_high_watermark(self.log.log_end_offset)
 
     @property
     def topic_partition(self) -> TopicPartition:
