@@ -90,6 +90,12 @@ class BrokerProcess:
             time.sleep(0.05)
         return self
 
+    def restarted(self) -> BrokerProcess:
+        """A new broker process on the same data dir, port and overrides, started."""
+        new = type(self)(self.data_dir, self.overrides)
+        new.port = self.port
+        return new.start()
+
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
         """Send `sig` and wait for the exit code (SIGKILL after the timeout)."""
         assert self.process is not None

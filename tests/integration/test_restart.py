@@ -21,13 +21,6 @@ def create_topic(bootstrap: str) -> None:
     admin.create_topics([NewTopic("t", 1, 1)])["t"].result(15)
 
 
-def restarted(old: BrokerProcess, tmp_path: Path) -> BrokerProcess:
-    """A new broker process on the same data dir and port."""
-    new = BrokerProcess(tmp_path, old.overrides)
-    new.port = old.port
-    return new.start()
-
-
 def read_partition(
     bootstrap: str, topic: str, until: int, timeout_s: float = 60
 ) -> list[tuple[int, bytes]]:
@@ -60,7 +53,7 @@ def test_sigterm_shuts_down_cleanly_and_keeps_everything(tmp_path: Path) -> None
         assert broker.stop(signal.SIGTERM) == 0
         assert "shut down cleanly" in broker.log()
         assert (tmp_path / "logs" / ".kafka_cleanshutdown").exists()
-        broker = restarted(broker, tmp_path)
+        broker = broker.restarted()
         got = read_partition(broker.bootstrap, "t", len(values))
         assert got == list(enumerate(values))
     finally:
@@ -111,7 +104,7 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
         stop.set()
         thread.join(30)
         assert "Traceback" not in broker.log()
-        broker = restarted(broker, tmp_path)
+        broker = broker.restarted()
         got = dict(read_partition(broker.bootstrap, "t", max(o for o, _ in acked) + 1))
         assert sorted(got) == list(range(len(got))), "offsets are not dense"
         missing = [(o, v) for o, v in acked if got.get(o) != v]
@@ -133,7 +126,7 @@ def test_torn_tail_is_cut_on_recovery(tmp_path: Path, torn: bytes) -> None:
         active = max((tmp_path / "logs" / "t-0").glob("*.log"))
         with open(active, "ab") as f:
             f.write(torn)
-        broker = restarted(broker, tmp_path)
+        broker = broker.restarted()
         assert "truncated" in broker.log()
         assert [v for _, v in read_partition(broker.bootstrap, "t", 1000)] == [
             b"v%d" % i for i in range(1000)
