@@ -125,7 +125,7 @@ def test_transactional_producer_fails_fast(broker: BrokerProcess) -> None:
         assert error == ErrorCode.transactional_id_authorization_failed
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-2"})
     started = time.monotonic()
-    with pytest.raises(Exception, match="(?i)authoriz"):
+    with pytest.raises(Exception, match=r"(?i)authoriz"):
         producer.init_transactions(10)
     assert time.monotonic() - started < 10
     assert "transactions are not supported" in broker.log()
