@@ -1,0 +1,244 @@
+"""A remote tier that is slow, failing or down: produce and local fetch go on, tiering and
+remote reads back off and resume, fetches never hang, nothing is lost or deleted early."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+from protocol.errors import ErrorCode
+from storage.remote.local_fs import LocalFsRemoteStorageManager
+from storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from storage.remote.storage_manager import LogSegmentData, RemoteStorageError
+from tests.integration.broker_process import ROOT, BrokerProcess
+from tests.integration.moto_server import MotoServer
+from tests.integration.wire import WireClient
+
+FAST = {
+    "remote.log.manager.task.interval.ms": "300",
+    "log.retention.check.interval.ms": "300",
+    "remote.log.manager.task.retry.backoff.max.ms": "1000",
+}
+TIERED = {
+    "remote.storage.enable": "true",
+    "segment.bytes": str(256 * 1024),
+    "local.retention.bytes": str(512 * 1024),
+}
+
+
+class FlakyLocalFs(LocalFsRemoteStorageManager):
+    """LocalFs that fails the first copies and answers some reads slowly (selected by class path)."""
+
+    def configure(self, configs: Any) -> None:
+        super().configure(configs)
+        self.copy_failures = int(configs.get("flaky.copy.failures", "0"))
+        self.fetch_delay_s = float(configs.get("flaky.fetch.delay.ms", "0")) / 1000
+
+    async def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        if self.copy_failures > 0:
+            self.copy_failures -= 1
+            raise RemoteStorageError("injected copy failure")
+        await super().copy_log_segment_data(metadata, data)
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        await asyncio.sleep(self.fetch_delay_s)
+        return await super().fetch_log_segment(metadata, start, end)
+
+
+def status(broker: BrokerProcess, topic: str) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{broker.overrides['metrics.port']}/tier/status"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return next((r for r in json.load(response) if r["topic"] == topic), {})
+
+
+def create(broker: BrokerProcess, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config=TIERED)])[topic].result(15)
+
+
+def produce(broker: BrokerProcess, topic: str, start: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": 1})
+    for i in range(start, start + count):
+        producer.produce(topic, b"x" * 500, b"%d" % i, partition=0)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def read_keys(broker: BrokerProcess, topic: str, start: int, count: int) -> list[bytes]:
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "o", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, 0, start)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 90
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            got += [m.key() for m in consumer.consume(2000, 0.3) if m.error() is None]
+    finally:
+        consumer.close()
+    return got
+
+
+def wait_for(condition: Any, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def settled(broker: BrokerProcess, topic: str) -> bool:
+    """True if the local log start stays put over several retention checks."""
+    before = status(broker, topic)["local_log_start_offset"]
+    time.sleep(1)
+    return bool(status(broker, topic)["local_log_start_offset"] == before)
+
+
+def fetch_at(broker: BrokerProcess, topic: str, offset: int) -> tuple[ErrorCode, int, float]:
+    with WireClient(broker.port) as client:
+        started = time.monotonic()
+        response = client.request(
+            FetchRequest(
+                replica_id=-1,
+                max_wait=datetime.timedelta(milliseconds=100),
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=(
+                    FetchTopic(
+                        topic=topic,
+                        partitions=(
+                            FetchPartition(
+                                partition=0,
+                                current_leader_epoch=-1,
+                                fetch_offset=offset,
+                                log_start_offset=-1,
+                                partition_max_bytes=1 << 20,
+                            ),
+                        ),
+                    ),
+                ),
+                forgotten_topics_data=(),
+                rack_id="",
+            )
+        )
+        elapsed = time.monotonic() - started
+    partition = response.responses[0].partitions[0]
+    return partition.error_code, len(partition.records or b""), elapsed
+
+
+def s3_broker(tmp_path: Path, moto: MotoServer) -> BrokerProcess:
+    moto.create_bucket("outage")
+    return BrokerProcess(
+        tmp_path,
+        {
+            **FAST,
+            **moto.rsm_overrides("outage"),
+            "rsm.config.storage.s3.api.call.timeout.ms": "2000",
+            "rsm.config.storage.s3.retry.max.attempts": "2",
+        },
+    ).start()
+
+
+def test_s3_down_before_tiering_then_back(tmp_path: Path) -> None:
+    """Produce and local fetch go on; nothing is deleted locally; tiering resumes after."""
+    moto = MotoServer().start()
+    broker = s3_broker(tmp_path, moto)
+    try:
+        create(broker, "o")
+        moto.stop()
+        produce(broker, "o", 0, 6000)
+        assert read_keys(broker, "o", 3000, 3000) == [b"%d" % i for i in range(3000, 6000)]
+        wait_for(lambda: status(broker, "o")["copy_lag_segments"] >= 2, "the copy lag to grow")
+        time.sleep(1)  # several retention checks
+        s = status(broker, "o")
+        assert s["copy_lag_segments"] == s["local_segments"] - 1  # every rolled segment waits
+        assert s["local_log_start_offset"] == 0, "deleted locally before it was in the remote tier"
+        moto.start()  # the same port; moto starts empty
+        moto.create_bucket("outage")
+        wait_for(
+            lambda: (
+                status(broker, "o")["copy_lag_segments"] == 0
+                and status(broker, "o")["local_log_start_offset"] > 0
+            ),
+            "tiering to resume",
+            60,
+        )
+        assert read_keys(broker, "o", 0, 6000) == [b"%d" % i for i in range(6000)]
+    finally:
+        broker.kill()
+        moto.stop()
+
+
+def test_remote_fetch_while_s3_is_down_answers_and_never_hangs(tmp_path: Path) -> None:
+    moto = MotoServer().start()
+    broker = s3_broker(tmp_path, moto)
+    try:
+        create(broker, "d")
+        produce(broker, "d", 0, 6000)
+        wait_for(
+            lambda: (
+                status(broker, "d").get("copy_lag_segments") == 0
+                and status(broker, "d")["local_log_start_offset"] > 0
+            ),
+            "the first segments to be tiered",
+        )
+        wait_for(lambda: settled(broker, "d"), "local retention to settle")
+        moto.stop()
+        error, size, elapsed = fetch_at(broker, "d", 0)
+        assert error != ErrorCode.none and size == 0 and elapsed < 5, (error, size, elapsed)
+        tail = status(broker, "d")["local_log_start_offset"]
+        produce(broker, "d", 6000, 1000)  # produce and local fetch still work
+        assert read_keys(broker, "d", tail, 7000 - tail) == [b"%d" % i for i in range(tail, 7000)]
+    finally:
+        broker.kill()
+        moto.stop()
+
+
+def test_failing_and_slow_plugin(tmp_path: Path) -> None:
+    broker = BrokerProcess(
+        tmp_path,
+        {
+            **FAST,
+            "remote.log.storage.manager.class.name": "tests.integration.test_tiering_outages.FlakyLocalFs",
+            "remote.log.storage.manager.class.path": str(ROOT),
+            "rsm.config.flaky.copy.failures": "3",
+            "rsm.config.flaky.fetch.delay.ms": "1500",
+            "remote.fetch.max.wait.ms": "500",
+        },
+    ).start()
+    try:
+        create(broker, "f")
+        produce(broker, "f", 0, 6000)
+        wait_for(
+            lambda: (
+                status(broker, "f").get("copy_lag_segments") == 0
+                and status(broker, "f")["local_log_start_offset"] > 0
+            ),
+            "copies to succeed after injected failures",
+        )
+        assert broker.log().count("injected copy failure") >= 3
+        # A slow remote read times out for the first fetch and serves the retry from its result.
+        error, _, elapsed = fetch_at(broker, "f", 0)
+        assert error == ErrorCode.request_timed_out and elapsed < 1.4
+        time.sleep(2)
+        error, size, _ = fetch_at(broker, "f", 0)
+        assert error == ErrorCode.none and size > 0
+        # A consumer reading through slow remote reads makes progress to the end.
+        assert read_keys(broker, "f", 0, 6000) == [b"%d" % i for i in range(6000)]
+    finally:
+        broker.kill()
