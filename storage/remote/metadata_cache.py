@@ -76,18 +76,21 @@ class RemoteLogMetadataCache:
             self._index(state, metadata)
 
     def _index(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
-        i = bisect.bisect_right(state.starts, metadata.start_offset)
-        before = state.readable[i - 1] if i > 0 else None
-        if before is not None and before.end_offset >= metadata.end_offset:
-            state.superseded.add(metadata.segment_id.id)  # wholly inside an earlier segment
+        lo = bisect.bisect_left(state.starts, metadata.start_offset)
+        # Wholly inside a readable segment that starts before or at the same offset?
+        covering = [state.readable[j] for j in (lo - 1, lo) if 0 <= j < len(state.readable)]
+        if any(
+            c.start_offset <= metadata.start_offset and c.end_offset >= metadata.end_offset
+            for c in covering
+        ):
+            state.superseded.add(metadata.segment_id.id)
             return
-        while i < len(state.readable) and state.readable[i].end_offset <= metadata.end_offset:
-            inner = state.readable[i]  # wholly inside the new segment
+        while lo < len(state.readable) and state.readable[lo].end_offset <= metadata.end_offset:
+            inner = state.readable[lo]  # starts at or after the new one and ends within it
             self._unindex(state, inner)
             state.superseded.add(inner.segment_id.id)
-        i = bisect.bisect_right(state.starts, metadata.start_offset)
-        state.starts.insert(i, metadata.start_offset)
-        state.readable.insert(i, metadata)
+        state.starts.insert(lo, metadata.start_offset)
+        state.readable.insert(lo, metadata)
         epoch = metadata.first_epoch
         state.size_by_first_epoch[epoch] = (
             state.size_by_first_epoch.get(epoch, 0) + metadata.segment_size_bytes

@@ -36,7 +36,7 @@ TIERED = {
 
 
 class FlakyLocalFs(LocalFsRemoteStorageManager):
-    """LocalFs that fails the first copies and answers some reads slowly (selected by class path)."""
+    """LocalFs failing the first copies and answering reads slowly (chosen by class path)."""
 
     def configure(self, configs: Any) -> None:
         super().configure(configs)
@@ -214,7 +214,7 @@ def test_failing_and_slow_plugin(tmp_path: Path) -> None:
         tmp_path,
         {
             **FAST,
-            "remote.log.storage.manager.class.name": "tests.integration.test_tiering_outages.FlakyLocalFs",
+            "remote.log.storage.manager.class.name": f"{__name__}.FlakyLocalFs",
             "remote.log.storage.manager.class.path": str(ROOT),
             "rsm.config.flaky.copy.failures": "3",
             "rsm.config.flaky.fetch.delay.ms": "1500",
