@@ -32,7 +32,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from benchmarks.targets import Broker, free_port, spawn, start_tansu, stop, tierbroker_command
+from benchmarks.targets import Broker, start_tansu, stop
+from benchmarks.targets import start_tierbroker as targets_start_tierbroker
 
 BROKERS = ("tierbroker", "tansu")
 GROUP_SETTINGS: dict[str, Any] = {  # enable.auto.commit off: no commits in the rebalance phase
@@ -49,14 +50,7 @@ ROUND_TIMEOUT_S = 90.0
 
 def start_tierbroker(workdir: Path) -> Broker:
     """As benchmarks.targets starts it, plus an explicit initial rebalance delay of 0."""
-    port = free_port()
-    args = [
-        tierbroker_command(), "serve", "--config", "config/server.properties",
-        "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-        "--override", f"log.dirs={workdir / 'data'}",
-        "--override", "group.initial.rebalance.delay.ms=0",
-    ]  # fmt: skip
-    return spawn("tierbroker", args, port, workdir, cwd=Path(__file__).resolve().parents[1])
+    return targets_start_tierbroker(workdir, {"group.initial.rebalance.delay.ms": "0"})
 
 
 @contextmanager

@@ -129,15 +129,16 @@ def spawn(name: str, args: list[str], port: int, workdir: Path, cwd: Path) -> Br
     return broker
 
 
-def start_tierbroker(workdir: Path) -> Broker:
+def start_tierbroker(workdir: Path, overrides: dict[str, str] | None = None) -> Broker:
     """As a user runs it: from the project directory, with the shipped config."""
     port = free_port()
-    args = [
-        tierbroker_command(), "serve",
-        "--config", "config/server.properties",
-        "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-        "--override", f"log.dirs={workdir / 'data'}",
-    ]  # fmt: skip
+    settings = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(workdir / "data"),
+        "metrics.port": str(free_port()), **(overrides or {}),
+    }
+    args = [tierbroker_command(), "serve", "--config", "config/server.properties"]
+    for key, value in settings.items():
+        args += ["--override", f"{key}={value}"]
     return spawn("tierbroker", args, port, workdir, cwd=ROOT)
 
 
