@@ -1,0 +1,300 @@
+"""Tiered storage measured against its baselines, LocalFs and S3 (moto's server) in one run.
+
+    python -m benchmarks.tiering [--mib 64] [--tiers localfs,s3]
+
+Per tier: produce throughput to a tiered topic (copies running meanwhile) vs an
+untiered one; tiering MB/s (segments copied, from produce start to copy lag 0)
+vs raw writes of the same segment files to the same tier; remote sequential
+read MB/s through the broker (confluent-kafka from offset 0 to the local log
+start) vs raw reads of the same objects; time to first byte of a cold remote
+fetch (after a restart empties the index cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.serial import entity_writer
+
+from benchmarks.targets import Broker, free_port, start_tierbroker, stop
+
+MIB = 1 << 20
+TOPIC_CONFIG = {"segment.bytes": str(8 * MIB), "local.retention.bytes": str(16 * MIB)}
+FAST = {"remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "300"}
+
+
+class Moto:
+    def __init__(self) -> None:
+        self.port = free_port()
+        exe = Path(sys.executable).with_name("moto_server")
+        self.process = subprocess.Popen(
+            [str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        import boto3
+
+        self.s3 = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{self.port}",
+            region_name="us-east-1",
+            aws_access_key_id="t",
+            aws_secret_access_key="t",
+        )
+        self.s3.create_bucket(Bucket="bench")
+
+    def overrides(self) -> dict[str, str]:
+        prefix = "rsm.config.storage."
+        return {
+            "remote.log.storage.manager.class.name": "s3",
+            f"{prefix}s3.bucket.name": "bench",
+            f"{prefix}s3.region": "us-east-1",
+            f"{prefix}s3.endpoint.url": f"http://127.0.0.1:{self.port}",
+            f"{prefix}s3.path.style.access.enabled": "true",
+            f"{prefix}aws.access.key.id": "t",
+            f"{prefix}aws.secret.access.key": "t",
+        }
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def status(metrics_port: str, topic: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/tier/status", timeout=5) as r:
+        return next((row for row in json.load(r) if row["topic"] == topic), {})
+
+
+def produce(bootstrap: str, topic: str, mib: int) -> float:
+    """Seconds to produce `mib` MiB of 1 KiB values, every delivery confirmed."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000, "acks": 1}
+    )
+    value = os.urandom(1024)
+    started = time.perf_counter()
+    for _ in range(mib * 1024):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(120)
+    return time.perf_counter() - started
+
+
+def consume_until(bootstrap: str, topic: str, end_offset: int) -> tuple[float, int]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 * MIB,
+            "max.partition.fetch.bytes": 8 * MIB,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    read = 0
+    started = time.perf_counter()
+    last = -1
+    while last < end_offset - 1:
+        for m in consumer.consume(10_000, 1.0):
+            if m.error() is None:
+                read += len(m.value())
+                last = m.offset()
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed, read
+
+
+def fetch_ttfb_ms(port: int, topic: str) -> float:
+    """One Fetch v12 at offset 0: milliseconds until the response's first bytes."""
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        max_bytes=MIB,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            FetchTopic(
+                topic=topic,
+                partitions=(
+                    FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=MIB,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    buffer = io.BytesIO()
+    entity_writer(RequestHeader)(
+        buffer,
+        RequestHeader(
+            request_api_key=1, request_api_version=12, correlation_id=1, client_id="bench"
+        ),
+    )
+    entity_writer(FetchRequest)(buffer, request)
+    frame = buffer.getvalue()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        started = time.perf_counter()
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        s.recv(4)
+        return (time.perf_counter() - started) * 1000
+
+
+def remote_objects(tier: str, workdir: Path, moto: Moto | None) -> list[tuple[str, int]]:
+    """The remote segment data objects: LocalFs puts them in <log dir>/../remote."""
+    if moto is None:
+        return [(str(p), p.stat().st_size) for p in sorted((workdir / "remote").rglob("*.log"))]
+    listed = moto.s3.list_objects_v2(Bucket="bench").get("Contents", [])
+    return [(o["Key"], o["Size"]) for o in listed if o["Key"].endswith(".log")]
+
+
+def raw_write_and_read(
+    objects: list[tuple[str, int]], moto: Moto | None, workdir: Path
+) -> tuple[float, float]:
+    """MB/s writing the same segment bytes to the tier, and reading them back, directly."""
+    data = [
+        (
+            key,
+            (
+                Path(key).read_bytes()
+                if moto is None
+                else moto.s3.get_object(Bucket="bench", Key=key)["Body"].read()
+            ),
+        )
+        for key, _ in objects
+    ]
+    total = sum(len(d) for _, d in data) / 1e6
+    started = time.perf_counter()
+    for i, (_, body) in enumerate(data):
+        if moto is None:
+            target = workdir / "raw" / f"{i}.log"
+            target.parent.mkdir(exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(body)
+                os.fsync(f.fileno())
+        else:
+            moto.s3.put_object(Bucket="bench", Key=f"raw/{i}.log", Body=body)
+    write_s = time.perf_counter() - started
+    started = time.perf_counter()
+    for key, _ in objects:
+        if moto is None:
+            Path(key).read_bytes()
+        else:
+            moto.s3.get_object(Bucket="bench", Key=key)["Body"].read()
+    return total / write_s, total / (time.perf_counter() - started)
+
+
+def run_tier(tier: str, mib: int) -> dict[str, float]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-tiering-{tier}-"))
+    moto = Moto() if tier == "s3" else None
+    metrics = str(free_port())
+    overrides = {**FAST, "metrics.port": metrics, **(moto.overrides() if moto else {})}
+    broker: Broker | None = None
+    try:
+        broker = start_tierbroker(workdir, overrides)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for topic, tiered in (("plain", "false"), ("tiered", "true")):
+            admin.create_topics(
+                [NewTopic(topic, 1, 1, config={**TOPIC_CONFIG, "remote.storage.enable": tiered})]
+            )[topic].result(15)
+        plain_s = produce(broker.bootstrap, "plain", mib)
+        started = time.perf_counter()
+        tiered_s = produce(broker.bootstrap, "tiered", mib)
+        while status(metrics, "tiered").get("copy_lag_segments", 1) != 0:
+            time.sleep(0.05)
+        tiering_s = time.perf_counter() - started
+        row = status(metrics, "tiered")
+        while status(metrics, "tiered")["local_log_start_offset"] == 0:
+            time.sleep(0.1)
+        local_start = status(metrics, "tiered")["local_log_start_offset"]
+        read_s, read_bytes = consume_until(broker.bootstrap, "tiered", local_start)
+        objects = remote_objects(tier, workdir, moto)
+        raw_write, raw_read = raw_write_and_read(objects, moto, workdir)
+        stop(broker)
+        broker = start_tierbroker(workdir, overrides)  # a cold index cache
+        cold = fetch_ttfb_ms(broker.port, "tiered")
+        warm = fetch_ttfb_ms(broker.port, "tiered")
+        return {
+            "produce_tiered_mb_s": mib * MIB / 1e6 / tiered_s,
+            "produce_plain_mb_s": mib * MIB / 1e6 / plain_s,
+            "tiering_mb_s": row["remote_bytes"] / 1e6 / tiering_s,
+            "raw_write_mb_s": raw_write,
+            "remote_read_mb_s": read_bytes / 1e6 / read_s,
+            "raw_read_mb_s": raw_read,
+            "cold_fetch_ms": cold,
+            "warm_fetch_ms": warm,
+        }
+    finally:
+        if broker is not None:
+            stop(broker)
+        if moto is not None:
+            moto.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mib", type=int, default=64)
+    parser.add_argument("--tiers", default="localfs,s3")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    results = {tier: run_tier(tier, args.mib) for tier in args.tiers.split(",")}
+    print(f"{'':8} {'measure':34} {'tierbroker':>11} {'baseline':>9} {'ratio':>6} {'goal':>6}")
+    for tier, r in results.items():
+        rows = [
+            (
+                "produce MB/s, tiering on vs off",
+                r["produce_tiered_mb_s"],
+                r["produce_plain_mb_s"],
+                0.9,
+            ),
+            ("tiering MB/s vs raw writes", r["tiering_mb_s"], r["raw_write_mb_s"], 0.8),
+            ("remote read MB/s vs raw reads", r["remote_read_mb_s"], r["raw_read_mb_s"], 0.7),
+        ]
+        for name, ours, base, goal in rows:
+            print(f"{tier:8} {name:34} {ours:>11.1f} {base:>9.1f} {ours / base:>6.2f} {goal:>6.2f}")
+        cold, warm = r["cold_fetch_ms"], r["warm_fetch_ms"]
+        print(f"{tier:8} {'cold remote fetch ms (warm)':34} {cold:>11.1f} {warm:>9.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
