@@ -242,3 +242,98 @@ def test_failing_and_slow_plugin(tmp_path: Path) -> None:
         assert read_keys(broker, "f", 0, 6000) == [b"%d" % i for i in range(6000)]
     finally:
         broker.kill()
+
+
+def test_several_remote_partitions_in_one_fetch_honour_the_byte_limits(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path, FAST).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("multi", 3, 1, config=TIERED)])["multi"].result(15)
+        producer = Producer(
+            {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 16384}
+        )
+        for i in range(9000):
+            producer.produce("multi", b"x" * 500, b"%d" % i, partition=i % 3)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        wait_for(
+            lambda: all(
+                r["copy_lag_segments"] == 0 and r["local_log_start_offset"] > 0
+                for r in all_status(broker)
+                if r["topic"] == "multi"
+            ),
+            "all partitions tiered",
+        )
+        limit, partition_limit = 100_000, 60_000
+        with WireClient(broker.port) as client:
+            request = FetchRequest(
+                replica_id=-1,
+                max_wait=datetime.timedelta(milliseconds=500),
+                min_bytes=1,
+                max_bytes=limit,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=(
+                    FetchTopic(
+                        topic="multi",
+                        partitions=tuple(
+                            FetchPartition(
+                                partition=p,
+                                current_leader_epoch=-1,
+                                fetch_offset=0,
+                                log_start_offset=-1,
+                                partition_max_bytes=partition_limit,
+                            )
+                            for p in range(3)
+                        ),
+                    ),
+                ),
+                forgotten_topics_data=(),
+                rack_id="",
+            )
+            sizes = []
+            for _ in range(10):  # the first answers may time out while indexes load
+                response = client.request(request)
+                parts = response.responses[0].partitions
+                if all(p.error_code == ErrorCode.none for p in parts) and sum(
+                    len(p.records or b"") for p in parts
+                ):
+                    sizes = [len(p.records or b"") for p in parts]
+                    break
+                time.sleep(0.3)
+        assert sizes and sum(sizes) <= limit and all(s <= partition_limit for s in sizes)
+        assert sum(1 for s in sizes if s > 0) >= 2, f"one remote partition only: {sizes}"
+    finally:
+        broker.kill()
+
+
+def test_log_start_offset_survives_restarts(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path, FAST).start()
+    try:
+        create(broker, "start")
+        produce(broker, "start", 0, 6000)
+        wait_for(
+            lambda: (
+                status(broker, "start").get("copy_lag_segments") == 0
+                and status(broker, "start")["local_log_start_offset"] > 0
+            ),
+            "tiering",
+        )
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        [deleted] = admin.delete_records([TopicPartition("start", 0, 1000)]).values()
+        assert deleted.result(10).low_watermark == 1000
+        for _ in range(2):
+            broker.stop()
+            broker = broker.restarted()
+            s = status(broker, "start")
+            assert s["log_start_offset"] == 1000, s
+            assert s["local_log_start_offset"] > 1000
+    finally:
+        broker.kill()
+
+
+def all_status(broker: BrokerProcess) -> list[dict[str, Any]]:
+    url = f"http://127.0.0.1:{broker.overrides['metrics.port']}/tier/status"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return list(json.load(response))
