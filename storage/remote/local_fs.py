@@ -65,18 +65,11 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
                 data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
             )
         }
-        sources: dict[IndexType, Path | bytes | None] = {
-            IndexType.OFFSET: data.offset_index,
-            IndexType.TIMESTAMP: data.time_index,
-            IndexType.PRODUCER_SNAPSHOT: data.producer_snapshot_index,
-            IndexType.TRANSACTION: data.transaction_index,
-            IndexType.LEADER_EPOCH: data.leader_epoch_index,
-        }
-        for index_type, source in sources.items():
+        for index_type, source in data.indexes().items():
             key = self.layout.index_key(metadata, index_type)
             if isinstance(source, Path):
                 sizes[index_type.value] = self._copy_file(source, key)
-            elif source is not None:
+            else:
                 sizes[index_type.value] = self._write(key, source)
         self._write(
             self.layout.segment_key(metadata, MANIFEST_SUFFIX),

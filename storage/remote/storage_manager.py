@@ -38,6 +38,17 @@ class LogSegmentData:
     producer_snapshot_index: Path | None
     leader_epoch_index: bytes
 
+    def indexes(self) -> dict[IndexType, Path | bytes]:
+        """The indexes to copy, each a file or bytes (absent ones left out)."""
+        sources: dict[IndexType, Path | bytes | None] = {
+            IndexType.OFFSET: self.offset_index,
+            IndexType.TIMESTAMP: self.time_index,
+            IndexType.PRODUCER_SNAPSHOT: self.producer_snapshot_index,
+            IndexType.TRANSACTION: self.transaction_index,
+            IndexType.LEADER_EPOCH: self.leader_epoch_index,
+        }
+        return {t: source for t, source in sources.items() if source is not None}
+
 
 class RemoteStorageError(Exception):
     """A remote call failed; `retriable` says whether trying again may help."""

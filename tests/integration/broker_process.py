@@ -32,15 +32,14 @@ def api_versions_answered(port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def tierbroker_executable() -> str:
-    exe = Path(sys.executable).with_name("tierbroker")
+def executable(name: str, install: str) -> str:
+    """A command of this virtualenv (or the PATH); a failure says how to install it."""
+    exe = Path(sys.executable).with_name(name)
     if exe.exists():
         return str(exe)
-    found = shutil.which("tierbroker")
+    found = shutil.which(name)
     if found is None:
-        raise RuntimeError(
-            "the tierbroker command is not installed: run `make test` (pip install -e .)"
-        )
+        raise RuntimeError(f"{name} is not installed: run `make test` ({install})")
     return found
 
 
@@ -63,7 +62,7 @@ class BrokerProcess:
 
     def start(self, timeout_s: float = 15.0) -> BrokerProcess:
         args = [
-            tierbroker_executable(),
+            executable("tierbroker", "pip install -e ."),
             "serve",
             "--config",
             str(ROOT / "config" / "server.properties"),

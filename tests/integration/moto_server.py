@@ -7,32 +7,17 @@ the bucket must then be created again (moto keeps state in memory).
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.integration.broker_process import free_port
+from tests.integration.broker_process import executable, free_port
 
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 REGION = "us-east-1"
-
-
-def moto_executable() -> str:
-    exe = Path(sys.executable).with_name("moto_server")
-    if exe.exists():
-        return str(exe)
-    found = shutil.which("moto_server")
-    if found is None:
-        raise RuntimeError(
-            'moto_server is not installed: run `make test` (pip install "moto[server]")'
-        )
-    return found
 
 
 class MotoServer:
@@ -45,11 +30,9 @@ class MotoServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20) -> MotoServer:
-        self.process = subprocess.Popen(
-            [moto_executable(), "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        moto = executable("moto_server", 'pip install "moto[server]"')
+        args = [moto, "-H", "127.0.0.1", "-p", str(self.port)]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
