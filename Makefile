@@ -38,6 +38,9 @@ check: install-test
 
 bench: install-test
 	$(BIN)/python -m benchmarks.throughput
+	$(BIN)/python -m benchmarks.groups
+	$(BIN)/python -m benchmarks.tiering
+	$(BIN)/python -m benchmarks.remote_log_size
 
 clean:
 	rm -rf $(VENV) data
