@@ -49,7 +49,3 @@ class Purgatory:
         for waiter in self._watchers.pop(key, ()):
             if not waiter.done():
                 waiter.set_result(None)
-
-    @property
-    def watched(self) -> int:
-        return sum(len(w) for w in self._watchers.values())

@@ -102,11 +102,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             while (frame := await self._frames.get()) is not None:
                 self._release(len(frame))
-                self.server.in_flight += 1
-                try:
-                    response = await self.server.handler(frame, self.peer)
-                finally:
-                    self.server.in_flight -= 1
+                response = await self.server.handler(frame, self.peer)
                 if response is not None and not await self._send(response):
                     break
         except ConnectionClosing as e:
@@ -173,7 +169,6 @@ class SocketServer:
         self.max_request_bytes = max_request_bytes
         self.max_queued_bytes = max_queued_bytes
         self.connections: set[KafkaConnection] = set()
-        self.in_flight = 0
         self.use_sendfile = False
         self._server: asyncio.Server | None = None
 

@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial.writers import write_unsigned_varint
@@ -122,10 +122,6 @@ class RecordsSplicer:
         key = _PLACEHOLDER_TAG + next(self._counter).to_bytes(4, "big")
         self.regions[key] = region
         return Records(key)
-
-
-def response_type(api_key: int, api_version: int) -> Any:
-    return load_response_schema(api_key, api_version)
 
 
 def encode_response(

@@ -236,7 +236,6 @@ class GroupCoordinator:
             session_timeout_ms=req.session_timeout_ms,
             protocol_type=req.protocol_type,
             protocols=req.protocols,
-            is_new=True,
         )
 
     def _add_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
@@ -354,7 +353,6 @@ class GroupCoordinator:
             group.protocol_name,
         )
         for member in group.members.values():
-            member.is_new = False
             if member.join_waiter is not None and not member.join_waiter.done():
                 member.join_waiter.set_result(self._join_result(group, member))
             member.join_waiter = None

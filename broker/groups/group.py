@@ -78,7 +78,6 @@ class MemberMetadata:
     join_waiter: asyncio.Future[JoinResult] | None = None
     sync_waiter: asyncio.Future[SyncResult] | None = None
     heartbeat_timer: asyncio.TimerHandle | None = None
-    is_new: bool = False
 
     @property
     def awaiting_join(self) -> bool:

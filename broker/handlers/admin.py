@@ -17,7 +17,7 @@ BROKER_RESOURCE = 4
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations; APPEND and SUBTRACT are refused
 ZERO_UUID = uuid.UUID(int=0)
 
 log = logging.getLogger(__name__)

@@ -88,10 +88,6 @@ class RemoteLogSegmentMetadata:
     def first_epoch(self) -> int:
         return self.segment_leader_epochs[0][0]
 
-    @property
-    def last_epoch(self) -> int:
-        return self.segment_leader_epochs[-1][0]
-
     def epochs(self) -> list[int]:
         return [epoch for epoch, _ in self.segment_leader_epochs]
 
