@@ -90,6 +90,13 @@ def settled(broker: BrokerProcess) -> bool:
     return bool(s) and s["copy_lag_segments"] == 0 and s["local_bytes"] <= 4 * 1024 * 1024
 
 
+def log_start_settled(broker: BrokerProcess) -> bool:
+    """True if the log start offset stays put over several expiration runs."""
+    before = status(broker)["log_start_offset"]
+    time.sleep(1.5)
+    return bool(status(broker)["log_start_offset"] == before)
+
+
 def read_all_confluent(bootstrap: str, count: int) -> list[tuple[int, bytes]]:
     consumer = Consumer(
         {
@@ -176,6 +183,7 @@ def test_tiered_topic_end_to_end(tier: Tier) -> None:
         wait_for(
             lambda: status(broker)["log_start_offset"] > 0, "remote retention to move the log start"
         )
+        wait_for(lambda: log_start_settled(broker), "remote retention to finish")
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "low"})
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), 10)
