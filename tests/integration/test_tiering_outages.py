@@ -235,9 +235,10 @@ def test_failing_and_slow_plugin(tmp_path: Path) -> None:
         # A slow remote read times out for the first fetch and serves the retry from its result.
         error, _, elapsed = fetch_at(broker, "f", 0)
         assert error == ErrorCode.request_timed_out and elapsed < 1.4
-        time.sleep(2)
-        error, size, _ = fetch_at(broker, "f", 0)
-        assert error == ErrorCode.none and size > 0
+        # Every fetch waits 0.5 s for a 1.5 s read. Were reads cancelled with the fetch (as in
+        # Kafka), retries would time out forever; the read goes on, so a retry gets its result.
+        retries = [fetch_at(broker, "f", 0) for _ in range(6)]
+        assert any(e == ErrorCode.none and size > 0 for e, size, _ in retries), retries
         # A consumer reading through slow remote reads makes progress to the end.
         assert read_keys(broker, "f", 0, 6000) == [b"%d" % i for i in range(6000)]
     finally:
