@@ -147,9 +147,7 @@ class BrokerServer:
         self.log_manager.cleanup_logs()
 
     async def _flush_rolled(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(
-            None, self.log_manager.flush_rolled_segments
-        )
+        await self.log_manager.flush_rolled_segments()
 
     async def _checkpoint(self) -> None:
         self.log_manager.checkpoint()

@@ -520,16 +520,19 @@ class Log:
 
     # Lifecycle -----------------------------------------------------------------------
 
+    def segments_to_flush(self, up_to_offset: int) -> list[LogSegment]:
+        """The segments holding offsets between the recovery point and `up_to_offset`."""
+        if up_to_offset <= self.recovery_point:
+            return []
+        start = self._segment_for(self.recovery_point)
+        return [s for s in self.segments[start:] if s.base_offset < up_to_offset]
+
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync segments holding offsets below `up_to_offset`; advance the recovery point."""
         target = self.log_end_offset if up_to_offset is None else up_to_offset
-        if target <= self.recovery_point:
-            return
-        for segment in self.segments[self._segment_for(self.recovery_point) :]:
-            if segment.base_offset >= target:
-                break
+        for segment in self.segments_to_flush(target):
             segment.flush()
-        self.recovery_point = target
+        self.recovery_point = max(self.recovery_point, target)
 
     def close(self) -> None:
         for segment in self.segments:

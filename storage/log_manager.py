@@ -10,6 +10,7 @@ the broker calls it from the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import uuid
@@ -19,6 +20,7 @@ from pathlib import Path
 from storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
 from storage.log import Log, now_ms
 from storage.log_config import LogConfig
+from storage.segment import LogSegment
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -109,10 +111,19 @@ class LogManager:
         for lg in list(self.logs.values()):
             lg.producer_state.remove_expired(older_than_ms)
 
-    def flush_rolled_segments(self) -> None:
-        """fsync segments that are no longer active and advance recovery points to them."""
+    async def flush_rolled_segments(self) -> None:
+        """fsync rolled segments in the default executor, then advance recovery points.
+
+        Only the fsync leaves the event loop; log state is read and set on the loop.
+        """
+        loop = asyncio.get_running_loop()
         for lg in list(self.logs.values()):
-            lg.flush(lg.active_segment.base_offset)
+            target = lg.active_segment.base_offset
+            segments = lg.segments_to_flush(target)
+            if not segments:
+                continue
+            await loop.run_in_executor(None, _flush_all, segments)
+            lg.recovery_point = max(lg.recovery_point, target)
 
     def checkpoint(self) -> None:
         """Write recovery points, log start offsets and high watermarks of every log dir."""
@@ -138,3 +149,8 @@ class LogManager:
             lg.close()
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+
+
+def _flush_all(segments: list[LogSegment]) -> None:
+    for segment in segments:
+        segment.flush()
