@@ -215,7 +215,10 @@ class GroupCoordinator:
             req.group_instance_id,
             new_id,
         )
-        if group.is_in(Stable) and old.matches(req.protocols):
+        # As Kafka: no rebalance while the group's protocol is still supported. The metadata
+        # may differ (a restarted consumer owns no partitions yet); the assignment stands.
+        still_supported = group.protocol_name in {name for name, _ in req.protocols}
+        if group.is_in(Stable) and still_supported:
             if new_id != group.leader_id or req.supports_skip_assignment:
                 self._schedule_session_expiry(group, member)
                 self._persist(group)
