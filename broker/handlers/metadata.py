@@ -98,19 +98,10 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
                 topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
             )
         )
-    host, port = ctx.config.advertised_listener
     return make(
         m.MetadataResponse,
         throttle_time=NO_THROTTLE,
-        brokers=(
-            make(
-                m.MetadataResponseBroker,
-                node_id=ctx.config.broker_id,
-                host=host,
-                port=port,
-                rack=ctx.config.broker_rack,
-            ),
-        ),
+        brokers=(_this_broker(ctx, m.MetadataResponseBroker),),
         cluster_id=ctx.controller.cluster_id,
         controller_id=ctx.config.broker_id,
         topics=tuple(topics),
@@ -119,9 +110,23 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
     )
 
 
+def _this_broker(ctx: BrokerContext, cls: type) -> Any:
+    """This broker as an entry of a Metadata or DescribeCluster response (field names vary)."""
+    host, port = ctx.config.advertised_listener
+    broker_id = ctx.config.broker_id
+    return make(
+        cls,
+        node_id=broker_id,
+        broker_id=broker_id,
+        host=host,
+        port=port,
+        rack=ctx.config.broker_rack,
+        is_fenced=False,
+    )
+
+
 async def handle_describe_cluster(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
-    host, port = ctx.config.advertised_listener
     return make(
         m.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,
@@ -130,16 +135,7 @@ async def handle_describe_cluster(ctx: BrokerContext, request: Request, _splicer
         endpoint_type=1,
         cluster_id=ctx.controller.cluster_id,
         controller_id=ctx.config.broker_id,
-        brokers=(
-            make(
-                m.DescribeClusterBroker,
-                broker_id=ctx.config.broker_id,
-                host=host,
-                port=port,
-                rack=ctx.config.broker_rack,
-                is_fenced=False,
-            ),
-        ),
+        brokers=(_this_broker(ctx, m.DescribeClusterBroker),),
         cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
     )
 
