@@ -133,8 +133,10 @@ def start_tierbroker(workdir: Path, overrides: dict[str, str] | None = None) -> 
     """As a user runs it: from the project directory, with the shipped config."""
     port = free_port()
     settings = {
-        "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(workdir / "data"),
-        "metrics.port": str(free_port()), **(overrides or {}),
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "log.dirs": str(workdir / "data"),
+        "metrics.port": str(free_port()),
+        **(overrides or {}),
     }
     args = [tierbroker_command(), "serve", "--config", "config/server.properties"]
     for key, value in settings.items():

@@ -3,8 +3,9 @@
     python -m benchmarks.tiering [--mib 64] [--tiers localfs,s3]
 
 Per tier: produce throughput to a tiered topic (copies running meanwhile) vs an
-untiered one; tiering MB/s (segments copied, from produce start to copy lag 0)
-vs raw writes of the same segment files to the same tier; remote sequential
+untiered one; tiering MB/s (segments held back with remote.log.copy.disable
+while produced, then released and timed to a copy lag of 0) vs raw writes of the
+same segment files to the same tier; remote sequential
 read MB/s through the broker (confluent-kafka from offset 0 to the local log
 start) vs raw reads of the same objects; time to first byte of a cold remote
 fetch (after a restart empties the index cache).
@@ -29,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_writer
@@ -228,17 +235,38 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
     try:
         broker = start_tierbroker(workdir, overrides)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for topic, tiered in (("plain", "false"), ("tiered", "true")):
-            admin.create_topics(
-                [NewTopic(topic, 1, 1, config={**TOPIC_CONFIG, "remote.storage.enable": tiered})]
-            )[topic].result(15)
+        for topic, tiered, paused in (
+            ("plain", "false", "false"),
+            ("tiered", "true", "false"),
+            ("held", "true", "true"),
+        ):
+            config = {
+                **TOPIC_CONFIG,
+                "remote.storage.enable": tiered,
+                "remote.log.copy.disable": paused,
+            }
+            admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
         plain_s = produce(broker.bootstrap, "plain", mib)
+        tiered_s = produce(broker.bootstrap, "tiered", mib)  # copies run meanwhile
+        # Tiering MB/s: segments held back while produced, then released and timed alone.
+        produce(broker.bootstrap, "held", mib)
+        release = ConfigResource(
+            "topic",
+            "held",
+            incremental_configs=[
+                ConfigEntry(
+                    "remote.log.copy.disable", "false", incremental_operation=AlterConfigOpType.SET
+                )
+            ],
+        )
         started = time.perf_counter()
-        tiered_s = produce(broker.bootstrap, "tiered", mib)
+        admin.incremental_alter_configs([release])[release].result(15)
+        while status(metrics, "held").get("copy_lag_segments", 1) != 0:
+            time.sleep(0.02)
+        tiering_s = time.perf_counter() - started
+        row = status(metrics, "held")
         while status(metrics, "tiered").get("copy_lag_segments", 1) != 0:
             time.sleep(0.05)
-        tiering_s = time.perf_counter() - started
-        row = status(metrics, "tiered")
         while status(metrics, "tiered")["local_log_start_offset"] == 0:
             time.sleep(0.1)
         local_start = status(metrics, "tiered")["local_log_start_offset"]
