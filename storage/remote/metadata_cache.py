@@ -53,18 +53,24 @@ class RemoteLogMetadataCache:
 
     # Updates -------------------------------------------------------------------------
 
+    def check(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Raise ValueError if `metadata` is not a legal next state of its segment."""
+        state = self._partitions.get(metadata.topic_id_partition)
+        current = state.segments.get(metadata.segment_id.id) if state else None
+        if current is not None and not current.state.can_become(metadata.state):
+            raise ValueError(
+                f"segment {metadata.segment_id.id} of {metadata.topic_id_partition}: "
+                f"{current.state.name} -> {metadata.state.name} is not allowed"
+            )
+
     def put(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Add a segment or move it to a new state; a repeated state is a no-op."""
+        self.check(metadata)
         state = self._state(metadata.topic_id_partition)
         key = metadata.segment_id.id
         current = state.segments.get(key)
         if current is not None and current.state == metadata.state:
             return
-        if current is not None and not current.state.can_become(metadata.state):
-            raise ValueError(
-                f"segment {key} of {metadata.topic_id_partition}: "
-                f"{current.state.name} -> {metadata.state.name} is not allowed"
-            )
         if current is not None and current.state == FINISHED:
             self._unindex(state, current)
         if metadata.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
@@ -74,6 +80,19 @@ class RemoteLogMetadataCache:
         state.segments[key] = metadata
         if metadata.state == FINISHED:
             self._index(state, metadata)
+
+    def contains(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        state = self._partitions.get(metadata.topic_id_partition)
+        return state is not None and metadata.segment_id.id in state.segments
+
+    def restore(self, metadata: RemoteLogSegmentMetadata, superseded: bool) -> None:
+        """Load a segment from a snapshot, with the overlap verdict it had when saved."""
+        state = self._state(metadata.topic_id_partition)
+        state.segments[metadata.segment_id.id] = metadata
+        if superseded:
+            state.superseded.add(metadata.segment_id.id)
+        elif metadata.state == FINISHED:
+            self._add_readable(state, metadata)
 
     def _index(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
         lo = bisect.bisect_left(state.starts, metadata.start_offset)
@@ -89,6 +108,10 @@ class RemoteLogMetadataCache:
             inner = state.readable[lo]  # starts at or after the new one and ends within it
             self._unindex(state, inner)
             state.superseded.add(inner.segment_id.id)
+        self._add_readable(state, metadata)
+
+    def _add_readable(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
+        lo = bisect.bisect_left(state.starts, metadata.start_offset)
         state.starts.insert(lo, metadata.start_offset)
         state.readable.insert(lo, metadata)
         epoch = metadata.first_epoch

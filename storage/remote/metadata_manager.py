@@ -43,11 +43,14 @@ class RemoteLogMetadataManager(abc.ABC):
 
     @abc.abstractmethod
     async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Record a segment whose copy starts (COPY_SEGMENT_STARTED)."""
+        """Record a new segment whose copy starts; ValueError unless COPY_SEGMENT_STARTED."""
 
     @abc.abstractmethod
     async def update_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Record a segment's new state; repeating the current state is a no-op."""
+        """Record a known segment's next state; repeating the current state is a no-op.
+
+        ValueError for an unknown segment or a move the state machine forbids.
+        """
 
     @abc.abstractmethod
     async def put_remote_partition_delete_metadata(

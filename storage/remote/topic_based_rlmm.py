@@ -11,8 +11,11 @@ A snapshot file (`remote-log-metadata.snapshot` in the first log dir: the cache'
 segments and delete states, and the next offset to read in each metadata
 partition) is written atomically at most every `snapshot.interval.ms` and at
 close, so a restart replays only the events after it, never the whole topic
-from offset 0. Applying an event twice is a no-op, so a snapshot older than the
-topic is safe. Not shared between tasks: the event loop serialises calls.
+from offset 0. As in Kafka, a segment is added in COPY_SEGMENT_STARTED and only
+a known segment is updated, along the KIP-405 state machine; an event that breaks
+this is refused before it is appended, and skipped with a warning on replay, so a
+deleted segment never comes back. Not shared between tasks: the event loop
+serialises calls.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from storage.remote.metadata_cache import RemoteLogMetadataCache
 from storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
 from storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
@@ -39,7 +43,8 @@ from storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "remote-log-metadata.snapshot"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -67,9 +72,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 partition, self.next_offsets.get(partition, 0)
             ):
                 if value is not None:
-                    self._apply(json.loads(value))
+                    self._replay(partition, offset, value)
                 self.next_offsets[partition] = offset + 1
                 self.replayed_events += 1
+        self._dirty = self.replayed_events > 0
         log.info(
             "remote log metadata: %d partitions known, %d events replayed after the snapshot",
             len(self.cache.partitions()),
@@ -88,10 +94,31 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             log.warning("ignoring %s of version %s", self.snapshot_path, data.get("version"))
             return
         self.next_offsets = {int(p): o for p, o in data["next_offsets"].items()}
+        superseded = set(data["superseded"])
         for segment in data["segments"]:
-            self.cache.put(RemoteLogSegmentMetadata.from_json(segment))
+            self.cache.restore(
+                RemoteLogSegmentMetadata.from_json(segment), segment["segment_id"] in superseded
+            )
         for d in data["partition_deletes"]:
             self._apply({"type": "partition_delete", **d})
+
+    def _replay(self, partition: int, offset: int, value: bytes) -> None:
+        try:
+            event = json.loads(value)
+            if event["type"] == "segment":
+                self._check(RemoteLogSegmentMetadata.from_json(event["metadata"]))
+            self._apply(event)
+        except (ValueError, KeyError) as e:
+            log.warning("skipping remote log metadata at %d:%d: %s", partition, offset, e)
+
+    def _check(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Kafka's rules: add in COPY_SEGMENT_STARTED, update only a known segment."""
+        known = self.cache.contains(metadata)
+        if metadata.state == STARTED and known:
+            raise ValueError(f"segment {metadata.segment_id.id} is already known")
+        if metadata.state != STARTED and not known:
+            raise ValueError(f"segment {metadata.segment_id.id} is unknown")
+        self.cache.check(metadata)
 
     def _apply(self, event: dict[str, Any]) -> None:
         if event["type"] == "segment":
@@ -116,11 +143,18 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._dirty = True
 
     async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
-        await self._publish(
-            metadata.topic_id_partition, {"type": "segment", "metadata": metadata.to_json()}
-        )
+        if metadata.state != STARTED:
+            raise ValueError(f"a segment is added in {STARTED.name}, not {metadata.state.name}")
+        await self._publish_segment(metadata)
 
     async def update_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        if metadata.state == STARTED:
+            raise ValueError(f"{STARTED.name} is not an update")
+        await self._publish_segment(metadata)
+
+    async def _publish_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        # A refused event never reaches the topic, so replay cannot trip over it.
+        self._check(metadata)
         await self._publish(
             metadata.topic_id_partition, {"type": "segment", "metadata": metadata.to_json()}
         )
@@ -177,10 +211,16 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             for tip in self.cache.partitions()
             if (state := self.cache.delete_state(tip)) is not None
         ]
+        superseded = [
+            str(m.segment_id.id)
+            for tip in self.cache.partitions()
+            for m in self.cache.superseded_segments(tip)
+        ]
         document = {
             "version": SNAPSHOT_VERSION,
             "next_offsets": {str(p): o for p, o in self.next_offsets.items()},
             "segments": segments,
+            "superseded": superseded,
             "partition_deletes": deletes,
         }
         write_atomically(self.snapshot_path, json.dumps(document))
