@@ -285,9 +285,16 @@ class ReplicaManager:
     # Offsets -------------------------------------------------------------------------
 
     async def fetch_offset_for_timestamp(
-        self, tp: TopicPartition, timestamp_ms: int, current_leader_epoch: int
+        self,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        current_leader_epoch: int,
+        timeout_s: float | None = None,
     ) -> OffsetAndEpoch | None:
-        """ListOffsets; a timestamp in the remote tier is looked up there, off the request loop."""
+        """ListOffsets; a timestamp in the remote tier is looked up there, off the request loop.
+
+        A remote lookup outliving `timeout_s` (or the remote call timeout) is REQUEST_TIMED_OUT.
+        """
         partition = self.partition_or_error(tp)
         lg = partition.log
         if timestamp_ms >= 0 and self.remote is not None and lg.config.remote_storage_enable:
@@ -295,9 +302,11 @@ class ReplicaManager:
             tip = TopicIdPartition(partition.topic_id, tp)
             try:
                 found = await self.remote.find_offset_by_timestamp(
-                    tip, timestamp_ms, lg.log_start_offset
+                    tip, timestamp_ms, lg.log_start_offset, timeout_s
                 )
-            except (RemoteStorageError, TimeoutError) as e:
+            except TimeoutError as e:
+                raise KafkaError(ErrorCode.request_timed_out, f"{tp}: remote lookup") from e
+            except RemoteStorageError as e:
                 raise KafkaError(ErrorCode.kafka_storage_error, f"{tp}: remote tier: {e}") from e
             if found is not None and found[0] < lg.local_log_start_offset:
                 offset, timestamp = found

@@ -126,6 +126,13 @@ class CopyTask:
                 )
                 await self._abandon(metadata)
                 raise
+            if not p.leader:
+                # Stopped or deleted meanwhile: what was uploaded is removed, never finished.
+                log.info(
+                    "%s: no longer led; undoing the copy of %d-%d", p.tip, segment.base_offset, end
+                )
+                await self._abandon(metadata)
+                return
             finished = metadata.with_state(RemoteLogSegmentState.COPY_SEGMENT_FINISHED, now_ms())
             await asyncio.wait_for(
                 self.rlmm.update_remote_log_segment_metadata(finished), self.timeout_s

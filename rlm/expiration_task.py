@@ -31,7 +31,7 @@ from storage.remote.segment_metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from storage.remote.storage_manager import RemoteStorageManager
+from storage.remote.storage_manager import RemoteStorageError, RemoteStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +123,14 @@ class ExpirationTask:
         stuck = [
             s
             for s in self.rlmm.list_remote_log_segments(p.tip)
-            if (
-                s.state == STARTED
-                and s.segment_id.id not in p.copying
-                and s.event_timestamp_ms < cutoff
-            )
-            or s.state == DELETE_STARTED
+            if (s.state == STARTED and s.event_timestamp_ms < cutoff) or s.state == DELETE_STARTED
         ]
-        return stuck + self.rlmm.superseded_segments(p.tip)
+        # A half-deleted segment can be superseded too: deleted once. A copy in flight (or
+        # undoing itself) is its copier's to finish.
+        unique = {s.segment_id.id: s for s in stuck}
+        for s in self.rlmm.superseded_segments(p.tip):
+            unique.setdefault(s.segment_id.id, s)
+        return [s for key, s in unique.items() if key not in p.copying]
 
     async def run_once(self) -> None:
         p, lg = self.partition, self.partition.log
@@ -159,21 +159,29 @@ class ExpirationTask:
 
 
 class PartitionDeleteTask:
-    """Removes every remote segment of a deleted partition, recording its delete states."""
+    """Removes every remote segment of a deleted partition, recording its delete states.
+
+    A copy still uploading (`copying`) cannot be recalled: the task backs off until it
+    has ended, so no object is written after the partition's data is gone.
+    """
 
     def __init__(
         self,
         tip: TopicIdPartition,
+        copying: set[uuid.UUID],
         rlmm: RemoteLogMetadataManager,
         deleter: SegmentDeleter,
         on_done: Callable[[TopicIdPartition], None],
     ) -> None:
         self.tip = tip
+        self.copying = copying
         self.rlmm = rlmm
         self.deleter = deleter
         self.on_done = on_done
 
     async def run_once(self) -> None:
+        if self.copying:
+            raise RemoteStorageError(f"{len(self.copying)} copies still in flight")
         if self.rlmm.remote_partition_delete_state(self.tip) is None:
             await self.rlmm.put_remote_partition_delete_metadata(
                 self.tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED

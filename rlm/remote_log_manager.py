@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ class RemoteLogManager:
         self.expirer.start()
         for tip in self.rlmm.partitions():
             if not topic_exists(tip):
-                self._schedule_partition_delete(tip)
+                self._schedule_partition_delete(tip, set())
 
     # Leadership ----------------------------------------------------------------------
 
@@ -126,12 +127,12 @@ class RemoteLogManager:
         self.expirer.cancel(tip)
         self.rlmm.on_stop_partitions([tip])
         if delete:
-            self._schedule_partition_delete(tip)
+            self._schedule_partition_delete(tip, partition.copying if partition else set())
 
-    def _schedule_partition_delete(self, tip: TopicIdPartition) -> None:
+    def _schedule_partition_delete(self, tip: TopicIdPartition, copying: set[uuid.UUID]) -> None:
         log.info("%s: scheduling deletion of its remote data", tip)
         self.expirer.schedule(
-            tip, PartitionDeleteTask(tip, self.rlmm, self.deleter, self.expirer.cancel)
+            tip, PartitionDeleteTask(tip, copying, self.rlmm, self.deleter, self.expirer.cancel)
         )
 
     def config_changed(self, tip: TopicIdPartition) -> None:
@@ -148,11 +149,19 @@ class RemoteLogManager:
         return await self.reader.read(tip, offset, max_bytes, self.config.fetch_max_wait_ms / 1000)
 
     async def find_offset_by_timestamp(
-        self, tip: TopicIdPartition, timestamp_ms: int, starting_offset: int
+        self,
+        tip: TopicIdPartition,
+        timestamp_ms: int,
+        starting_offset: int,
+        timeout_s: float | None = None,
     ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `timestamp_ms` in the remote tier.
+
+        Raises TimeoutError after `timeout_s`, or the remote call timeout if that is shorter."""
+        limit_s = self.config.remote_call_timeout_ms / 1000
         return await asyncio.wait_for(
             self.reader.find_offset_by_timestamp(tip, timestamp_ms, starting_offset),
-            self.config.remote_call_timeout_ms / 1000,
+            limit_s if timeout_s is None else min(timeout_s, limit_s),
         )
 
     # Status and metrics --------------------------------------------------------------

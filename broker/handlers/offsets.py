@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
@@ -12,33 +13,38 @@ from storage.topic_partition import TopicPartition
 
 async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
+    # v10+ carries the client's timeout for lookups in the remote tier (KIP-1075).
+    timeout = field(request.body, "timeout", None)
+    timeout_s = timeout.total_seconds() if timeout and timeout.total_seconds() > 0 else None
+
+    async def partition_response(topic: str, p: Any) -> Any:
+        values: dict[str, Any] = {
+            "error_code": ErrorCode.none,
+            "timestamp": -1,
+            "offset": -1,
+            "leader_epoch": -1,
+        }
+        try:
+            found = await ctx.replicas.fetch_offset_for_timestamp(
+                TopicPartition(topic, p.partition_index),
+                p.timestamp,
+                field(p, "current_leader_epoch", -1),
+                timeout_s,
+            )
+            if found is not None:
+                values.update(
+                    timestamp=found.timestamp, offset=found.offset, leader_epoch=found.leader_epoch
+                )
+        except KafkaError as e:
+            values["error_code"] = e.code
+        return make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index, **values)
+
     topics = []
     for topic in request.body.topics:
-        partitions = []
-        for p in topic.partitions:
-            values: dict[str, Any] = {
-                "error_code": ErrorCode.none,
-                "timestamp": -1,
-                "offset": -1,
-                "leader_epoch": -1,
-            }
-            try:
-                found = await ctx.replicas.fetch_offset_for_timestamp(
-                    TopicPartition(topic.name, p.partition_index),
-                    p.timestamp,
-                    field(p, "current_leader_epoch", -1),
-                )
-                if found is not None:
-                    values.update(
-                        timestamp=found.timestamp,
-                        offset=found.offset,
-                        leader_epoch=found.leader_epoch,
-                    )
-            except KafkaError as e:
-                values["error_code"] = e.code
-            partitions.append(
-                make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index, **values)
-            )
+        # Partitions are looked up together, so one slow remote lookup delays none of the others.
+        partitions = await asyncio.gather(
+            *(partition_response(topic.name, p) for p in topic.partitions)
+        )
         topics.append(
             make(m.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(partitions))
         )
