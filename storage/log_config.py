@@ -7,11 +7,22 @@ but tierbroker does not implement are refused, never silently ignored.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from protocol.errors import ErrorCode, KafkaError
+
+
+class ConfigType(enum.IntEnum):
+    """Kafka's config types, as DescribeConfigs v3+ reports them (KIP-569)."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    LONG = 5
+    LIST = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +33,7 @@ class ConfigDef:
     broker_property: str | None
     check: Callable[[Any], bool]
     valid: str
+    config_type: ConfigType
 
 
 def _at_least(n: int) -> Callable[[Any], bool]:
@@ -40,16 +52,57 @@ _CONFIGS = (
         "log.cleanup.policy",
         _one_of("delete"),
         "delete (compaction is not supported)",
+        ConfigType.LIST,
     ),
-    ConfigDef("retention.ms", int, 604_800_000, "log.retention.ms", _at_least(-1), ">= -1"),
-    ConfigDef("retention.bytes", int, -1, "log.retention.bytes", _at_least(-1), ">= -1"),
-    ConfigDef("segment.bytes", int, 1_073_741_824, "log.segment.bytes", _at_least(14), ">= 14"),
-    ConfigDef("segment.ms", int, 604_800_000, "log.roll.ms", _at_least(1), ">= 1"),
     ConfigDef(
-        "segment.index.bytes", int, 10_485_760, "log.index.size.max.bytes", _at_least(8), ">= 8"
+        "retention.ms",
+        int,
+        604_800_000,
+        "log.retention.ms",
+        _at_least(-1),
+        ">= -1",
+        ConfigType.LONG,
     ),
-    ConfigDef("index.interval.bytes", int, 4096, "log.index.interval.bytes", _at_least(0), ">= 0"),
-    ConfigDef("max.message.bytes", int, 1_048_588, "message.max.bytes", _at_least(0), ">= 0"),
+    ConfigDef(
+        "retention.bytes", int, -1, "log.retention.bytes", _at_least(-1), ">= -1", ConfigType.LONG
+    ),
+    ConfigDef(
+        "segment.bytes",
+        int,
+        1_073_741_824,
+        "log.segment.bytes",
+        _at_least(14),
+        ">= 14",
+        ConfigType.INT,
+    ),
+    ConfigDef("segment.ms", int, 604_800_000, "log.roll.ms", _at_least(1), ">= 1", ConfigType.LONG),
+    ConfigDef(
+        "segment.index.bytes",
+        int,
+        10_485_760,
+        "log.index.size.max.bytes",
+        _at_least(8),
+        ">= 8",
+        ConfigType.INT,
+    ),
+    ConfigDef(
+        "index.interval.bytes",
+        int,
+        4096,
+        "log.index.interval.bytes",
+        _at_least(0),
+        ">= 0",
+        ConfigType.INT,
+    ),
+    ConfigDef(
+        "max.message.bytes",
+        int,
+        1_048_588,
+        "message.max.bytes",
+        _at_least(0),
+        ">= 0",
+        ConfigType.INT,
+    ),
     ConfigDef(
         "message.timestamp.type",
         str,
@@ -57,21 +110,69 @@ _CONFIGS = (
         "log.message.timestamp.type",
         _one_of("CreateTime", "LogAppendTime"),
         "CreateTime or LogAppendTime",
-    ),
-    ConfigDef("remote.storage.enable", bool, False, None, _one_of(True, False), "true or false"),
-    ConfigDef("local.retention.ms", int, -2, "log.local.retention.ms", _at_least(-2), ">= -2"),
-    ConfigDef(
-        "local.retention.bytes", int, -2, "log.local.retention.bytes", _at_least(-2), ">= -2"
-    ),
-    ConfigDef("remote.log.copy.disable", bool, False, None, _one_of(True, False), "true or false"),
-    ConfigDef(
-        "remote.log.delete.on.disable", bool, False, None, _one_of(True, False), "true or false"
+        ConfigType.STRING,
     ),
     ConfigDef(
-        "file.delete.delay.ms", int, 60_000, "log.segment.delete.delay.ms", _at_least(0), ">= 0"
+        "remote.storage.enable",
+        bool,
+        False,
+        None,
+        _one_of(True, False),
+        "true or false",
+        ConfigType.BOOLEAN,
+    ),
+    ConfigDef(
+        "local.retention.ms",
+        int,
+        -2,
+        "log.local.retention.ms",
+        _at_least(-2),
+        ">= -2",
+        ConfigType.LONG,
+    ),
+    ConfigDef(
+        "local.retention.bytes",
+        int,
+        -2,
+        "log.local.retention.bytes",
+        _at_least(-2),
+        ">= -2",
+        ConfigType.LONG,
+    ),
+    ConfigDef(
+        "remote.log.copy.disable",
+        bool,
+        False,
+        None,
+        _one_of(True, False),
+        "true or false",
+        ConfigType.BOOLEAN,
+    ),
+    ConfigDef(
+        "remote.log.delete.on.disable",
+        bool,
+        False,
+        None,
+        _one_of(True, False),
+        "true or false",
+        ConfigType.BOOLEAN,
+    ),
+    ConfigDef(
+        "file.delete.delay.ms",
+        int,
+        60_000,
+        "log.segment.delete.delay.ms",
+        _at_least(0),
+        ">= 0",
+        ConfigType.LONG,
     ),
 )
 TOPIC_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _CONFIGS}
+
+
+def format_value(value: Any) -> str:
+    """A config value as Kafka prints it: booleans in lower case."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _parse_bool(raw: str) -> bool:

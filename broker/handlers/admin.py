@@ -10,13 +10,14 @@ from broker.cluster.metadata_store import TopicRecord
 from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
 from protocol.codec import Request
 from protocol.errors import ErrorCode, KafkaError
-from storage.log_config import TOPIC_CONFIGS
+from storage.log_config import TOPIC_CONFIGS, format_value
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+UNKNOWN_CONFIG_TYPE = 0  # broker configs: their Java types are not tracked here
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations; APPEND and SUBTRACT are refused
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -80,20 +81,26 @@ def _creatable_configs(ctx: BrokerContext, m: Any, topic: TopicRecord) -> list[A
         m.CreatableTopicConfigs(
             name=name, value=value, read_only=False, config_source=source, is_sensitive=False
         )
-        for name, value, source in _topic_configs(ctx, topic)
+        for name, value, source, _type in _topic_configs(ctx, topic)
     ]
 
 
-def _topic_configs(ctx: BrokerContext, topic: TopicRecord) -> list[tuple[str, str, int]]:
-    """(name, value, source) of every topic config: overrides, broker defaults, Kafka defaults."""
-    rows = []
+ConfigRow = tuple[str, str, int, int]
+"""(name, value, config source, config type) as DescribeConfigs reports them."""
+
+
+def _topic_configs(ctx: BrokerContext, topic: TopicRecord) -> list[ConfigRow]:
+    """Every topic config: overrides, broker defaults, Kafka defaults."""
+    rows: list[ConfigRow] = []
     for name, definition in TOPIC_CONFIGS.items():
+        kind = definition.config_type
         if name in topic.configs:
-            rows.append((name, topic.configs[name], DYNAMIC_TOPIC_CONFIG))
+            rows.append((name, topic.configs[name], DYNAMIC_TOPIC_CONFIG, kind))
         elif name in ctx.controller.log_defaults:
-            rows.append((name, str(ctx.controller.log_defaults[name]), STATIC_BROKER_CONFIG))
+            value = format_value(ctx.controller.log_defaults[name])
+            rows.append((name, value, STATIC_BROKER_CONFIG, kind))
         else:
-            rows.append((name, str(definition.default), DEFAULT_CONFIG))
+            rows.append((name, format_value(definition.default), DEFAULT_CONFIG, kind))
     return rows
 
 
@@ -166,10 +173,10 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
                 config_source=source,
                 is_sensitive=False,
                 synonyms=(),
-                config_type=0,
+                config_type=config_type,
                 documentation=None,
             )
-            for name, value, source in rows
+            for name, value, source, config_type in rows
             if keys is None or name in keys
         )
         results.append(
@@ -185,7 +192,7 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
     return make(m.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[tuple[str, str, int]]:
+def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[ConfigRow]:
     if resource_type == TOPIC_RESOURCE:
         return _topic_configs(ctx, ctx.controller.topic_or_error(name))
     if resource_type == BROKER_RESOURCE:
@@ -193,11 +200,7 @@ def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[tuple[s
             raise KafkaError(ErrorCode.invalid_request, f"broker {name!r} is not this broker")
         values = ctx.config.model_dump(by_alias=True)
         return sorted(
-            (
-                k,
-                "" if v is None else str(v).lower() if isinstance(v, bool) else str(v),
-                STATIC_BROKER_CONFIG,
-            )
+            (k, "" if v is None else format_value(v), STATIC_BROKER_CONFIG, UNKNOWN_CONFIG_TYPE)
             for k, v in values.items()
         )
     raise KafkaError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
