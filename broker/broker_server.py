@@ -30,6 +30,7 @@ from broker.remote_storage import build_remote_log_manager
 from broker.replica_manager import ReplicaManager
 from broker.scheduler import Scheduler
 from broker.server import SocketServer
+from broker.topic_metrics import BrokerTopicMetrics
 from rlm.remote_log_manager import RemoteLogManager
 from storage.log import now_ms
 from storage.log_manager import LogManager
@@ -63,6 +64,7 @@ class BrokerServer:
                 metadata_max_bytes=config.offset_metadata_max_bytes,
             ),
         )
+        self.registry = CollectorRegistry()
         self.groups = GroupCoordinator(
             GroupConfig(
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -73,13 +75,18 @@ class BrokerServer:
             offsets,
             self._partition_exists,
         )
-        self.registry = CollectorRegistry()
         self.remote: RemoteLogManager | None = None
         self.metrics_server = MetricsServer(self.registry, self._tier_status)
         self.scheduler = Scheduler()
         self.socket_server = SocketServer(
             RequestDispatcher(
-                BrokerContext(config, self.replicas, self.controller, self.groups)
+                BrokerContext(
+                    config,
+                    self.replicas,
+                    self.controller,
+                    self.groups,
+                    BrokerTopicMetrics(self.registry),
+                )
             ).handle,
             config.socket_request_max_bytes,
             config.queued_max_request_bytes,

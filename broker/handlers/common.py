@@ -21,6 +21,7 @@ from broker.cluster.controller import Controller
 from broker.config import BrokerConfig
 from broker.groups.coordinator import GroupCoordinator
 from broker.replica_manager import ReplicaManager
+from broker.topic_metrics import BrokerTopicMetrics
 
 NO_THROTTLE = datetime.timedelta(0)
 # The address of the client whose request is being handled (JoinGroup records it).
@@ -33,6 +34,7 @@ class BrokerContext:
     replicas: ReplicaManager
     controller: Controller
     groups: GroupCoordinator
+    topic_metrics: BrokerTopicMetrics
 
 
 @cache

@@ -49,6 +49,9 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
         max_bytes=field(body, "max_bytes", 2**31 - 1),
     )
     results = await ctx.replicas.fetch_messages(params, requested)
+    for fetched, result in zip(requested, results, strict=True):
+        if result.size:
+            ctx.topic_metrics.bytes_out.labels(fetched.topic_partition.topic).inc(result.size)
     return make(
         m.FetchResponse,
         throttle_time=NO_THROTTLE,

@@ -46,7 +46,11 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
             else:
                 entries[tp] = p.records or b""
         keys.append((topic.topic_id if by_id else topic.name, partitions))
-    results.update(ctx.replicas.append_records(entries))
+    appended = ctx.replicas.append_records(entries)
+    for tp, result in appended.items():
+        if result.error == ErrorCode.none:
+            ctx.topic_metrics.bytes_in.labels(tp.topic).inc(len(entries[tp]))
+    results.update(appended)
     if body.acks == 0:
         return None
     return make(
