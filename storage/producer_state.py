@@ -93,18 +93,13 @@ class ProducerStateManager:
     def check(self, batch: BatchView) -> BatchMetadata | None:
         """Validate an idempotent batch; the cached metadata if it is a duplicate.
 
-        Raises INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER or
-        UNKNOWN_PRODUCER_ID as Kafka's ProducerAppendInfo does.
+        Raises INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER as Kafka's
+        ProducerAppendInfo does. A producer this partition has no state for (new, or
+        its batches removed by retention) may start at any sequence (KIP-360).
         """
         entry = self.producers.get(batch.producer_id)
         pid, epoch, first_seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
         if entry is None:
-            if first_seq != 0:
-                raise KafkaError(
-                    ErrorCode.unknown_producer_id,
-                    f"{self.topic_partition}: no record of producer id {pid}; its last batch "
-                    f"may have been removed by retention (sequence {first_seq})",
-                )
             return None
         if epoch < entry.epoch:
             raise KafkaError(

@@ -84,15 +84,22 @@ class GroupMetadataManager:
 
     # Writing -------------------------------------------------------------------------
 
-    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append to the group's partition; raise with the code a client should see."""
+    def _append(
+        self,
+        group_id: str,
+        records: list[tuple[bytes, bytes | None]],
+        too_large: ErrorCode = ErrorCode.invalid_commit_offset_size,
+    ) -> None:
+        """Append to the group's partition; raise with the code a client should see.
+
+        A batch too large is INVALID_COMMIT_OFFSET_SIZE for a commit and
+        UNKNOWN_SERVER_ERROR for group metadata, as Kafka maps them.
+        """
         try:
             self.topic.append_records(partition_for(group_id, self.topic.num_partitions), records)
         except KafkaError as e:
             if e.code == ErrorCode.message_too_large:
-                raise KafkaError(
-                    ErrorCode.invalid_commit_offset_size, f"commit for {group_id} too large"
-                ) from e
+                raise KafkaError(too_large, f"records of group {group_id} too large") from e
             raise KafkaError(ErrorCode.coordinator_not_available, f"group {group_id}: {e}") from e
 
     def commit(self, group_id: str, offsets: dict[TopicPartition, OffsetValue]) -> None:
@@ -106,7 +113,11 @@ class GroupMetadataManager:
         self.offsets.setdefault(group_id, {}).update(offsets)
 
     def store_group(self, group_id: str, value: GroupValue) -> None:
-        self._append(group_id, [(encode_key(GroupKey(group_id)), encode_group_value(value))])
+        self._append(
+            group_id,
+            [(encode_key(GroupKey(group_id)), encode_group_value(value))],
+            too_large=ErrorCode.unknown_server_error,
+        )
 
     def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
         partitions = [tp for tp in partitions if tp in self.offsets.get(group_id, {})]

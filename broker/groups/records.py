@@ -33,12 +33,14 @@ _I64 = struct.Struct(">q")
 
 
 def partition_for(group_id: str, partitions: int) -> int:
-    """Java's String.hashCode over UTF-16 code units, masked positive, modulo `partitions`."""
+    """Kafka's `Utils.abs(groupId.hashCode) % partitions`: Java's String.hashCode over
+    UTF-16 code units, as a signed 32-bit value, Math.abs with MIN_VALUE mapped to 0."""
     h = 0
     data = group_id.encode("utf-16-be")
     for i in range(0, len(data), 2):
         h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
+    signed = h - (1 << 32) if h & 0x80000000 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % partitions
 
 
 @dataclass(frozen=True, slots=True)
