@@ -107,6 +107,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     break
         except ConnectionClosing as e:
             log.warning("closing connection from %s: %s", self.peer, e)
+        except ConnectionError as e:  # the client went away mid-response: routine
+            log.info("connection from %s lost while answering: %s", self.peer, e)
         except Exception:
             log.exception("closing connection from %s after an unexpected error", self.peer)
         finally:

@@ -97,10 +97,11 @@ class LogManager:
             deleted = lg.delete_old_segments()
             if deleted:
                 log.info(
-                    "%s: retention removed %d segments, log start offset now %d",
+                    "%s: retention removed %d segments; log start %d, local log start %d",
                     lg.topic_partition,
                     len(deleted),
                     lg.log_start_offset,
+                    lg.local_log_start_offset,
                 )
             removed += len(deleted)
             lg.close_deleted(now_ms() - lg.config.file_delete_delay_ms)

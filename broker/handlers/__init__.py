@@ -98,7 +98,7 @@ class RequestDispatcher:
         if handler is None:
             raise ConnectionClosing(f"api_key {request.api_key} is not supported")
         splicer = RecordsSplicer()
-        CLIENT_HOST.set(peer.rsplit(":", 1)[0])
+        CLIENT_HOST.set("/" + peer.rsplit(":", 1)[0])  # as Kafka shows it: "/127.0.0.1"
         body = await handler(self.ctx, request, splicer)
         if body is None:
             return None
