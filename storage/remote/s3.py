@@ -1,35 +1,58 @@
 """`S3RemoteStorageManager`: the remote tier in an S3 bucket (AWS, MinIO, or any S3 endpoint).
 
-Objects are named by `ObjectKeyLayout`. A segment is uploaded with PutObject, or
-with a multipart upload above `storage.s3.multipart.upload.part.size` (aborted on
-failure), reading the file a part at a time in the default executor; its indexes
-follow and its manifest goes last. If any upload fails, every object of the
-segment is deleted before the error is raised, so no orphans stay behind. Reads
-are ranged GETs. Every call is bounded by `storage.s3.api.call.timeout.ms` and
-retried with exponential back-off and full jitter on throttling, 5xx and
-connection errors; other errors are not retried.
+Objects are named by `ObjectKeyLayout` (see there): per segment `<base>.log`, one
+object per index present (`index`, `timeindex`, `snapshot`,
+`leader-epoch-checkpoint`, `txnindex`) and `<base>.manifest.json`, the commit marker.
+
+Copy: the log goes up with PutObject up to `storage.s3.multipart.upload.part.size`
+and with a multipart upload above it, read a part at a time in the default
+executor (at most one part in memory); then the indexes; then the manifest, last.
+If anything fails, unfinished multipart uploads are aborted and every object of
+the segment is deleted (no orphans) before `RemoteStorageError` is raised; a
+cancelled copy does the same clean-up in the background. Reads are (ranged) GETs;
+a missing object raises `RemoteResourceNotFoundError`. Delete removes the manifest
+first, so readers stop trusting the segment, then the rest in one DeleteObjects;
+missing objects are not errors.
+
+Every call is bounded by `storage.s3.api.call.timeout.ms` (per attempt) and tried
+up to `storage.s3.retry.max.attempts` times, with exponential back-off and full
+jitter (`storage.s3.retry.backoff.ms` doubling up to `storage.s3.retry.backoff.max.ms`),
+on throttling (SlowDown, 429, Throttling*), 5xx, timeouts and connection errors;
+other errors raise `RemoteStorageError(retriable=False)` at once. botocore's own
+retries are off.
 
 Settings (the `rsm.config.` prefix removed), named as Aiven's plugin names them:
-`storage.s3.bucket.name`, `storage.s3.region`, `storage.s3.endpoint.url`,
-`storage.s3.path.style.access.enabled`, `storage.aws.access.key.id`,
-`storage.aws.secret.access.key`, `storage.s3.multipart.upload.part.size`,
-`storage.s3.api.call.timeout.ms`, `key.prefix`, `key.prefix.entropy.bits`.
+`storage.s3.bucket.name` (required), `storage.s3.region` (us-east-1),
+`storage.s3.endpoint.url`, `storage.s3.path.style.access.enabled` (false),
+`storage.aws.access.key.id` and `storage.aws.secret.access.key` (both or neither:
+without them the default AWS credential chain is used), `key.prefix`,
+`key.prefix.entropy.bits`, `cluster.id`; tuning: `storage.s3.multipart.upload.part.size`
+(8 MiB, at least 5 MiB), `storage.s3.api.call.timeout.ms` (30000),
+`storage.s3.retry.max.attempts` (5), `storage.s3.retry.backoff.ms` (100),
+`storage.s3.retry.backoff.max.ms` (5000), `storage.s3.max.connections` (50).
+
+The aiobotocore client is created on first use, in the running event loop, and
+closed by `close()`; one instance serves one event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import math
 import os
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout, manifest_json
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata
@@ -44,184 +67,304 @@ from storage.remote.storage_manager import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Operation = Callable[[Any], Awaitable[T]]
+
+MIB = 1024 * 1024
+DEFAULT_PART_BYTES = 8 * MIB
+MIN_PART_BYTES = 5 * MIB  # S3's minimum for every part but the last
+MAX_PART_BYTES = 5 * 1024 * MIB
+MAX_PARTS = 10_000
+
+# Error codes worth another attempt (besides HTTP 429, 5xx and anything named Throttl*).
 RETRIABLE_CODES = frozenset(
     {
         "SlowDown",
-        "Throttling",
-        "ThrottlingException",
         "RequestTimeout",
-        "RequestTimeTooSkewed",
         "InternalError",
         "ServiceUnavailable",
-        "503",
-        "500",
-        "429",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "OperationAborted",
+        "PriorRequestNotComplete",
     }
 )
-NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
-MIN_PART_BYTES = 5 * 1024 * 1024
+NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound"})
+# Connection trouble, timeouts and truncated responses (botocore, aiohttp or the OS).
+RETRIABLE_EXCEPTIONS: tuple[type[BaseException], ...] = (
+    HTTPClientError,
+    BotoConnectionError,
+    IncompleteReadError,
+    aiohttp.ClientError,
+    OSError,
+    TimeoutError,
+)
+
+
+def backoff_s(attempt: int, base_s: float, max_s: float) -> float:
+    """Full-jitter back-off after failed attempt n (from 1): U(0, min(max, base * 2^(n-1)))."""
+    return random.uniform(0, min(max_s, base_s * 2 ** (attempt - 1)))
+
+
+def error_code(error: ClientError) -> tuple[str, int]:
+    """The S3 error code and HTTP status of a failed call (status 0 if unknown)."""
+    code = str(error.response.get("Error", {}).get("Code", ""))
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code, int(status) if isinstance(status, int) else 0
+
+
+def is_retriable(code: str, status: int) -> bool:
+    """Whether S3 asks to try again: throttling, a timeout, or a server error."""
+    return (
+        code in RETRIABLE_CODES
+        or code.startswith("Throttl")
+        or status == 429
+        or (status >= 500 and status != 501)
+    )
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
     def __init__(self) -> None:
         self.layout = ObjectKeyLayout()
         self.bucket = ""
-        self.part_size = 8 * 1024 * 1024
+        self.part_size = DEFAULT_PART_BYTES
         self.call_timeout_s = 30.0
         self.max_attempts = 5
         self.backoff_s = 0.1
         self.backoff_max_s = 5.0
         self._client_args: dict[str, Any] = {}
+        self._client_context: Any = None
         self._client: Any = None
-        self._stack = contextlib.AsyncExitStack()
         self._client_lock: asyncio.Lock | None = None
+        self._cleanups: set[asyncio.Task[None]] = set()
 
     def configure(self, configs: Mapping[str, str]) -> None:
-        self.bucket = configs["storage.s3.bucket.name"]
-        self.part_size = max(
-            int(configs.get("storage.s3.multipart.upload.part.size", self.part_size)),
+        bucket = configs.get("storage.s3.bucket.name", "")
+        if not bucket:
+            raise ValueError("storage.s3.bucket.name is required")
+        self.bucket = bucket
+        self.part_size = _int(
+            configs,
+            "storage.s3.multipart.upload.part.size",
+            DEFAULT_PART_BYTES,
             MIN_PART_BYTES,
+            MAX_PART_BYTES,
         )
-        self.call_timeout_s = int(configs.get("storage.s3.api.call.timeout.ms", "30000")) / 1000
-        self.max_attempts = int(configs.get("storage.s3.retry.max.attempts", self.max_attempts))
+        self.call_timeout_s = _int(configs, "storage.s3.api.call.timeout.ms", 30_000, 1) / 1000
+        self.max_attempts = _int(configs, "storage.s3.retry.max.attempts", 5, 1)
+        self.backoff_s = _int(configs, "storage.s3.retry.backoff.ms", 100, 0) / 1000
+        self.backoff_max_s = _int(configs, "storage.s3.retry.backoff.max.ms", 5_000, 0) / 1000
         self.layout = ObjectKeyLayout(
             prefix=configs.get("key.prefix", ""),
-            entropy_bits=int(configs.get("key.prefix.entropy.bits", "0")),
+            entropy_bits=_int(configs, "key.prefix.entropy.bits", 0, 0, 32),
             cluster=configs.get("cluster.id", "cluster"),
         )
-        path_style = configs.get("storage.s3.path.style.access.enabled", "false").lower() == "true"
+        key_id = configs.get("storage.aws.access.key.id") or None
+        secret = configs.get("storage.aws.secret.access.key") or None
+        if (key_id is None) != (secret is None):
+            raise ValueError(
+                "storage.aws.access.key.id and storage.aws.secret.access.key go together"
+            )
+        path_style = _bool(configs, "storage.s3.path.style.access.enabled", False)
         self._client_args = {
-            "region_name": configs.get("storage.s3.region", "us-east-1"),
+            "region_name": configs.get("storage.s3.region") or "us-east-1",
             "endpoint_url": configs.get("storage.s3.endpoint.url") or None,
-            "aws_access_key_id": configs.get("storage.aws.access.key.id") or None,
-            "aws_secret_access_key": configs.get("storage.aws.secret.access.key") or None,
+            "aws_access_key_id": key_id,
+            "aws_secret_access_key": secret,
             "config": AioConfig(
                 s3={"addressing_style": "path" if path_style else "auto"},
-                retries={"max_attempts": 1},  # retried here, with jitter and our own timeout
+                retries={"total_max_attempts": 1, "mode": "standard"},  # retried here
                 connect_timeout=self.call_timeout_s,
                 read_timeout=self.call_timeout_s,
+                max_pool_connections=_int(configs, "storage.s3.max.connections", 50, 1),
             ),
         }
 
-    async def _s3(self) -> Any:
+    async def client(self) -> Any:
+        """The aiobotocore S3 client, created on first use in the running event loop."""
         if self._client is None:
+            if not self.bucket:
+                raise RemoteStorageError("the S3 plugin is not configured", retriable=False)
             if self._client_lock is None:
                 self._client_lock = asyncio.Lock()
             async with self._client_lock:
                 if self._client is None:
-                    session = get_session()
-                    self._client = await self._stack.enter_async_context(
-                        session.create_client("s3", **self._client_args)
-                    )
+                    context = _session().create_client("s3", **self._client_args)
+                    self._client = await context.__aenter__()
+                    self._client_context = context
         return self._client
 
-    async def _call(self, what: str, operation: Callable[[Any], Awaitable[T]]) -> T:
-        """Run one S3 operation with a timeout, retrying what S3 says may be retried."""
-        client = await self._s3()
-        for attempt in range(1, self.max_attempts + 1):
+    async def _call(self, what: str, operation: Operation[T]) -> T:
+        """Run one S3 operation, each attempt under the call timeout, retrying what may pass."""
+        attempt = 1
+        while True:
+            client = await self.client()
+            error: BaseException
             try:
                 return await asyncio.wait_for(operation(client), self.call_timeout_s)
             except ClientError as e:
-                code = str(e.response.get("Error", {}).get("Code", ""))
-                status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-                if code in NOT_FOUND_CODES or status == "404":
-                    raise RemoteResourceNotFoundError(f"{what}: not found") from e
-                retriable = (
-                    code in RETRIABLE_CODES or status in RETRIABLE_CODES or status.startswith("5")
-                )
-                if not retriable or attempt == self.max_attempts:
-                    raise RemoteStorageError(f"{what}: {code or status}: {e}", retriable) from e
-                error: BaseException = e
-            except (
-                BotoCoreError,
-                OSError,
-                TimeoutError,
-            ) as e:  # connection trouble, or our timeout
-                if attempt == self.max_attempts:
-                    raise RemoteStorageError(f"{what}: {type(e).__name__}: {e}") from e
+                code, status = error_code(e)
+                if code in NOT_FOUND_CODES:
+                    raise RemoteResourceNotFoundError(f"{what}: {code}") from e
+                if not is_retriable(code, status):
+                    raise RemoteStorageError(f"{what}: {e}", retriable=False) from e
                 error = e
-            delay = random.uniform(0, min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)))
+            except RETRIABLE_EXCEPTIONS as e:
+                error = e
+            except BotoCoreError as e:  # credentials, parameters: trying again will not help
+                raise RemoteStorageError(f"{what}: {e}", retriable=False) from e
+            reason = str(error) or f"{type(error).__name__} (after {self.call_timeout_s:g}s)"
+            if attempt >= self.max_attempts:
+                raise RemoteStorageError(
+                    f"{what}: failed {attempt} times, last: {reason}", retriable=True
+                ) from error
+            delay = backoff_s(attempt, self.backoff_s, self.backoff_max_s)
             log.info(
                 "%s failed (attempt %d of %d), retrying in %.2fs: %s",
                 what,
                 attempt,
                 self.max_attempts,
                 delay,
-                error,
+                reason,
             )
             await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+            attempt += 1
+
+    def _request(self, method: str, **kwargs: Any) -> Operation[Any]:
+        """An operation calling client method `method` on this bucket."""
+
+        def call(s3: Any) -> Awaitable[Any]:
+            return getattr(s3, method)(Bucket=self.bucket, **kwargs)  # type: ignore[no-any-return]
+
+        return call
 
     # Copy ----------------------------------------------------------------------------
 
     async def copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
     ) -> None:
+        uploads: dict[str, str | None] = {}  # multipart uploads begun and not completed
         try:
-            sizes = {
-                LOG_SUFFIX: await self._upload_file(
-                    data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
-                )
-            }
-            for index_type, source in data.indexes().items():
-                key = self.layout.index_key(metadata, index_type)
-                if isinstance(source, Path):
-                    sizes[index_type.value] = await self._upload_file(source, key)
-                else:
-                    sizes[index_type.value] = await self._put(key, source)
-            manifest = manifest_json(metadata, self.layout, sizes)
-            await self._put(self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
-        except BaseException:
-            with contextlib.suppress(RemoteStorageError):
-                await asyncio.shield(self.delete_log_segment_data(metadata))
+            await self._copy(metadata, data, uploads)
+        except asyncio.CancelledError:
+            self._in_background(self._clean_up(metadata, uploads))
             raise
+        except Exception as e:
+            await self._clean_up(metadata, uploads)
+            if isinstance(e, RemoteStorageError):
+                raise
+            raise RemoteStorageError(
+                f"copying segment {metadata.segment_id.id}: {type(e).__name__}: {e}",
+                retriable=isinstance(e, OSError),
+            ) from e
+
+    async def _copy(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        data: LogSegmentData,
+        uploads: dict[str, str | None],
+    ) -> None:
+        log_key = self.layout.segment_key(metadata, LOG_SUFFIX)
+        sizes = {LOG_SUFFIX: await self._upload_file(data.log_segment, log_key, uploads)}
+        for index_type, source in data.indexes().items():
+            key = self.layout.index_key(metadata, index_type)
+            if isinstance(source, Path):
+                sizes[index_type.value] = await self._upload_file(source, key, uploads)
+            else:
+                sizes[index_type.value] = await self._put(key, source)
+        manifest = manifest_json(metadata, self.layout, sizes)
+        await self._put(self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
 
     async def _put(self, key: str, body: bytes) -> int:
-        await self._call(
-            f"PUT {key}", lambda s3: s3.put_object(Bucket=self.bucket, Key=key, Body=body)
-        )
+        await self._call(f"PutObject {key}", self._request("put_object", Key=key, Body=body))
         return len(body)
 
-    async def _upload_file(self, path: Path, key: str) -> int:
+    async def _upload_file(self, path: Path, key: str, uploads: dict[str, str | None]) -> int:
         loop = asyncio.get_running_loop()
-        size = (await loop.run_in_executor(None, os.stat, path)).st_size
-        if size <= self.part_size:
-            return await self._put(key, await loop.run_in_executor(None, path.read_bytes))
-        created = await self._call(
-            f"CreateMultipartUpload {key}",
-            lambda s3: s3.create_multipart_upload(Bucket=self.bucket, Key=key),
-        )
-        upload_id = created["UploadId"]
+        fd, size = await loop.run_in_executor(None, _open, path)
         try:
-            parts = []
-            for number, start in enumerate(range(0, size, self.part_size), start=1):
-                body = await loop.run_in_executor(None, _read_range, path, start, self.part_size)
-                part = await self._call(
-                    f"UploadPart {key} #{number}",
-                    _upload_part(self.bucket, key, upload_id, number, body),
-                )
-                parts.append({"ETag": part["ETag"], "PartNumber": number})
-            await self._call(
-                f"CompleteMultipartUpload {key}",
-                lambda s3: s3.complete_multipart_upload(
-                    Bucket=self.bucket,
-                    Key=key,
-                    UploadId=upload_id,
-                    MultipartUpload={"Parts": parts},
+            if size <= self.part_size:
+                await self._put(key, await loop.run_in_executor(None, _read, fd, 0, size))
+            else:
+                await self._multipart_upload(fd, size, key, uploads)
+        finally:
+            os.close(fd)
+        return size
+
+    async def _multipart_upload(
+        self, fd: int, size: int, key: str, uploads: dict[str, str | None]
+    ) -> None:
+        """Upload `size` bytes of `fd` a part at a time; `uploads[key]` is set until completed."""
+        loop = asyncio.get_running_loop()
+        part_size = max(self.part_size, math.ceil(size / MAX_PARTS))
+        uploads[key] = None  # begun: if the answer is lost, clean-up finds it by listing
+        created = await self._call(
+            f"CreateMultipartUpload {key}", self._request("create_multipart_upload", Key=key)
+        )
+        upload_id: str = created["UploadId"]
+        uploads[key] = upload_id
+        parts: list[dict[str, Any]] = []
+        for number, start in enumerate(range(0, size, part_size), start=1):
+            body = await loop.run_in_executor(None, _read, fd, start, min(part_size, size - start))
+            response = await self._call(
+                f"UploadPart {key} #{number}",
+                self._request(
+                    "upload_part", Key=key, UploadId=upload_id, PartNumber=number, Body=body
                 ),
             )
-        except BaseException:
-            with contextlib.suppress(RemoteStorageError):
-                await asyncio.shield(
-                    self._call(
-                        f"AbortMultipartUpload {key}",
-                        lambda s3: s3.abort_multipart_upload(
-                            Bucket=self.bucket, Key=key, UploadId=upload_id
-                        ),
-                    )
+            del body  # at most one part in memory: freed before the next is read
+            parts.append({"ETag": response["ETag"], "PartNumber": number})
+        await self._call(
+            f"CompleteMultipartUpload {key}",
+            self._request(
+                "complete_multipart_upload",
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+            ),
+        )
+        del uploads[key]
+
+    async def _clean_up(
+        self, metadata: RemoteLogSegmentMetadata, uploads: dict[str, str | None]
+    ) -> None:
+        """After a failed copy: abort its multipart uploads, delete its objects. Never raises."""
+        for key, upload_id in uploads.items():
+            await self._abort_uploads(key, upload_id)
+        try:
+            await self.delete_log_segment_data(metadata)
+        except Exception as e:
+            log.warning("cleaning up segment %s failed: %s", metadata.segment_id.id, e)
+
+    async def _abort_uploads(self, key: str, upload_id: str | None) -> None:
+        """Abort every unfinished multipart upload of `key` (or at least `upload_id`)."""
+        try:
+            listed = await self._call(
+                f"ListMultipartUploads {key}", self._request("list_multipart_uploads", Prefix=key)
+            )
+            ids = {u["UploadId"] for u in listed.get("Uploads", []) if u.get("Key") == key}
+        except RemoteStorageError as e:
+            log.warning("listing the multipart uploads of %s failed: %s", key, e)
+            ids = set()
+        if upload_id is not None:
+            ids.add(upload_id)
+        for uid in ids:
+            try:
+                await self._call(
+                    f"AbortMultipartUpload {key}",
+                    self._request("abort_multipart_upload", Key=key, UploadId=uid),
                 )
-            raise
-        return size
+            except RemoteResourceNotFoundError:
+                pass
+            except RemoteStorageError as e:
+                if "NoSuchUpload" not in str(e):
+                    log.warning("aborting the multipart upload of %s failed: %s", key, e)
+
+    def _in_background(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     # Reads ---------------------------------------------------------------------------
 
@@ -231,59 +374,111 @@ class S3RemoteStorageManager(RemoteStorageManager):
         start_position: int,
         end_position: int | None = None,
     ) -> bytes:
+        if start_position < 0:
+            raise ValueError(f"negative start position {start_position}")
+        if end_position is not None and end_position < start_position:
+            return b""  # S3 would ignore such a Range and send the whole object
         end = "" if end_position is None else str(end_position)
-        return await self._get(
-            self.layout.segment_key(metadata, LOG_SUFFIX), f"bytes={start_position}-{end}"
-        )
+        key = self.layout.segment_key(metadata, LOG_SUFFIX)
+        return await self._get(key, f"bytes={start_position}-{end}")
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         return await self._get(self.layout.index_key(metadata, index_type), None)
 
     async def _get(self, key: str, byte_range: str | None) -> bytes:
-        async def get(s3: Any) -> bytes:
-            args = {
-                "Bucket": self.bucket,
-                "Key": key,
-                **({"Range": byte_range} if byte_range else {}),
-            }
-            response = await s3.get_object(**args)
-            async with response["Body"] as body:
-                return bytes(await body.read())
+        args = {"Key": key} if byte_range is None else {"Key": key, "Range": byte_range}
+        request = self._request("get_object", **args)
 
-        return await self._call(f"GET {key} {byte_range or ''}", get)
+        async def get(s3: Any) -> bytes:
+            try:
+                response = await request(s3)
+            except ClientError as e:
+                if byte_range is not None and error_code(e)[0] == "InvalidRange":
+                    return b""  # starts at or after the end, as a file read would
+                raise
+            async with response["Body"] as body:
+                data: bytes = await body.read()
+                return data
+
+        return await self._call(f"GetObject {key} {byte_range or ''}".rstrip(), get)
 
     # Delete --------------------------------------------------------------------------
 
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
-        keys = self.layout.all_keys(metadata)
-        manifest, rest = keys[-1], keys[:-1]
+        *rest, manifest = self.layout.all_keys(metadata)
         # The manifest first: readers stop trusting the segment before its data goes.
-        await self._call(
-            f"DELETE {manifest}", lambda s3: s3.delete_object(Bucket=self.bucket, Key=manifest)
+        await self._call(f"DeleteObject {manifest}", self._request("delete_object", Key=manifest))
+        request = self._request(
+            "delete_objects", Delete={"Objects": [{"Key": k} for k in rest], "Quiet": True}
         )
-        await self._call(
-            f"DELETE {len(rest)} objects",
-            lambda s3: s3.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in rest], "Quiet": True}
-            ),
-        )
+
+        async def delete(s3: Any) -> None:
+            response = await request(s3)
+            errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if errors:  # per-key failures come in a 200 answer: classify them as a call's
+                raise ClientError({"Error": errors[0]}, "DeleteObjects")
+
+        await self._call(f"DeleteObjects {len(rest)} objects of {manifest}", delete)
 
     async def close(self) -> None:
-        await self._stack.aclose()
-        self._client = None
+        """Let background clean-ups finish (within the call timeout), then close the client."""
+        if self._cleanups:
+            _, pending = await asyncio.wait(self._cleanups, timeout=self.call_timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        context, self._client_context, self._client = self._client_context, None, None
+        if context is not None:
+            with contextlib.suppress(Exception):
+                await context.__aexit__(None, None, None)
 
 
-def _upload_part(
-    bucket: str, key: str, upload_id: str, number: int, body: bytes
-) -> Callable[[Any], Awaitable[Any]]:
-    def upload(s3: Any) -> Any:
-        return s3.upload_part(
-            Bucket=bucket, Key=key, PartNumber=number, UploadId=upload_id, Body=body
-        )
-
-    return upload
+@functools.cache
+def _session() -> Any:
+    """One botocore session for every plugin: it loads the S3 service model once."""
+    return get_session()
 
 
-def _read_range(path: Path, start: int, length: int) -> bytes:
-    with open(path, "rb") as f:
-        return os.pread(f.fileno(), length, start)
+def _int(
+    configs: Mapping[str, str],
+    name: str,
+    default: int,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    text = configs.get(name)
+    try:
+        value = default if text is None or text == "" else int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not an integer") from None
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name}={value} must be in [{minimum}, {maximum}]")
+    return value
+
+
+def _bool(configs: Mapping[str, str], name: str, default: bool) -> bool:
+    text = configs.get(name, "").strip().lower()
+    if text in ("", "true", "false"):
+        return default if text == "" else text == "true"
+    raise ValueError(f"{name}={text!r} must be true or false")
+
+
+def _open(path: Path) -> tuple[int, int]:
+    """A read-only descriptor of `path` and its size (kept open: a deletion cannot cut a copy)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return fd, os.fstat(fd).st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read(fd: int, start: int, length: int) -> bytes:
+    """Exactly `length` bytes at `start` (the file must not shrink meanwhile)."""
+    data = os.pread(fd, length, start)
+    while len(data) < length:  # a short read: rare, but allowed
+        more = os.pread(fd, length - len(data), start + len(data))
+        if not more:
+            raise OSError(f"file ended at {start + len(data)}, expected {start + length} bytes")
+        data += more
+    return data

@@ -1,19 +1,28 @@
 """moto's standalone S3 server, started as a subprocess on a free loopback port.
 
 The tests talk HTTP to it, exactly as the broker talks to S3; nothing is patched
-in-process. `restart()` stops and starts it on the same port (an outage);
-the bucket must then be created again (moto keeps state in memory).
+in-process. `restart()` stops and starts it on the same port (an outage); moto
+keeps its state in memory, so buckets must then be created again.
+
+Fixtures: `moto_endpoint` (one server per test module, its URL) and `moto` (a
+fresh `MotoServer` per test, for tests that stop or restart it). Import them into
+a test module to use them. `FaultyClient` wraps the plugin's S3 client to record
+calls and inject faults; `InstrumentedS3` is the plugin with that wrapper.
 """
 
 from __future__ import annotations
 
-import socket
+import http.client
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import IO, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
+from storage.remote.s3 import S3RemoteStorageManager
 from tests.integration.broker_process import executable, free_port
 
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -21,64 +30,190 @@ REGION = "us-east-1"
 
 
 class MotoServer:
-    def __init__(self) -> None:
-        self.port = free_port()
+    def __init__(self, port: int | None = None) -> None:
+        self.port = free_port() if port is None else port
         self.process: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20) -> MotoServer:
+        """Start `moto_server` and wait until it answers HTTP."""
         moto = executable("moto_server", 'pip install "moto[server]"')
-        args = [moto, "-H", "127.0.0.1", "-p", str(self.port)]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [moto, "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+        )
         deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start on port {self.port}") from None
-                time.sleep(0.1)
+        while not self.answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                output = self._output()
+                self.stop()
+                raise RuntimeError(f"moto_server did not start on port {self.port}:\n{output}")
+            time.sleep(0.05)
+        return self
+
+    def answers(self) -> bool:
+        """True if an HTTP request gets any answer."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+        try:
+            connection.request("GET", "/moto-api/data.json")
+            connection.getresponse().read()
+            return True
+        except OSError:
+            return False
+        finally:
+            connection.close()
+
+    def _output(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read()[-2000:].decode(errors="replace")
 
     def stop(self) -> None:
+        """Terminate the server (kill it if it lingers); its state is lost."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(10)
+                self.process.wait(5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.process = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     def restart(self) -> None:
+        """Stop, then start again on the same port (empty: buckets must be created again)."""
         self.stop()
         self.start()
 
-    def client(self) -> object:
+    def client(self) -> Any:
+        """A boto3 client of this server (synchronous: for fixtures and sync tests)."""
         import boto3
 
         return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION, **CREDENTIALS)
 
     def create_bucket(self, name: str) -> None:
-        self.client().create_bucket(Bucket=name)  # type: ignore[attr-defined]
+        self.client().create_bucket(Bucket=name)
 
     def rsm_overrides(self, bucket: str) -> dict[str, str]:
         """Broker properties that point the S3 plugin at this server."""
         return {
             "remote.log.storage.manager.class.name": "s3",
-            "rsm.config.storage.s3.bucket.name": bucket,
-            "rsm.config.storage.s3.region": REGION,
-            "rsm.config.storage.s3.endpoint.url": self.endpoint,
-            "rsm.config.storage.s3.path.style.access.enabled": "true",
-            "rsm.config.storage.aws.access.key.id": CREDENTIALS["aws_access_key_id"],
-            "rsm.config.storage.aws.secret.access.key": CREDENTIALS["aws_secret_access_key"],
+            **{f"rsm.config.{k}": v for k, v in rsm_configs(self.endpoint, bucket).items()},
         }
+
+
+def rsm_configs(endpoint: str, bucket: str, **extra: str) -> dict[str, str]:
+    """`S3RemoteStorageManager.configure()` settings for a moto server."""
+    return {
+        "storage.s3.bucket.name": bucket,
+        "storage.s3.region": REGION,
+        "storage.s3.endpoint.url": endpoint,
+        "storage.s3.path.style.access.enabled": "true",
+        "storage.aws.access.key.id": CREDENTIALS["aws_access_key_id"],
+        "storage.aws.secret.access.key": CREDENTIALS["aws_secret_access_key"],
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    """The URL of a moto server shared by the tests of a module (use a bucket per test)."""
+    server = MotoServer().start()
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
 
 
 @pytest.fixture
 def moto() -> Iterator[MotoServer]:
+    """A moto server of this test alone, free to be stopped and restarted."""
     server = MotoServer().start()
-    yield server
-    server.stop()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# Fault injection -------------------------------------------------------------------
+
+Hook = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+def client_error(code: str, status: int, operation: str = "PutObject") -> ClientError:
+    """The error botocore raises for an S3 error answer."""
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": f"injected {code}"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        operation,
+    )
+
+
+class FaultyClient:
+    """An aiobotocore S3 client wrapper: records every call, and runs `hooks` before each.
+
+    A hook gets the method name and arguments; it may raise (an injected failure),
+    sleep (a slow call) or do anything else (stop the server) before the real call.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.hooks: list[Hook] = []
+        self.calls: list[tuple[str, str]] = []  # (method, key) of every call, in order
+        self.completed: list[tuple[str, str]] = []  # (method, key) of the calls that succeeded
+
+    def __getattr__(self, method: str) -> Any:
+        real = getattr(self.client, method)
+        if method not in self.client.meta.method_to_api_mapping:  # not an S3 operation
+            return real
+
+        async def call(**kwargs: Any) -> Any:
+            key = str(kwargs.get("Key", ""))
+            self.calls.append((method, key))
+            for hook in list(self.hooks):
+                await hook(method, kwargs)
+            result = await real(**kwargs)
+            self.completed.append((method, key))
+            return result
+
+        return call
+
+    def count(self, method: str) -> int:
+        return sum(1 for m, _ in self.calls if m == method)
+
+    def written(self) -> list[str]:
+        """Keys whose upload completed (PutObject, CompleteMultipartUpload), in order."""
+        return [
+            key
+            for method, key in self.completed
+            if method in ("put_object", "complete_multipart_upload")
+        ]
+
+
+class InstrumentedS3(S3RemoteStorageManager):
+    """The S3 plugin with its client wrapped in a `FaultyClient` (`self.faulty`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.faulty: FaultyClient | None = None
+
+    async def client(self) -> Any:
+        real = await super().client()
+        if self.faulty is None or self.faulty.client is not real:
+            self.faulty = FaultyClient(real)
+        return self.faulty
+
+    async def raw(self) -> Any:
+        """The real client (for test set-up and inspection, not recorded)."""
+        return await super().client()

@@ -1,20 +1,29 @@
-"""The RemoteStorageManager contract, run against LocalFs and against S3 on moto's server."""
+"""The RemoteStorageManager contract, run against LocalFs (a temp dir) and S3 (moto's server).
+
+A real segment is built with `storage.log.Log` and copied; then reads of the whole
+segment and of ranges, every index, the manifest (lists every object with its
+size, written last), deletes (idempotent), missing segments, failed copies (leave
+nothing) and the key prefix entropy are checked the same way for both plugins.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import json
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from protocol.records import build_batch
+from protocol.records.builder import RecordInput
 from storage.log import Log
 from storage.log_config import LogConfig
-from storage.remote.key_layout import MANIFEST_SUFFIX, ObjectKeyLayout
+from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
 from storage.remote.local_fs import LocalFsRemoteStorageManager
-from storage.remote.s3 import S3RemoteStorageManager
 from storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -24,60 +33,43 @@ from storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
     RemoteResourceNotFoundError,
+    RemoteStorageError,
     RemoteStorageManager,
 )
 from storage.topic_partition import TopicPartition
-from tests.integration.moto_server import MotoServer
+from tests.integration.moto_server import (
+    InstrumentedS3,
+    moto_endpoint,  # noqa: F401 (a fixture)
+    rsm_configs,
+)
 
+CLUSTER = "c1"
 TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("contract", 0))
-
-
-@pytest.fixture(params=["localfs", "s3"])
-def rsm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RemoteStorageManager]:
-    if request.param == "localfs":
-        plugin: RemoteStorageManager = LocalFsRemoteStorageManager()
-        plugin.configure({"dir": str(tmp_path / "remote"), "cluster.id": "c1"})
-        yield plugin
-        return
-    server = MotoServer().start()
-    try:
-        server.create_bucket("contract-bucket")
-        plugin = S3RemoteStorageManager()
-        plugin.configure(
-            {
-                "storage.s3.bucket.name": "contract-bucket",
-                "storage.s3.region": "us-east-1",
-                "storage.s3.endpoint.url": server.endpoint,
-                "storage.s3.path.style.access.enabled": "true",
-                "storage.aws.access.key.id": "testing",
-                "storage.aws.secret.access.key": "testing",
-                "storage.s3.multipart.upload.part.size": str(5 * 1024 * 1024),
-                "cluster.id": "c1",
-            }
-        )
-        yield plugin
-        asyncio.run(plugin.close())
-    finally:
-        server.stop()
+EPOCHS = b"0\n1\n0 0\n"
 
 
 def rolled_segment(
-    tmp_path: Path, size_bytes: int
+    directory: Path, size_bytes: int, tip: TopicIdPartition = TIP
 ) -> tuple[Log, LogSegmentData, RemoteLogSegmentMetadata]:
+    """A log with one rolled segment of about `size_bytes`: its files and its metadata."""
     log = Log(
-        tmp_path / "log" / "contract-0",
-        TIP.topic_partition,
+        directory / f"{tip.topic_partition.topic}-{tip.topic_partition.partition}",
+        tip.topic_partition,
         LogConfig(segment_bytes=size_bytes * 2),
-        TIP.topic_id,
+        tip.topic_id,
     )
-    value = bytes(range(256)) * 40
+    value = os.urandom(4000)  # incompressible, different in every segment
     offset = 0
     while log.active_segment.size < size_bytes:
-        log.append_as_leader(bytearray(build_batch([(b"k", value, [], 1000 + offset)] * 10)), 0)
+        records: list[RecordInput] = [
+            (b"k%d" % (offset + i), value, [], 1_000 + offset + i) for i in range(10)
+        ]
+        batch = build_batch(records, producer_id=7, producer_epoch=0, base_sequence=offset)
+        log.append_as_leader(bytearray(batch), 0)
         offset += 10
     segment = log.roll()
     metadata = RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TIP),
+        segment_id=RemoteLogSegmentId.generate(tip),
         start_offset=segment.base_offset,
         end_offset=segment.next_offset - 1,
         max_timestamp_ms=segment.max_timestamp,
@@ -86,68 +78,266 @@ def rolled_segment(
         segment_size_bytes=segment.size,
         segment_leader_epochs=((0, 0),),
     )
+    snapshot = log.producer_state.snapshot_path(segment.next_offset)
     data = LogSegmentData(
-        segment.log_path,
-        segment.offset_index.path,
-        segment.time_index.path,
-        None,
-        None,
-        b"0\n1\n0 0\n",
+        log_segment=segment.log_path,
+        offset_index=segment.offset_index.path,
+        time_index=segment.time_index.path,
+        transaction_index=None,
+        producer_snapshot_index=snapshot if snapshot.exists() else None,
+        leader_epoch_index=EPOCHS,
     )
     return log, data, metadata
 
 
-@pytest.mark.parametrize("size_bytes", [200_000, 12 * 1024 * 1024])
-def test_copy_fetch_delete(rsm: RemoteStorageManager, tmp_path: Path, size_bytes: int) -> None:
-    log, data, metadata = rolled_segment(tmp_path, size_bytes)
-    content = data.log_segment.read_bytes()
+@dataclass
+class Backend:
+    """A plugin under test and a look at its storage from outside."""
 
-    async def run() -> None:
-        await rsm.copy_log_segment_data(metadata, data)
-        assert await rsm.fetch_log_segment(metadata, 0) == content
-        assert await rsm.fetch_log_segment(metadata, 100, 5_099) == content[100:5_100]
-        assert await rsm.fetch_log_segment(metadata, len(content) - 10) == content[-10:]
-        assert await rsm.fetch_index(metadata, IndexType.OFFSET) == data.offset_index.read_bytes()
-        assert await rsm.fetch_index(metadata, IndexType.TIMESTAMP) == data.time_index.read_bytes()
-        assert await rsm.fetch_index(metadata, IndexType.LEADER_EPOCH) == b"0\n1\n0 0\n"
-        await rsm.delete_log_segment_data(metadata)
-        await rsm.delete_log_segment_data(metadata)  # deleting again succeeds
-        with pytest.raises(RemoteResourceNotFoundError):
-            await rsm.fetch_log_segment(metadata, 0)
+    kind: str
+    make: Callable[[dict[str, str]], Awaitable[RemoteStorageManager]]
+    objects: Callable[[], Awaitable[dict[str, int]]]  # every stored key and its size
+    read: Callable[[str], Awaitable[bytes]]
+    written_last: Callable[[str], Awaitable[bool]]  # was this key written after all others?
 
+
+@pytest.fixture(params=["localfs", "s3"])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    plugins: list[RemoteStorageManager] = []
+    if request.param == "localfs":
+        root = tmp_path / "remote"
+
+        async def make_localfs(extra: dict[str, str]) -> RemoteStorageManager:
+            plugin = LocalFsRemoteStorageManager()
+            plugin.configure({"dir": str(root), "cluster.id": CLUSTER, **extra})
+            plugins.append(plugin)
+            return plugin
+
+        async def local_objects() -> dict[str, int]:
+            return {
+                p.relative_to(root).as_posix(): p.stat().st_size
+                for p in root.rglob("*")
+                if p.is_file()
+            }
+
+        async def local_read(key: str) -> bytes:
+            return (root / key).read_bytes()
+
+        async def local_written_last(key: str) -> bool:
+            mtimes = {k: (root / k).stat().st_mtime_ns for k in await local_objects()}
+            return all(mtime <= mtimes[key] for mtime in mtimes.values())
+
+        backend = Backend("localfs", make_localfs, local_objects, local_read, local_written_last)
+    else:
+        endpoint = request.getfixturevalue("moto_endpoint")
+        bucket = f"contract-{uuid.uuid4().hex[:12]}"
+        s3_plugins: list[InstrumentedS3] = []
+
+        async def make_s3(extra: dict[str, str]) -> RemoteStorageManager:
+            plugin = InstrumentedS3()
+            plugin.configure(rsm_configs(endpoint, bucket, **{"cluster.id": CLUSTER, **extra}))
+            if not s3_plugins:
+                await (await plugin.raw()).create_bucket(Bucket=bucket)
+            plugins.append(plugin)
+            s3_plugins.append(plugin)
+            return plugin
+
+        async def s3_client() -> Any:
+            if not s3_plugins:
+                await make_s3({})
+            return await s3_plugins[0].raw()
+
+        async def s3_objects() -> dict[str, int]:
+            client = await s3_client()
+            found: dict[str, int] = {}
+            async for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                found.update({o["Key"]: o["Size"] for o in page.get("Contents", [])})
+            return found
+
+        async def s3_read(key: str) -> bytes:
+            response = await (await s3_client()).get_object(Bucket=bucket, Key=key)
+            async with response["Body"] as body:
+                data: bytes = await body.read()
+                return data
+
+        async def s3_written_last(key: str) -> bool:
+            written = [k for p in s3_plugins if p.faulty for k in p.faulty.written()]
+            stored = set(await s3_objects())
+            return bool(written) and written[-1] == key and stored <= set(written)
+
+        backend = Backend("s3", make_s3, s3_objects, s3_read, s3_written_last)
     try:
-        asyncio.run(run())
+        yield backend
     finally:
-        log.close()
+        for plugin in plugins:
+            await plugin.close()
 
 
-def test_manifest_is_written_last_and_lists_every_object(tmp_path: Path) -> None:
-    plugin = LocalFsRemoteStorageManager()
-    plugin.configure({"dir": str(tmp_path / "remote"), "cluster.id": "c1"})
-    log, data, metadata = rolled_segment(tmp_path, 100_000)
-    asyncio.run(plugin.copy_log_segment_data(metadata, data))
-    layout = ObjectKeyLayout(cluster="c1")
-    manifest = tmp_path / "remote" / layout.segment_key(metadata, MANIFEST_SUFFIX)
-    others = [tmp_path / "remote" / k for k in layout.all_keys(metadata)[:-1]]
-    existing = [p for p in others if p.exists()]
-    assert existing and all(p.stat().st_mtime_ns <= manifest.stat().st_mtime_ns for p in existing)
-    import json
-
-    document = json.loads(manifest.read_text())
-    assert document["segment"]["end_offset"] == metadata.end_offset
-    assert document["objects"]["log"]["size"] == data.log_segment.stat().st_size
+@pytest.fixture(scope="module")
+def segment(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[LogSegmentData, RemoteLogSegmentMetadata]:
+    """One real rolled segment for the module (the tests only read its files)."""
+    log, data, metadata = rolled_segment(tmp_path_factory.mktemp("log"), 300_000)
     log.close()
+    return data, metadata
 
 
-def test_entropy_spreads_partitions_over_prefixes() -> None:
-    layout = ObjectKeyLayout(entropy_bits=4, cluster="c1")
-    prefixes = {
-        layout.partition_prefix(TopicIdPartition(TIP.topic_id, TopicPartition("t", p))).split("/")[
-            0
-        ]
-        for p in range(64)
+def expected_indexes(data: LogSegmentData) -> dict[IndexType, bytes]:
+    return {
+        t: source if isinstance(source, bytes) else source.read_bytes()
+        for t, source in data.indexes().items()
     }
-    assert len(prefixes) > 8 and all(len(p) == 1 for p in prefixes)
-    assert layout.partition_prefix(TIP) == ObjectKeyLayout(
-        entropy_bits=4, cluster="c1"
-    ).partition_prefix(TIP)
+
+
+async def test_copy_then_fetch_the_whole_segment_ranges_and_indexes(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
+) -> None:
+    data, metadata = segment
+    content = data.log_segment.read_bytes()
+    size = len(content)
+    assert data.producer_snapshot_index is not None  # every index the copy task sends but txn
+    rsm = await backend.make({})
+    await rsm.copy_log_segment_data(metadata, data)
+
+    assert await rsm.fetch_log_segment(metadata, 0) == content
+    ranges = [(0, 0), (0, size - 1), (100, 5_099), (size - 10, None), (size - 1, size - 1)]
+    for start, end in ranges:
+        stop = size if end is None else end + 1
+        assert await rsm.fetch_log_segment(metadata, start, end) == content[start:stop]
+    assert await rsm.fetch_log_segment(metadata, 5, size + 1_000) == content[5:]  # clipped
+    assert await rsm.fetch_log_segment(metadata, size) == b""  # at the end: nothing
+    assert await rsm.fetch_log_segment(metadata, size + 10, size + 20) == b""
+    assert await rsm.fetch_log_segment(metadata, 10, 9) == b""  # empty range
+
+    for index_type, expected in expected_indexes(data).items():
+        assert await rsm.fetch_index(metadata, index_type) == expected, index_type
+    with pytest.raises(RemoteResourceNotFoundError):
+        await rsm.fetch_index(metadata, IndexType.TRANSACTION)  # not copied: none was given
+
+
+async def test_manifest_lists_every_object_with_its_size_and_is_written_last(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
+) -> None:
+    data, metadata = segment
+    rsm = await backend.make({})
+    await rsm.copy_log_segment_data(metadata, data)
+
+    layout = ObjectKeyLayout(cluster=CLUSTER)
+    manifest_key = layout.segment_key(metadata, MANIFEST_SUFFIX)
+    stored = await backend.objects()
+    assert manifest_key in stored
+    document = json.loads(await backend.read(manifest_key))
+    assert document["version"] == 1
+    assert RemoteLogSegmentMetadata.from_json(document["segment"]) == metadata
+    expected_sizes = {LOG_SUFFIX: data.log_segment.stat().st_size} | {
+        t.value: len(b) for t, b in expected_indexes(data).items()
+    }
+    assert document["objects"] == {
+        suffix: {"key": layout.segment_key(metadata, suffix), "size": size}
+        for suffix, size in expected_sizes.items()
+    }
+    # Exactly the objects the manifest names, plus the manifest, with the sizes it says.
+    assert stored == {o["key"]: o["size"] for o in document["objects"].values()} | {
+        manifest_key: stored[manifest_key]
+    }
+    assert await backend.written_last(manifest_key)
+
+
+async def test_copy_again_overwrites(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
+) -> None:
+    data, metadata = segment
+    rsm = await backend.make({})
+    await rsm.copy_log_segment_data(metadata, data)
+    before = await backend.objects()
+    await rsm.copy_log_segment_data(metadata, data)  # a retried copy
+    assert await backend.objects() == before
+    assert await rsm.fetch_log_segment(metadata, 0) == data.log_segment.read_bytes()
+
+
+async def test_delete_removes_everything_and_deleting_again_succeeds(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
+) -> None:
+    data, metadata = segment
+    rsm = await backend.make({})
+    await rsm.copy_log_segment_data(metadata, data)
+    assert len(await backend.objects()) == 1 + len(data.indexes()) + 1  # log, indexes, manifest
+
+    await rsm.delete_log_segment_data(metadata)
+    assert await backend.objects() == {}
+    await rsm.delete_log_segment_data(metadata)
+    with pytest.raises(RemoteResourceNotFoundError):
+        await rsm.fetch_log_segment(metadata, 0)
+    with pytest.raises(RemoteResourceNotFoundError):
+        await rsm.fetch_index(metadata, IndexType.OFFSET)
+
+
+async def test_a_segment_never_copied_is_not_found(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
+) -> None:
+    _, metadata = segment
+    rsm = await backend.make({})
+    with pytest.raises(RemoteResourceNotFoundError):
+        await rsm.fetch_log_segment(metadata, 0, 100)
+    for index_type in IndexType:
+        with pytest.raises(RemoteResourceNotFoundError):
+            await rsm.fetch_index(metadata, index_type)
+    await rsm.delete_log_segment_data(metadata)  # deleting what is not there succeeds
+
+
+async def test_a_failed_copy_leaves_nothing_behind(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata], tmp_path: Path
+) -> None:
+    data, metadata = segment
+    rsm = await backend.make({})
+    # The log and the offset index go up; the time index is gone (deleted under the copy).
+    broken = LogSegmentData(
+        data.log_segment,
+        data.offset_index,
+        tmp_path / "gone.timeindex",
+        None,
+        data.producer_snapshot_index,
+        EPOCHS,
+    )
+    with pytest.raises((RemoteStorageError, OSError)):
+        await rsm.copy_log_segment_data(metadata, broken)
+    assert await backend.objects() == {}
+
+
+async def test_entropy_spreads_partitions_over_prefixes_deterministically(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
+) -> None:
+    data, template = segment
+    configs = {"key.prefix": "tiered/", "key.prefix.entropy.bits": "4"}
+    rsm = await backend.make(configs)
+    tips = [
+        TopicIdPartition(uuid.uuid4(), TopicPartition(topic, p))
+        for topic in ("orders", "payments")
+        for p in range(8)
+    ]
+    segments = {}
+    for tip in tips:
+        metadata = replace(template, segment_id=RemoteLogSegmentId.generate(tip))
+        segments[tip] = metadata
+        await rsm.copy_log_segment_data(metadata, data)
+
+    # The first level under the prefix is the partition's entropy: 1 hex digit for 4 bits.
+    layout = ObjectKeyLayout(prefix="tiered/", entropy_bits=4, cluster=CLUSTER)
+    by_partition: dict[tuple[str, str], set[str]] = {}
+    for key in await backend.objects():
+        prefix, entropy, cluster, topic_dir, partition, _ = key.split("/")
+        assert (prefix, cluster) == ("tiered", CLUSTER)
+        assert len(entropy) == 1 and int(entropy, 16) < 16
+        by_partition.setdefault((topic_dir, partition), set()).add(entropy)
+    assert len(by_partition) == len(tips)
+    assert all(len(e) == 1 for e in by_partition.values())  # one prefix per partition
+    used = set().union(*by_partition.values())
+    tps = [t.topic_partition for t in tips]
+    assert used == {layout.entropy(tp.topic, tp.partition).rstrip("/") for tp in tps}
+    assert len(used) >= 4  # 16 partitions over 16 prefixes
+
+    # Deterministic: another plugin instance configured alike finds every segment.
+    other = await backend.make(configs)
+    for metadata in segments.values():
+        assert await other.fetch_log_segment(metadata, 0, 99) == data.log_segment.read_bytes()[:100]
