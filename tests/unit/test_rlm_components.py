@@ -3,26 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
+import json
+import logging
+import random
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from rlm.config import RemoteLogManagerConfig
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import BatchView, build_batch, iter_batches
+from rlm.config import UNLIMITED, RemoteLogManagerConfig
+from rlm.copy_task import CopyTask
 from rlm.expiration_task import ExpirationTask, SegmentDeleter
 from rlm.index_cache import RemoteIndexCache
 from rlm.metrics import RemoteStorageMetrics
+from rlm.quota import ByteRateLimiter
+from rlm.remote_reader import RemoteLogReader
 from rlm.task_pool import TaskPool
 from rlm.tiered_partition import TieredPartition
 from storage.log import Log
 from storage.log_config import LogConfig
+from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX
+from storage.remote.local_fs import LocalFsRemoteStorageManager
 from storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from storage.remote.storage_manager import IndexType, RemoteStorageError
+from storage.remote.storage_manager import IndexType, LogSegmentData, RemoteStorageError
 from storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 from storage.topic_partition import TopicPartition
 from tests.unit.test_remote_metadata import MemoryTopic
@@ -184,3 +199,793 @@ def test_copies_stuck_in_copy_segment_started_are_cleaned_up_and_never_counted(
         log.close()
 
     asyncio.run(run())
+
+
+# =======================================================================================
+# Shared fixtures for the tests below: a real Log cut into segments, tiered to LocalFs.
+# =======================================================================================
+
+TS0 = int(time.time() * 1000) - 3_600_000  # record timestamps: TS0 + 2 * offset (recent)
+
+
+def timestamp_of(offset: int) -> int:
+    return TS0 + 2 * offset
+
+
+@dataclasses.dataclass
+class Batch:
+    base: int
+    last: int
+    position: int
+    size: int
+    data: bytes
+
+
+def build_log(
+    directory: Path,
+    tip: TopicIdPartition = TIP,
+    *,
+    batches: int = 150,
+    segment_bytes: int = 40_000,
+    big_batches: tuple[int, ...] = (),
+    seed: int = 7,
+) -> Log:
+    """A leader's log of `batches` batches of 1 to 9 records (values of varying size), records'
+    timestamps TS0 + 2 * offset, rolled every `segment_bytes`; batch numbers in `big_batches`
+    hold one 150 KiB record."""
+    rng = random.Random(seed)
+    lg = Log(
+        directory,
+        tip.topic_partition,
+        LogConfig(
+            remote_storage_enable=True, segment_bytes=segment_bytes, index_interval_bytes=4096
+        ),
+        tip.topic_id,
+    )
+    offset = 0
+    for b in range(batches):
+        n = 1 if b in big_batches else rng.randint(1, 9)
+        records = []
+        for i in range(n):
+            size = 150 * 1024 if b in big_batches else rng.randint(10, 900)
+            value = bytes((offset + i + j) % 251 for j in range(size))
+            records.append((b"%d" % (offset + i), value, [], timestamp_of(offset + i)))
+        lg.append_as_leader(bytearray(build_batch(records)), 0)
+        offset += n
+    lg.update_high_watermark(lg.log_end_offset)
+    return lg
+
+
+def batches_of(lg: Log) -> list[list[Batch]]:
+    """Each segment's batches as the local files hold them."""
+    table = []
+    for s in lg.segments:
+        data = s.log_path.read_bytes()
+        table.append(
+            [
+                Batch(
+                    v.base_offset,
+                    v.last_offset,
+                    v.position,
+                    v.size_in_bytes,
+                    data[v.position : v.position + v.size_in_bytes],
+                )
+                for v in iter_batches(data)
+            ]
+        )
+    return table
+
+
+def metadata_of(
+    tip: TopicIdPartition,
+    s: object,
+    state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId.generate(tip),
+        start_offset=s.base_offset,  # type: ignore[attr-defined]
+        end_offset=s.next_offset - 1,  # type: ignore[attr-defined]
+        max_timestamp_ms=s.max_timestamp,  # type: ignore[attr-defined]
+        broker_id=0,
+        event_timestamp_ms=int(time.time() * 1000),
+        segment_size_bytes=s.size,  # type: ignore[attr-defined]
+        segment_leader_epochs=((0, s.base_offset),),  # type: ignore[attr-defined]
+        state=state,
+    )
+
+
+def segment_data(s: object) -> LogSegmentData:
+    return LogSegmentData(
+        log_segment=s.log_path,  # type: ignore[attr-defined]
+        offset_index=s.offset_index.path,  # type: ignore[attr-defined]
+        time_index=s.time_index.path,  # type: ignore[attr-defined]
+        transaction_index=None,
+        producer_snapshot_index=None,
+        leader_epoch_index=b"0\n1\n0 %d\n" % s.base_offset,  # type: ignore[attr-defined]
+    )
+
+
+async def tier_rolled_segments(
+    lg: Log, rsm: LocalFsRemoteStorageManager, rlmm: TopicBasedRemoteLogMetadataManager
+) -> list[RemoteLogSegmentMetadata]:
+    """Copy every rolled segment, as CopyTask does, without CopyTask."""
+    copied = []
+    for s in lg.segments[:-1]:
+        m = metadata_of(TIP, s)
+        await rlmm.add_remote_log_segment_metadata(m)
+        await rsm.copy_log_segment_data(m, segment_data(s))
+        finished = m.with_state(RemoteLogSegmentState.COPY_SEGMENT_FINISHED, m.event_timestamp_ms)
+        await rlmm.update_remote_log_segment_metadata(finished)
+        copied.append(finished)
+    lg.highest_offset_in_remote_storage = copied[-1].end_offset
+    return copied
+
+
+def local_fs(root: Path) -> LocalFsRemoteStorageManager:
+    rsm = LocalFsRemoteStorageManager()
+    rsm.configure({"dir": str(root)})
+    return rsm
+
+
+def remote_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def events_of(topic: MemoryTopic, segment_id: uuid.UUID) -> list[str]:
+    """The states recorded in the metadata topic for one segment, in order."""
+    states = []
+    for records in topic.records.values():
+        for _, value in records:
+            event = json.loads(value)
+            if event["type"] == "segment" and event["metadata"]["segment_id"] == str(segment_id):
+                states.append(event["metadata"]["state"])
+    return states
+
+
+def expected_read(table: list[list[Batch]], offset: int, max_bytes: int) -> bytes:
+    """Kafka's answer: whole batches from the one holding `offset`, within `max_bytes` but at
+    least one, never past the end of the segment holding it."""
+    for segment in table:
+        for i, b in enumerate(segment):
+            if b.base <= offset <= b.last:
+                out, total = [b.data], b.size
+                for nxt in segment[i + 1 :]:
+                    if total + nxt.size > max_bytes:
+                        break
+                    out.append(nxt.data)
+                    total += nxt.size
+                return b"".join(out)
+    raise AssertionError(f"offset {offset} is in no batch")
+
+
+def new_reader(
+    tmp_path: Path,
+    rlmm: TopicBasedRemoteLogMetadataManager,
+    rsm: LocalFsRemoteStorageManager,
+    **config: int,
+) -> RemoteLogReader:
+    cache = RemoteIndexCache(tmp_path / "logdir", 1 << 20, rsm.fetch_index)
+    return RemoteLogReader(
+        RemoteLogManagerConfig(**config),
+        rlmm,
+        rsm,
+        cache,
+        RemoteStorageMetrics(CollectorRegistry()),
+    )
+
+
+async def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+# =======================================================================================
+# RemoteLogReader
+# =======================================================================================
+
+
+async def test_remote_reads_are_whole_batches_from_the_one_holding_the_offset(
+    tmp_path: Path,
+) -> None:
+    lg = build_log(tmp_path / "t-0")
+    assert len(lg.segments) >= 5
+    table = batches_of(lg)
+    rsm = local_fs(tmp_path / "remote")
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    await tier_rolled_segments(lg, rsm, rlmm)
+    reader = new_reader(tmp_path, rlmm, rsm)
+    remote_end = lg.segments[-1].base_offset
+    offsets = sorted({0, 1, remote_end - 1, *random.Random(1).sample(range(remote_end), 60)})
+    # every batch's first and last offset, and the offsets around segment boundaries
+    offsets += [b.base for seg in table[:-1] for b in seg[:2] + seg[-2:]]
+    offsets += [b.last for seg in table[:-1] for b in seg[:2] + seg[-2:]]
+    for offset in offsets:
+        for max_bytes in (1, 700, 5_000, 33_000, 1 << 20):
+            got = await reader.read(TIP, offset, max_bytes, 5)
+            want = expected_read(table[:-1], offset, max_bytes)
+            assert got == want, (offset, max_bytes, len(got), len(want))
+            first = BatchView(got)
+            assert first.base_offset <= offset <= first.last_offset
+            assert len(got) <= max(max_bytes, first.size_in_bytes)
+    with pytest.raises(KafkaError) as raised:  # not in the remote tier: the active segment
+        await reader.read(TIP, remote_end, 1000, 5)
+    assert raised.value.code == ErrorCode.offset_out_of_range
+    await reader.close()
+    lg.close()
+
+
+async def test_a_remote_batch_larger_than_the_fetch_and_the_read_chunk_comes_whole(
+    tmp_path: Path,
+) -> None:
+    lg = build_log(tmp_path / "t-0", batches=60, segment_bytes=400_000, big_batches=(20, 21, 45))
+    table = batches_of(lg)
+    rsm = local_fs(tmp_path / "remote")
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    await tier_rolled_segments(lg, rsm, rlmm)
+    reader = new_reader(tmp_path, rlmm, rsm)
+    bigs = [b for seg in table[:-1] for b in seg if b.size > 100_000]
+    assert len(bigs) >= 2
+    for big in bigs:
+        for max_bytes in (1, 1000, 100_000, 200_000, 400_000):
+            got = await reader.read(TIP, big.base, max_bytes, 5)
+            assert got == expected_read(table[:-1], big.base, max_bytes), (big.base, max_bytes)
+            assert got[: big.size] == big.data
+        before = big.base - 1  # the batch before: the big one only fits a large fetch
+        got = await reader.read(TIP, before, 100_000, 5)
+        assert got == expected_read(table[:-1], before, 100_000)
+    await reader.close()
+    lg.close()
+
+
+class SlowLocalFs(LocalFsRemoteStorageManager):
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+        self.fetches = 0
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        self.fetches += 1
+        await asyncio.sleep(self.delay_s)
+        return await super().fetch_log_segment(metadata, start, end)
+
+
+async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0")
+    table = batches_of(lg)
+    rsm = SlowLocalFs(0.4)
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    await tier_rolled_segments(lg, rsm, rlmm)
+    reader = new_reader(tmp_path, rlmm, rsm)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await reader.read(TIP, 10, 5000, 0.1)
+    assert time.monotonic() - started < 0.3  # answered at the fetch's wait, not the read's
+    fetches = rsm.fetches
+    await wait_until(lambda: reader.pending == 0, "the abandoned read to finish")
+    started = time.monotonic()
+    got = await reader.read(TIP, 10, 5000, 0.1)  # the client's retry: same offset and size
+    assert time.monotonic() - started < 0.1
+    assert got == expected_read(table[:-1], 10, 5000)
+    assert rsm.fetches == fetches, "the retry read the remote tier again"
+    await reader.close()
+    lg.close()
+
+
+async def test_remote_offsets_by_timestamp(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0")
+    rsm = local_fs(tmp_path / "remote")
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    copied = await tier_rolled_segments(lg, rsm, rlmm)
+    reader = new_reader(tmp_path, rlmm, rsm)
+    remote_end = copied[-1].end_offset
+    for k in [
+        0,
+        1,
+        2,
+        57,
+        remote_end - 1,
+        remote_end,
+        *random.Random(3).sample(range(remote_end), 40),
+    ]:
+        assert await reader.find_offset_by_timestamp(TIP, timestamp_of(k), 0) == (
+            k,
+            timestamp_of(k),
+        )
+        if k < remote_end:  # between two records: the next one
+            assert await reader.find_offset_by_timestamp(TIP, timestamp_of(k) + 1, 0) == (
+                k + 1,
+                timestamp_of(k + 1),
+            )
+    assert await reader.find_offset_by_timestamp(TIP, 0, 0) == (0, TS0)
+    assert await reader.find_offset_by_timestamp(TIP, 0, 77) == (77, timestamp_of(77))
+    assert await reader.find_offset_by_timestamp(TIP, timestamp_of(remote_end) + 1, 0) is None
+    await reader.close()
+    lg.close()
+
+
+# =======================================================================================
+# RemoteIndexCache
+# =======================================================================================
+
+
+def offset_index_bytes(entries: int) -> bytes:
+    return b"".join(i.to_bytes(4, "big") + (i * 100).to_bytes(4, "big") for i in range(entries))
+
+
+async def test_concurrent_lookups_share_one_download_even_when_a_requester_gives_up(
+    tmp_path: Path,
+) -> None:
+    downloads: list[tuple[uuid.UUID, IndexType]] = []
+    gate = asyncio.Event()
+
+    async def fetch(m: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        downloads.append((m.segment_id.id, index_type))
+        await gate.wait()
+        return offset_index_bytes(10)
+
+    cache = RemoteIndexCache(tmp_path, 1 << 20, fetch)
+    a = metadata(0)
+    with pytest.raises(TimeoutError):  # a fetch stops waiting (remote.fetch.max.wait.ms)
+        await asyncio.wait_for(cache.lookup_offset(a, 5), 0.05)
+    lookups = [asyncio.ensure_future(cache.lookup_offset(a, o)) for o in range(10)]
+    other = asyncio.ensure_future(cache.lookup_offset(metadata(100), 105))
+    await asyncio.sleep(0.05)
+    gate.set()
+    assert await asyncio.gather(*lookups) == [o * 100 for o in range(10)]
+    assert await other == 500
+    assert downloads.count((a.segment_id.id, IndexType.OFFSET)) == 1
+    assert len(downloads) == 2
+    assert await cache.lookup_offset(a, 3) == 300 and len(downloads) == 2
+    await cache.close()
+
+
+async def test_a_failed_index_download_is_not_cached(tmp_path: Path) -> None:
+    attempts = 0
+
+    async def fetch(_: RemoteLogSegmentMetadata, __: IndexType) -> bytes:
+        nonlocal attempts
+        attempts += 1
+        await asyncio.sleep(0.01)
+        if attempts <= 2:
+            raise RemoteStorageError("503 Slow Down")
+        return offset_index_bytes(4)
+
+    cache = RemoteIndexCache(tmp_path, 1 << 20, fetch)
+    m = metadata(0)
+    for expected_attempts in (1, 2):
+        with pytest.raises(RemoteStorageError):
+            await cache.lookup_offset(m, 2)
+        assert attempts == expected_attempts
+    assert await cache.lookup_offset(m, 2) == 200 and attempts == 3
+    assert await cache.lookup_offset(m, 3) == 300 and attempts == 3
+    assert cache.size_bytes == 32
+    await cache.close()
+
+
+async def test_index_cache_evicts_the_least_recently_used_by_total_bytes(tmp_path: Path) -> None:
+    downloads: list[int] = []
+
+    async def fetch(m: RemoteLogSegmentMetadata, _: IndexType) -> bytes:
+        downloads.append(m.start_offset)
+        return offset_index_bytes(100)  # 800 bytes
+
+    cache = RemoteIndexCache(tmp_path, 2500, fetch)  # room for three
+    a, b, c, d = (metadata(i * 10) for i in range(4))
+    for m in (a, b, c):
+        await cache.lookup_offset(m, m.start_offset)
+    await cache.lookup_offset(a, 0)  # a is now the most recently used
+    await cache.lookup_offset(d, 30)  # evicts the least recently used: b, not a
+    assert downloads == [0, 10, 20, 30]
+    await cache.lookup_offset(a, 0)
+    assert downloads == [0, 10, 20, 30], "a was evicted although used more recently than b"
+    await cache.lookup_offset(b, 10)
+    assert downloads == [0, 10, 20, 30, 10]
+    on_disk = remote_files(tmp_path / "remote-log-index-cache")
+    assert cache.size_bytes == sum(p.stat().st_size for p in on_disk) <= 2500
+    assert len(on_disk) == 3
+    cache.remove(b.segment_id.id)
+    assert cache.size_bytes == 1600 and len(remote_files(tmp_path / "remote-log-index-cache")) == 2
+    await cache.close()
+
+
+# =======================================================================================
+# TaskPool
+# =======================================================================================
+
+
+async def test_retriable_failures_back_off_exponentially_up_to_the_maximum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the jitter pinned to its upper bound, retries come after 40, 80, 160, 200, 200 ms;
+    after a success the interval applies and the back-off starts over."""
+    monkeypatch.setattr("rlm.task_pool.random.uniform", lambda low, high: high)
+    runs: list[float] = []
+    outcomes = iter(["fail"] * 5 + ["ok"] + ["fail", "ok"] + ["ok"] * 100)
+
+    class Flaky:
+        async def run_once(self) -> None:
+            runs.append(asyncio.get_running_loop().time())
+            if next(outcomes) == "fail":
+                raise RemoteStorageError("503 Slow Down")
+
+    pool = TaskPool("t", size=1, interval_ms=600, backoff_ms=40, backoff_max_ms=200)
+    pool.start()
+    pool.schedule("p", Flaky())
+    await wait_until(lambda: len(runs) >= 8, "eight runs", 10)
+    await pool.stop(1.0)
+    gaps = [b - a for a, b in itertools.pairwise(runs)]
+    expected = [0.04, 0.08, 0.16, 0.2, 0.2, 0.6, 0.04]
+    for gap, want in zip(gaps, expected, strict=False):
+        assert want - 0.005 <= gap <= want + 0.2, (gaps, expected)
+
+
+async def test_a_bug_in_a_task_is_retried_at_the_maximum_back_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runs: list[float] = []
+
+    class Broken:
+        async def run_once(self) -> None:
+            runs.append(asyncio.get_running_loop().time())
+            raise ValueError("a bug")
+
+    pool = TaskPool("t", size=1, interval_ms=10, backoff_ms=1, backoff_max_ms=150)
+    pool.start()
+    with caplog.at_level(logging.ERROR, logger="rlm.task_pool"):
+        pool.schedule("p", Broken())
+        await asyncio.sleep(0.5)
+    await pool.stop(1.0)
+    assert 2 <= len(runs) <= 5, runs  # ~every 150 ms, never a hot loop
+    assert all(b - a >= 0.145 for a, b in itertools.pairwise(runs))
+    assert "ValueError: a bug" in caplog.text  # logged with its traceback
+
+
+async def test_a_hanging_partition_never_stalls_the_others_nor_piles_up() -> None:
+    runs: dict[str, int] = {}
+    hanging_runs = 0
+
+    class Hangs:
+        async def run_once(self) -> None:
+            nonlocal hanging_runs
+            hanging_runs += 1
+            await asyncio.Event().wait()  # forever
+
+    class Counts:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+        async def run_once(self) -> None:
+            runs[self.key] = runs.get(self.key, 0) + 1
+            await asyncio.sleep(0.005)
+
+    pool = TaskPool("t", size=2, interval_ms=20, backoff_ms=10, backoff_max_ms=50)
+    pool.start()
+    pool.schedule("hang", Hangs())
+    for k in "abcde":
+        pool.schedule(k, Counts(k))
+    await wait_until(
+        lambda: len(runs) == 5 and min(runs.values()) >= 5, "every partition to run", 5
+    )
+    assert hanging_runs == 1  # never started again while its run hangs
+    await pool.stop(1.0)
+
+
+async def test_stop_cancels_running_tasks_and_nothing_runs_afterwards() -> None:
+    cancelled: list[str] = []
+    runs = 0
+
+    class Long:
+        async def run_once(self) -> None:
+            nonlocal runs
+            runs += 1
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append("long")
+                raise
+
+    class Short:
+        async def run_once(self) -> None:
+            nonlocal runs
+            runs += 1
+
+    pool = TaskPool("t", size=4, interval_ms=10, backoff_ms=10, backoff_max_ms=10)
+    pool.start()
+    pool.schedule("long", Long())
+    pool.schedule("short", Short())
+    await wait_until(lambda: runs >= 5, "a few runs")
+    started = time.monotonic()
+    await pool.stop(2.0)
+    assert time.monotonic() - started < 0.5
+    assert cancelled == ["long"]
+    after = runs
+    await asyncio.sleep(0.1)
+    assert runs == after, "tasks ran after stop()"
+    leftovers = [
+        t
+        for t in asyncio.all_tasks()
+        if t is not asyncio.current_task() and "rlm-t" in t.get_name()
+    ]
+    assert leftovers == []
+
+
+async def test_cancel_stops_a_partition_and_trigger_runs_one_at_once() -> None:
+    runs: dict[str, int] = {"a": 0, "b": 0}
+
+    class Counts:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+        async def run_once(self) -> None:
+            runs[self.key] += 1
+
+    pool = TaskPool("t", size=2, interval_ms=60_000, backoff_ms=10, backoff_max_ms=10)
+    pool.start()
+    pool.schedule("a", Counts("a"))
+    pool.schedule("b", Counts("b"))
+    await wait_until(lambda: runs == {"a": 1, "b": 1}, "the first runs")
+    pool.cancel("a")
+    pool.trigger("a")  # no longer scheduled: nothing happens
+    pool.trigger("b")
+    await wait_until(lambda: runs["b"] == 2, "the triggered run", 1)
+    await asyncio.sleep(0.05)
+    assert runs == {"a": 1, "b": 2}
+    await pool.stop(1.0)
+
+
+# =======================================================================================
+# CopyTask
+# =======================================================================================
+
+
+class PartialCopyThenFail(LocalFsRemoteStorageManager):
+    """Uploads the log and one index, then fails without cleaning up (a crash mid-copy,
+    or a plugin that leaves what it wrote), while `fail` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = True
+        self.delete_fails = False
+
+    async def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        if not self.fail:
+            await super().copy_log_segment_data(metadata, data)
+            return
+        await self._run(
+            self._copy_file, data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
+        )
+        await self._run(
+            self._copy_file, data.offset_index, self.layout.index_key(metadata, IndexType.OFFSET)
+        )
+        raise RemoteStorageError("injected: connection reset mid-copy")
+
+    async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        if self.delete_fails:
+            raise RemoteStorageError("injected: delete failed")
+        await super().delete_log_segment_data(metadata)
+
+
+def copy_task(
+    partition: TieredPartition,
+    rsm: LocalFsRemoteStorageManager,
+    rlmm: TopicBasedRemoteLogMetadataManager,
+) -> CopyTask:
+    return CopyTask(
+        partition,
+        0,
+        RemoteLogManagerConfig(),
+        rsm,
+        rlmm,
+        ByteRateLimiter(UNLIMITED),
+        RemoteStorageMetrics(CollectorRegistry()),
+    )
+
+
+async def test_a_failed_copy_deletes_what_it_uploaded_and_records_delete_segment_finished(
+    tmp_path: Path,
+) -> None:
+    lg = build_log(tmp_path / "t-0")
+    topic = MemoryTopic()
+    rlmm = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
+    await rlmm.start()
+    rsm = PartialCopyThenFail()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    partition = TieredPartition(TIP, lg)
+    task = copy_task(partition, rsm, rlmm)
+    with pytest.raises(RemoteStorageError):  # raised, so the pool backs off
+        await task.run_once()
+    assert remote_files(tmp_path / "remote") == [], "a failed copy left objects behind"
+    (failed_id,) = {
+        uuid.UUID(json.loads(v)["metadata"]["segment_id"])
+        for r in topic.records.values()
+        for _, v in r
+    }
+    assert events_of(topic, failed_id) == [
+        "COPY_SEGMENT_STARTED",
+        "DELETE_SEGMENT_STARTED",
+        "DELETE_SEGMENT_FINISHED",
+    ]
+    assert list(rlmm.list_remote_log_segments(TIP)) == []
+    assert lg.highest_offset_in_remote_storage == -1 and partition.copying == set()
+    lg.config = dataclasses.replace(lg.config, local_retention_bytes=0)
+    assert lg.delete_old_segments() == [], (
+        "local retention deleted a segment not in the remote tier"
+    )
+
+    rsm.fail = False
+    await task.run_once()
+    rolled = lg.segments[:-1]
+    readable = rlmm.readable_segments(TIP)
+    assert [(m.start_offset, m.end_offset) for m in readable] == [
+        (s.base_offset, s.next_offset - 1) for s in rolled
+    ]
+    assert lg.highest_offset_in_remote_storage == rolled[-1].next_offset - 1
+    for m, s in zip(readable, rolled, strict=True):
+        assert events_of(topic, m.segment_id.id) == [
+            "COPY_SEGMENT_STARTED",
+            "COPY_SEGMENT_FINISHED",
+        ]
+        log_object = tmp_path / "remote" / rsm.layout.segment_key(m, LOG_SUFFIX)
+        assert log_object.read_bytes() == s.log_path.read_bytes()
+        assert (tmp_path / "remote" / rsm.layout.segment_key(m, MANIFEST_SUFFIX)).exists()
+    lg.close()
+
+
+async def test_a_failed_copy_whose_clean_up_fails_is_finished_by_expiration(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0", batches=40)
+    topic = MemoryTopic()
+    rlmm = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
+    await rlmm.start()
+    rsm = PartialCopyThenFail()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    rsm.delete_fails = True
+    partition = TieredPartition(TIP, lg)
+    with pytest.raises(RemoteStorageError):
+        await copy_task(partition, rsm, rlmm).run_once()
+    (left,) = rlmm.list_remote_log_segments(TIP)
+    assert left.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+    assert rlmm.remote_log_size(TIP, 0) == 0 and rlmm.readable_segments(TIP) == []
+    rsm.delete_fails = False
+    config = RemoteLogManagerConfig()
+    deleter = SegmentDeleter(config, rsm, rlmm, lambda _: None)
+    await ExpirationTask(
+        partition, config, rlmm, deleter, RemoteStorageMetrics(CollectorRegistry())
+    ).run_once()
+    assert list(rlmm.list_remote_log_segments(TIP)) == []
+    assert remote_files(tmp_path / "remote") == []
+    assert events_of(topic, left.segment_id.id)[-1] == "DELETE_SEGMENT_FINISHED"
+    lg.close()
+
+
+async def test_copy_moves_the_remote_high_offset_only_after_copy_segment_finished(
+    tmp_path: Path,
+) -> None:
+    lg = build_log(tmp_path / "t-0")
+    hw_segment = lg.segments[3]
+    lg.high_watermark = hw_segment.base_offset + 1  # segment 3 is not wholly committed
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    seen: list[tuple[str, int]] = []
+    update = rlmm.update_remote_log_segment_metadata
+
+    async def recording_update(m: RemoteLogSegmentMetadata) -> None:
+        seen.append((m.state.name, lg.highest_offset_in_remote_storage))
+        await update(m)
+
+    rlmm.update_remote_log_segment_metadata = recording_update  # type: ignore[method-assign]
+    rsm = local_fs(tmp_path / "remote")
+    await copy_task(TieredPartition(TIP, lg), rsm, rlmm).run_once()
+    ends = [s.next_offset - 1 for s in lg.segments[:3]]
+    assert seen == [("COPY_SEGMENT_FINISHED", h) for h in [-1, *ends[:-1]]]
+    assert [m.end_offset for m in rlmm.readable_segments(TIP)] == ends  # oldest first, below HW
+    assert lg.highest_offset_in_remote_storage == ends[-1]
+    lg.close()
+
+
+# =======================================================================================
+# ExpirationTask
+# =======================================================================================
+
+
+async def test_expiration_removes_stuck_copies_with_their_objects_and_never_counts_them(
+    tmp_path: Path,
+) -> None:
+    lg = build_log(tmp_path / "t-0")
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    rsm = local_fs(tmp_path / "remote")
+    partition = TieredPartition(TIP, lg)
+    s0, s1, s2 = lg.segments[:3]
+    now = int(time.time() * 1000)
+    stuck = dataclasses.replace(metadata_of(TIP, s0), event_timestamp_ms=now - 10_000)
+    in_progress = dataclasses.replace(metadata_of(TIP, s1), event_timestamp_ms=now - 10_000)
+    fresh = dataclasses.replace(metadata_of(TIP, s2), event_timestamp_ms=now)
+    for m, s in ((stuck, s0), (in_progress, s1), (fresh, s2)):
+        await rlmm.add_remote_log_segment_metadata(m)
+        await rsm.copy_log_segment_data(m, segment_data(s))  # its objects exist, unconfirmed
+    partition.copying.add(in_progress.segment_id.id)  # this broker is still copying it
+    assert rlmm.remote_log_size(TIP, 0) == 0 and rlmm.readable_segments(TIP) == []
+    config = RemoteLogManagerConfig(stuck_copy_timeout_ms=5_000)
+    deleter = SegmentDeleter(config, rsm, rlmm, lambda _: None)
+    task = ExpirationTask(
+        partition, config, rlmm, deleter, RemoteStorageMetrics(CollectorRegistry())
+    )
+    await task.run_once()
+    left = {m.segment_id.id for m in rlmm.list_remote_log_segments(TIP)}
+    assert left == {in_progress.segment_id.id, fresh.segment_id.id}
+    kept_prefixes = {rsm.layout.segment_key(m, LOG_SUFFIX) for m in (in_progress, fresh)}
+    logs = {
+        str(p.relative_to(tmp_path / "remote"))
+        for p in remote_files(tmp_path / "remote")
+        if p.suffix == ".log"
+    }
+    assert logs == kept_prefixes, "the stuck copy's objects were not deleted"
+    assert rlmm.remote_log_size(TIP, 0) == 0
+    lg.close()
+
+
+async def test_expiration_deletes_superseded_copies_and_their_objects_only(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0")
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    rsm = local_fs(tmp_path / "remote")
+    copied = await tier_rolled_segments(lg, rsm, rlmm)
+    size = rlmm.remote_log_size(TIP, 0)
+    s1 = lg.segments[1]
+    retry = metadata_of(TIP, s1)  # a second copy of segment 1's range (a retried upload)
+    await rlmm.add_remote_log_segment_metadata(retry)
+    await rsm.copy_log_segment_data(retry, segment_data(s1))
+    await rlmm.update_remote_log_segment_metadata(
+        retry.with_state(RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1)
+    )
+    assert rlmm.remote_log_size(TIP, 0) == size
+    partition = TieredPartition(TIP, lg)
+    config = RemoteLogManagerConfig()
+    deleter = SegmentDeleter(config, rsm, rlmm, lambda _: None)
+    await ExpirationTask(
+        partition, config, rlmm, deleter, RemoteStorageMetrics(CollectorRegistry())
+    ).run_once()
+    assert [m.segment_id for m in rlmm.readable_segments(TIP)] == [m.segment_id for m in copied]
+    assert rlmm.superseded_segments(TIP) == []
+    assert len(list(rlmm.list_remote_log_segments(TIP))) == len(copied)
+    logs = [p for p in remote_files(tmp_path / "remote") if p.suffix == ".log"]
+    assert len(logs) == len(copied)
+    assert rlmm.remote_log_size(TIP, 0) == size
+    lg.close()
+
+
+async def test_remote_retention_by_bytes_deletes_the_oldest_and_moves_the_log_start(
+    tmp_path: Path,
+) -> None:
+    lg = build_log(tmp_path / "t-0", batches=300)
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    rsm = local_fs(tmp_path / "remote")
+    copied = await tier_rolled_segments(lg, rsm, rlmm)
+    active = lg.segments[-1].size
+    keep = 3  # keep about three remote segments' worth plus the local-only part
+    retention = sum(m.segment_size_bytes for m in copied[-keep:]) + active
+    lg.config = dataclasses.replace(lg.config, retention_bytes=retention)
+    partition = TieredPartition(TIP, lg)
+    config = RemoteLogManagerConfig()
+    deleter = SegmentDeleter(config, rsm, rlmm, lambda _: None)
+    await ExpirationTask(
+        partition, config, rlmm, deleter, RemoteStorageMetrics(CollectorRegistry())
+    ).run_once()
+    left = rlmm.readable_segments(TIP)
+    assert [m.segment_id for m in left] == [m.segment_id for m in copied[-keep:]]
+    assert lg.log_start_offset == left[0].start_offset
+    assert rlmm.remote_log_size(TIP, 0) + active <= retention
+    assert len([p for p in remote_files(tmp_path / "remote") if p.suffix == ".log"]) == keep
+    lg.close()
