@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine (Debian, Python 3.11):
 #   make run    install if needed, then start one broker on 127.0.0.1:9092 (data in ./data)
-#   make test   install everything the tests need (Python deps, Debian's kcat), run the suite
+#   make test   install everything the tests need (Python deps with PySpark, Debian's kcat and
+#               a Java runtime), run the suite
 
 PYTHON ?= python3
 VENV   := .venv
@@ -33,7 +34,7 @@ test: install-test
 	$(BIN)/pytest
 
 check: install-test
-	$(BIN)/ruff check protocol storage broker tests benchmarks
+	$(BIN)/ruff check protocol storage rlm broker pipeline tests benchmarks
 	$(BIN)/mypy
 
 bench: install-test
@@ -41,6 +42,7 @@ bench: install-test
 	$(BIN)/python -m benchmarks.groups
 	$(BIN)/python -m benchmarks.tiering
 	$(BIN)/python -m benchmarks.remote_log_size
+	$(BIN)/python -m benchmarks.pipeline
 
 clean:
 	rm -rf $(VENV) data

@@ -1,7 +1,9 @@
 """`tierbroker`: the command line.
 
 `tierbroker serve [--config FILE] [--override key=value ...]` runs a broker until
-SIGINT or SIGTERM, then shuts it down cleanly.
+SIGINT or SIGTERM, then shuts it down cleanly; `tierbroker tier status` shows both
+tiers per partition; `tierbroker export` writes a topic's remote tier to Parquet
+straight from the object store (`pipeline.jobs.export`).
 """
 
 from __future__ import annotations
@@ -135,6 +137,17 @@ def _cell(value: object) -> str:
     if isinstance(value, int) and value >= 1 << 20:
         return f"{value / (1 << 20):.1f} MiB"
     return str(value)
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def export(ctx: typer.Context) -> None:
+    """Export a topic's remote tier to Parquet with Spark (`tierbroker export --help`)."""
+    from pipeline.jobs.export import main as export_main
+
+    raise typer.Exit(export_main(ctx.args))
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.pipeline_topic import TieredTopic, create_tiered_topic
 
 
 @pytest.fixture
@@ -30,3 +31,11 @@ def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:
     yield Factory
     for process in started:
         process.kill()
+
+
+@pytest.fixture(scope="session")
+def tiered_topic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredTopic]:
+    """200k records in a broker's remote tier, shared read-only by the pipeline tests."""
+    topic = create_tiered_topic(tmp_path_factory.mktemp("pipeline"))
+    yield topic
+    topic.broker.stop()

@@ -1,4 +1,5 @@
-"""Imports point one way: protocol <- storage <- rlm <- broker; never up."""
+"""Imports point one way: protocol <- storage <- rlm <- broker, and pipeline uses only
+protocol and storage; never up."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ FORBIDDEN = {
     "protocol": {"storage", "rlm", "broker", "pipeline"},
     "storage": {"rlm", "broker", "pipeline"},
     "rlm": {"broker", "pipeline"},
+    "pipeline": {"rlm", "broker"},
 }
 
 

@@ -1,0 +1,36 @@
+"""Readers of the remote tier outside the broker: `TieredConsumer` and the Spark source.
+
+Everything here reads the object store the broker's remote storage plugin writes
+(`storage.remote.key_layout.ObjectKeyLayout`) and trusts only segments whose
+manifest exists; it imports `protocol` and `storage`, never `rlm` or `broker`.
+
+- `pipeline.TieredConsumer` / `pipeline.ConsumptionMode`: an aiokafka consumer that
+  reads remote offsets straight from the object store (`pipeline.consumer`).
+- `pipeline.spark.register(spark)`: the `tierbroker` PySpark data source.
+- `pipeline.jobs.export`: a topic's remote tier to Parquet.
+
+The consumer is imported lazily, so Spark executors that only read segments do
+not import aiokafka.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.consumer import TieredConsumer
+    from pipeline.modes import ConsumptionMode, TieredConsumerStats
+
+__all__ = ["ConsumptionMode", "TieredConsumer", "TieredConsumerStats"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TieredConsumer":
+        from pipeline.consumer import TieredConsumer
+
+        return TieredConsumer
+    if name in ("ConsumptionMode", "TieredConsumerStats"):
+        from pipeline import modes
+
+        return getattr(modes, name)
+    raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

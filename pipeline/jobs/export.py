@@ -1,0 +1,205 @@
+"""Export a topic's remote tier to Parquet, partitioned by topic, partition and date.
+
+    spark-submit pipeline/jobs/export.py --storage s3://bucket/prefix?endpoint=... \\
+        --topic events --to s3a://lake/events [--option storage.aws.access.key.id=...]
+    tierbroker export --topic events --storage file:///data/remote --to lake/   # local[*]
+
+Rows have the `tierbroker` source's schema (Spark's Kafka schema) plus `date`,
+the UTC day of the record timestamp; directories are
+`topic=<t>/partition=<p>/date=<yyyy-mm-dd>/`.
+
+The job lists the remote segments, leaves out those already exported, and writes
+the rest a few segments per Spark job (`--segments-per-job`). After each job
+commits, it writes one small marker per segment in `<output>/_exported_segments/`
+(the name is the segment id, the content what was written), so a run that is
+stopped resumes where it stopped. Segments are immutable, so a marker stays
+true. A crash between a job's commit and its markers re-exports that job's
+segments on the next run (duplicates of at most `--segments-per-job` segments).
+Progress goes to stdout, one line per job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pipeline.discovery import RemoteSegment
+from pipeline.spark.plan import ReadOptions, plan
+
+MARKER_DIR = "_exported_segments"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="tierbroker export", description="Export a topic's remote tier to Parquet."
+    )
+    parser.add_argument("--storage", required=True, help="file:///dir or s3://bucket/prefix?...")
+    parser.add_argument("--topic", required=True, help="a topic, or several separated by commas")
+    parser.add_argument(
+        "--to", dest="output", required=True, help="the output directory or Hadoop URI"
+    )
+    parser.add_argument("--format", choices=["parquet"], default="parquet")
+    parser.add_argument("--cluster", help="the cluster id (default: found by listing)")
+    parser.add_argument("--entropy-bits", type=int, default=0, help="the broker's entropy bits")
+    parser.add_argument("--partitions", help="comma-separated partition numbers (default: all)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another option of the tierbroker source (credentials, startingOffsets, ...)",
+    )
+    parser.add_argument("--segments-per-job", type=int, default=16)
+    parser.add_argument("--max-segments", type=int, default=0, help="stop after N (0: all)")
+    parser.add_argument("--master", default="local[*]", help="when no Spark session exists yet")
+    return parser.parse_args(argv)
+
+
+def source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The `tierbroker` source options the arguments stand for."""
+    options = {"storage": args.storage, "topic": args.topic}
+    if args.cluster:
+        options["cluster"] = args.cluster
+    if args.entropy_bits:
+        options["key.prefix.entropy.bits"] = str(args.entropy_bits)
+    if args.partitions:
+        options["partitions"] = args.partitions
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--option {item!r}: expected KEY=VALUE")
+        options[key] = value
+    return options
+
+
+class Markers:
+    """`<output>/_exported_segments/<segment id>`: locally, or on any Hadoop file system."""
+
+    def __init__(self, spark: Any, output: str) -> None:
+        parsed = urlparse(output)
+        self.local: Path | None = None
+        if parsed.scheme in ("", "file"):
+            self.local = Path(parsed.path if parsed.scheme else output) / MARKER_DIR
+            self.local.mkdir(parents=True, exist_ok=True)
+        else:
+            jvm = spark._jvm
+            self._path = jvm.org.apache.hadoop.fs.Path(f"{output.rstrip('/')}/{MARKER_DIR}")
+            self._fs = self._path.getFileSystem(spark._jsc.hadoopConfiguration())
+            self._jvm = jvm
+
+    def done(self) -> set[str]:
+        if self.local is not None:
+            return {p.name for p in self.local.iterdir() if not p.name.startswith(".")}
+        if not self._fs.exists(self._path):
+            return set()
+        return {status.getPath().getName() for status in self._fs.listStatus(self._path)}
+
+    def mark(self, segment: RemoteSegment) -> None:
+        body = json.dumps(
+            {
+                "topic": segment.topic,
+                "partition": segment.partition,
+                "start_offset": segment.start_offset,
+                "end_offset": segment.end_offset,
+                "size": segment.size,
+                "exported_at_ms": int(time.time() * 1000),
+            }
+        )
+        if self.local is not None:
+            tmp = self.local / f".{segment.segment_id}.tmp"
+            tmp.write_text(body, encoding="utf-8")
+            os.replace(tmp, self.local / segment.segment_id)
+            return
+        stream = self._fs.create(
+            self._jvm.org.apache.hadoop.fs.Path(self._path, segment.segment_id)
+        )
+        try:
+            stream.write(bytearray(body.encode()))
+        finally:
+            stream.close()
+
+
+def _session(master: str) -> Any:
+    """The active Spark session, or a new one (whose Python workers use this interpreter)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.appName("tierbroker-export")
+        .master(master)
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .getOrCreate()
+    )
+
+
+def export(spark: Any, args: argparse.Namespace) -> int:
+    """Export the segments not exported yet; returns how many were exported now."""
+    from pyspark.sql import functions as F
+
+    from pipeline.spark import register
+
+    register(spark)
+    options = source_options(args)
+    segments: dict[str, RemoteSegment] = {}
+    for split in plan(ReadOptions.parse(options)):
+        segments.setdefault(split.segment.segment_id, split.segment)
+    markers = Markers(spark, args.output)
+    done = markers.done()
+    pending = [s for s in segments.values() if s.segment_id not in done]
+    if args.max_segments > 0:
+        pending = pending[: args.max_segments]
+    print(
+        f"export {args.topic}: {len(segments)} remote segments, {len(done & set(segments))} "
+        f"already exported, {len(pending)} to export now",
+        flush=True,
+    )
+    started = time.monotonic()
+    exported_bytes = 0
+    step = max(1, args.segments_per_job)
+    for first in range(0, len(pending), step):
+        batch = pending[first : first + step]
+        frame = (
+            spark.read.format("tierbroker")
+            .options(**options, segments=",".join(s.segment_id for s in batch))
+            .load()
+        )
+        day = F.date_from_unix_date(F.floor(F.unix_millis("timestamp") / 86_400_000).cast("int"))
+        (
+            frame.withColumn("date", day)
+            .write.mode("append")
+            .partitionBy("topic", "partition", "date")
+            .parquet(args.output)
+        )
+        for segment in batch:
+            markers.mark(segment)
+        exported_bytes += sum(s.size for s in batch)
+        elapsed = time.monotonic() - started
+        print(
+            f"export {args.topic}: {first + len(batch)}/{len(pending)} segments, "
+            f"{exported_bytes / 1e6:.1f} MB in {elapsed:.1f}s "
+            f"({exported_bytes / 1e6 / max(elapsed, 1e-9):.1f} MB/s)",
+            flush=True,
+        )
+    return len(pending)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point (`tierbroker export`-style): parse, export, exit status 0."""
+    args = parse_args(argv)
+    spark = _session(args.master)
+    export(spark, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""`RemoteFetcher`: the consumer's read path straight from the object store.
+
+Per partition it keeps the resolved segment ranges (re-listed at most every
+`refresh_interval_s`, or at once when a segment turns out to be gone) and a cursor:
+the next offset, the range and byte position it lies at, and records decoded but
+not yet returned. A fetch reads one chunk (range GET) when the cursor has nothing
+buffered, in a thread pool, so the event loop never blocks on the store.
+
+Records become aiokafka `ConsumerRecord`s built exactly as aiokafka's fetcher builds
+them (same field values, headers a tuple of (str, bytes) pairs, checksum None,
+serialized sizes -1 for null), with the consumer's deserializers applied. Control
+batches are skipped, as consumers do.
+
+Missing offsets (a segment deleted by retention while we read it, or a gap
+between segments) are skipped forward with a warning when `skip_missing` is set
+(the REMOTE_* modes); otherwise the fetch reports them as not covered and the
+caller reads them from the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from pipeline.discovery import SegmentDiscovery, SegmentRange
+from pipeline.segments import DEFAULT_CHUNK_BYTES, read_chunk, start_position
+from pipeline.storage import ObjectNotFoundError
+
+log = logging.getLogger(__name__)
+
+Deserializer = Callable[[bytes | None], Any] | None
+RawRecord = tuple[int, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+"""(offset, timestamp, timestamp type, key, value, headers) of one decoded record."""
+
+
+@dataclass(slots=True)
+class _Cursor:
+    expected: int  # the consumer's position after what this cursor returned
+    offset: int  # the next offset to read (past what is buffered)
+    range_: SegmentRange | None = None
+    position: int = 0  # byte position of the next chunk in range_'s segment
+    buffered: deque[RawRecord] = field(default_factory=deque)
+
+
+@dataclass(slots=True)
+class RemoteFetch:
+    """What one fetch got: records, the position after them, and whether it is covered."""
+
+    records: list[ConsumerRecord[Any, Any]]
+    position: int
+    covered: bool = True
+    bytes_read: int = 0
+
+
+@dataclass(slots=True)
+class _Ranges:
+    ranges: list[SegmentRange]
+    listed_at: float
+
+
+class RemoteFetcher:
+    def __init__(
+        self,
+        discovery: SegmentDiscovery,
+        executor: Executor,
+        *,
+        refresh_interval_s: float = 2.0,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        key_deserializer: Deserializer = None,
+        value_deserializer: Deserializer = None,
+    ) -> None:
+        self.discovery = discovery
+        self.store = discovery.store
+        self.executor = executor
+        self.refresh_interval_s = refresh_interval_s
+        self.chunk_bytes = chunk_bytes
+        self.key_deserializer = key_deserializer
+        self.value_deserializer = value_deserializer
+        self._ranges: dict[TopicPartition, _Ranges] = {}
+        self._cursors: dict[TopicPartition, _Cursor] = {}
+        self._gone: set[str] = set()  # segment ids found deleted
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def ranges(self, tp: TopicPartition, refresh: bool = False) -> list[SegmentRange]:
+        """The partition's remote ranges, listed again if older than the refresh interval."""
+        cached = self._ranges.get(tp)
+        now = time.monotonic()
+        if refresh or cached is None or now - cached.listed_at >= self.refresh_interval_s:
+            ranges = await self._run(self.discovery.ranges, tp.topic, tp.partition)
+            ranges = [r for r in ranges if r.segment.segment_id not in self._gone]
+            cached = self._ranges[tp] = _Ranges(ranges, now)
+        return cached.ranges
+
+    async def bounds(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """(first offset, last offset + 1) of the remote tier, None if it is empty."""
+        ranges = await self.ranges(tp)
+        return (ranges[0].first_offset, ranges[-1].last_offset + 1) if ranges else None
+
+    async def covers(self, tp: TopicPartition, offset: int) -> bool:
+        """Whether a remote range holds `offset`."""
+        return any(r.first_offset <= offset <= r.last_offset for r in await self.ranges(tp))
+
+    def forget(self, tp: TopicPartition) -> None:
+        """Drop the partition's cursor (revoked, or repositioned by the caller)."""
+        self._cursors.pop(tp, None)
+
+    async def fetch(
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_records: int | None,
+        skip_missing: bool,
+        until: int | None = None,
+    ) -> RemoteFetch:
+        """Records of `tp` from `offset` (below `until`): buffered ones, or one more chunk's."""
+        cursor = self._cursors.get(tp)
+        if cursor is None or cursor.expected != offset:
+            cursor = self._cursors[tp] = _Cursor(offset, offset)
+        bytes_read = 0
+        while not cursor.buffered:
+            if cursor.range_ is None and not await self._locate(tp, cursor, skip_missing):
+                cursor.expected = cursor.offset
+                return RemoteFetch([], cursor.offset, covered=False, bytes_read=bytes_read)
+            range_ = cursor.range_
+            assert range_ is not None
+            try:
+                read, position, next_offset = await self._run(
+                    self._read, range_, cursor.position, cursor.offset
+                )
+            except ObjectNotFoundError:
+                self._segment_gone(tp, range_)
+                cursor.range_ = None
+                continue
+            ended = position == cursor.position  # no whole batch left in the object
+            bytes_read += position - cursor.position
+            cursor.position, cursor.offset = position, next_offset
+            cursor.buffered.extend(read)
+            if ended and next_offset <= range_.last_offset:
+                log.warning(
+                    "%s: segment %s ends at byte %d before offset %d; skipping to %d",
+                    tp,
+                    range_.segment.segment_id,
+                    position,
+                    next_offset,
+                    range_.last_offset + 1,
+                )
+                cursor.offset = range_.last_offset + 1
+            if cursor.offset > range_.last_offset:
+                cursor.range_ = None
+        taken = self._take(tp, cursor, max_records, until)
+        if taken:
+            cursor.expected = taken[-1].offset + 1 if cursor.buffered else cursor.offset
+        elif until is not None and cursor.buffered[0][0] >= until:
+            cursor.expected = until  # nothing below `until` left here: the caller goes on there
+        return RemoteFetch(taken, cursor.expected, bytes_read=bytes_read)
+
+    def _take(
+        self, tp: TopicPartition, cursor: _Cursor, max_records: int | None, until: int | None
+    ) -> list[ConsumerRecord[Any, Any]]:
+        count = len(cursor.buffered) if max_records is None else max_records
+        end = until if until is not None else cursor.offset + 1
+        out: list[ConsumerRecord[Any, Any]] = []
+        while cursor.buffered and len(out) < count and cursor.buffered[0][0] < end:
+            out.append(self._consumer_record(tp, cursor.buffered.popleft()))
+        return out
+
+    def _consumer_record(self, tp: TopicPartition, raw: RawRecord) -> ConsumerRecord[Any, Any]:
+        offset, timestamp, timestamp_type, key, value, headers = raw
+        return ConsumerRecord(
+            tp.topic,
+            tp.partition,
+            offset,
+            timestamp,
+            timestamp_type,
+            self.key_deserializer(key) if self.key_deserializer else key,
+            self.value_deserializer(value) if self.value_deserializer else value,
+            None,
+            len(key) if key is not None else -1,
+            len(value) if value is not None else -1,
+            headers,  # header values may be None, as aiokafka's are
+        )
+
+    async def _locate(self, tp: TopicPartition, cursor: _Cursor, skip_missing: bool) -> bool:
+        """Point the cursor at the range holding its offset; False if there is none."""
+        ranges = await self.ranges(tp)
+        following = [r for r in ranges if r.last_offset >= cursor.offset]
+        if not following:
+            return False
+        range_ = following[0]
+        if range_.first_offset > cursor.offset:
+            if not skip_missing:
+                return False
+            log.warning(
+                "%s: offsets %d..%d are not in the remote tier (deleted by retention?); "
+                "skipping forward to %d",
+                tp,
+                cursor.offset,
+                range_.first_offset - 1,
+                range_.first_offset,
+            )
+            cursor.offset = range_.first_offset
+        try:
+            position = await self._run(start_position, self.store, range_, cursor.offset)
+        except ObjectNotFoundError:
+            self._segment_gone(tp, range_)
+            return await self._locate(tp, cursor, skip_missing)
+        cursor.range_, cursor.position = range_, position
+        return True
+
+    def _segment_gone(self, tp: TopicPartition, range_: SegmentRange) -> None:
+        segment = range_.segment
+        log.warning(
+            "%s: remote segment %s (offsets %d..%d) disappeared while reading "
+            "(deleted by retention?)",
+            tp,
+            segment.segment_id,
+            segment.start_offset,
+            segment.end_offset,
+        )
+        self._gone.add(segment.segment_id)
+        self.discovery.forget(segment)
+        self._ranges.pop(tp, None)
+
+    def _read(
+        self, range_: SegmentRange, position: int, offset: int
+    ) -> tuple[list[RawRecord], int, int]:
+        """Decode one chunk (in the executor): records in range, next byte position and offset."""
+        batches, position = read_chunk(
+            self.store, range_.segment.log_key, position, self.chunk_bytes
+        )
+        records: list[RawRecord] = []
+        next_offset = offset
+        for batch in batches:
+            if batch.base_offset > range_.last_offset:
+                next_offset = max(next_offset, range_.last_offset + 1)
+                break
+            if batch.last_offset < next_offset:
+                continue
+            if not batch.is_control:
+                # aiokafka's C parser: the same records its own fetcher would build.
+                parsed = DefaultRecordBatch(bytes(batch.payload()))
+                kind = parsed.timestamp_type
+                for r in parsed:
+                    if next_offset <= r.offset <= range_.last_offset:
+                        headers = tuple(r.headers)
+                        records.append((r.offset, r.timestamp, kind, r.key, r.value, headers))
+            next_offset = max(next_offset, min(batch.next_offset, range_.last_offset + 1))
+        return records, position, next_offset

@@ -1,0 +1,176 @@
+"""Reading remote segments with range reads: index lookups, whole batches, timestamps.
+
+A segment's `.log` object holds RecordBatch v2 batches back to back, exactly as the
+broker wrote them. Its `.index` maps offsets to byte positions (8-byte entries:
+offset - segment start int32, position int32; tierbroker indexes a batch's base
+offset), its `.timeindex` maps largest timestamps so far to offsets (12-byte
+entries: timestamp int64, offset - segment start int32). Readers fetch the small
+index once, then only the byte range they need, a chunk at a time, and cut each
+chunk at the last whole batch (the rest is read again with the next chunk).
+
+Every batch is CRC-checked before its records are used, as Kafka's consumers do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pipeline.discovery import SegmentRange
+from pipeline.storage import ObjectStore
+from protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch
+
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+DEFAULT_CHUNK_BYTES = 1 << 20
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetIndex:
+    """A segment's offset index: absolute offsets and the byte positions of their batches."""
+
+    offsets: list[int]
+    positions: list[int]
+
+    def position_for(self, offset: int) -> int:
+        """The position of the last indexed batch at or before `offset` (0 if none)."""
+        i = bisect.bisect_right(self.offsets, offset) - 1
+        return self.positions[i] if i >= 0 else 0
+
+
+def parse_offset_index(data: bytes, start_offset: int) -> OffsetIndex:
+    """Entries up to the first that does not increase (a preallocated, zeroed tail)."""
+    offsets: list[int] = []
+    positions: list[int] = []
+    whole = len(data) - len(data) % _OFFSET_ENTRY.size
+    for relative, position in _OFFSET_ENTRY.iter_unpack(data[:whole]):
+        if offsets and (start_offset + relative <= offsets[-1] or position <= positions[-1]):
+            break
+        offsets.append(start_offset + relative)
+        positions.append(position)
+    return OffsetIndex(offsets, positions)
+
+
+def parse_time_index(data: bytes, start_offset: int) -> list[tuple[int, int]]:
+    """(largest timestamp so far, absolute offset) entries, in order."""
+    entries: list[tuple[int, int]] = []
+    whole = len(data) - len(data) % _TIME_ENTRY.size
+    for timestamp, relative in _TIME_ENTRY.iter_unpack(data[:whole]):
+        if entries and timestamp < entries[-1][0]:
+            break
+        entries.append((timestamp, start_offset + relative))
+    return entries
+
+
+def whole_batches_end(buf: bytes | memoryview) -> int:
+    """The end of the last whole batch at the start of `buf` (0 if the first is partial)."""
+    position, end = 0, len(buf)
+    while end - position >= LOG_OVERHEAD:
+        size = int.from_bytes(buf[position + 8 : position + 12], "big", signed=True) + LOG_OVERHEAD
+        if size < BATCH_HEADER_SIZE or position + size > end:
+            break
+        position += size
+    return position
+
+
+def read_chunk(
+    store: ObjectStore, key: str, position: int, max_bytes: int = DEFAULT_CHUNK_BYTES
+) -> tuple[list[BatchView], int]:
+    """The whole, CRC-checked batches of about `max_bytes` from `position`, and the next position.
+
+    At least one batch however large, unless the object ends; no batches and the
+    same position at the end of the object (or at a torn tail).
+    """
+    data = store.get(key, position, position + max_bytes)
+    end = whole_batches_end(data)
+    if end == 0 and len(data) >= LOG_OVERHEAD:
+        size = int.from_bytes(data[8:12], "big", signed=True) + LOG_OVERHEAD
+        if size >= BATCH_HEADER_SIZE and size > len(data):  # one batch larger than a chunk
+            data = store.get(key, position, position + size)
+            end = whole_batches_end(data)
+    view = memoryview(data)[:end]
+    batches = []
+    at = 0
+    while at < end:
+        batch = BatchView(view, at)
+        batch.validate()
+        batches.append(batch)
+        at += batch.size_in_bytes
+    return batches, position + end
+
+
+def iter_batches_from(
+    store: ObjectStore,
+    key: str,
+    start: int,
+    end: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> Iterator[BatchView]:
+    """Every batch that starts in bytes [start, end) of an object (end None: to its end)."""
+    position = start
+    while end is None or position < end:
+        # Up to `end` only: a batch straddling it is then read whole, by itself.
+        want = chunk_bytes if end is None else max(min(chunk_bytes, end - position), LOG_OVERHEAD)
+        batches, next_position = read_chunk(store, key, position, want)
+        if not batches:
+            return
+        for batch in batches:
+            if end is not None and position + batch.position >= end:
+                return
+            yield batch
+        position = next_position
+
+
+def load_offset_index(store: ObjectStore, range_: SegmentRange) -> OffsetIndex | None:
+    segment = range_.segment
+    if segment.offset_index_key is None:
+        return None
+    return parse_offset_index(store.get(segment.offset_index_key), segment.start_offset)
+
+
+def start_position(store: ObjectStore, range_: SegmentRange, offset: int) -> int:
+    """Where to start reading the segment for records at or after `offset`."""
+    if offset <= range_.segment.start_offset:
+        return 0
+    index = load_offset_index(store, range_)
+    return 0 if index is None else index.position_for(offset)
+
+
+def offset_for_timestamp(
+    store: ObjectStore,
+    ranges: list[SegmentRange],
+    timestamp_ms: int,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> int | None:
+    """The first offset whose record timestamp is >= `timestamp_ms` (ListOffsets' answer).
+
+    Segments whose largest timestamp is smaller are skipped from their manifest;
+    in the first other one, the time index gives a lower bound (every record up to
+    an entry whose timestamp is below the target is below it too), and batches are
+    scanned from there, decoding only those whose maxTimestamp reaches the target.
+    None if no record qualifies.
+    """
+    for range_ in ranges:
+        segment = range_.segment
+        if segment.max_timestamp_ms < timestamp_ms:
+            continue
+        lower = range_.first_offset
+        if segment.time_index_key is not None and segment.offset_index_key is not None:
+            entries = parse_time_index(store.get(segment.time_index_key), segment.start_offset)
+            i = bisect.bisect_left(entries, (timestamp_ms, -1)) - 1
+            if i >= 0:
+                lower = max(lower, entries[i][1] + 1)
+        position = start_position(store, range_, lower)
+        for batch in iter_batches_from(store, segment.log_key, position, None, chunk_bytes):
+            if batch.base_offset > range_.last_offset:
+                break
+            if batch.last_offset < lower or batch.is_control or batch.max_timestamp < timestamp_ms:
+                continue
+            for record in decode_batch(batch).records:
+                in_range = lower <= record.offset <= range_.last_offset
+                if in_range and record.timestamp >= timestamp_ms:
+                    return record.offset
+    return None
