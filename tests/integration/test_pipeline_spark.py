@@ -289,7 +289,7 @@ async def test_s3_remote_tier(spark: Any, tmp_path: Path) -> None:
                 "local.retention.bytes": "262144",
             }
             admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
-            produce(broker.bootstrap, topic, 3000, 1)
+            produce(broker.bootstrap, topic, 6000, 1)  # > 3 segments: retention trims
             end = wait_tiered(broker, topic, 1)[0]["remote_log_end_offset"] + 1
             storage = f"s3://lake/tb/?endpoint={server.endpoint}&path_style=true"
             credentials = {
