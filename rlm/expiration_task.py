@@ -10,7 +10,7 @@ DELETE_SEGMENT_FINISHED:
 - copies abandoned in COPY_SEGMENT_STARTED (a crash mid-copy) once older than
   the stuck-copy timeout, and superseded overlapping segments: neither was ever
   read nor counted.
-After deleting, the log start offset moves to the first remaining remote segment.
+Before deleting, the log start offset moves to the first remaining segment.
 """
 
 from __future__ import annotations
@@ -144,18 +144,21 @@ class ExpirationTask:
                 segment.state.name,
             )
             await self.deleter.delete(segment)
-        for segment in self.expired_segments():
+        expired = self.expired_segments()
+        if not expired:
+            return
+        # As Kafka does, the log start moves first: no reader is sent to a segment being deleted.
+        gone = {s.segment_id.id for s in expired}
+        remaining = [s for s in self.rlmm.readable_segments(p.tip) if s.segment_id.id not in gone]
+        new_start = remaining[0].start_offset if remaining else lg.local_log_start_offset
+        if new_start > lg.log_start_offset:
+            lg.log_start_offset = min(new_start, lg.high_watermark)
+            lg.leader_epoch_cache.truncate_from_start(lg.log_start_offset)
+            log.info(
+                "%s: remote retention moved the log start offset to %d", p.tip, lg.log_start_offset
+            )
+        for segment in expired:
             await self.deleter.delete(segment)
-            remaining = self.rlmm.readable_segments(p.tip)
-            new_start = remaining[0].start_offset if remaining else lg.local_log_start_offset
-            if new_start > lg.log_start_offset:
-                lg.log_start_offset = min(new_start, lg.high_watermark)
-                lg.leader_epoch_cache.truncate_from_start(lg.log_start_offset)
-                log.info(
-                    "%s: remote retention moved the log start offset to %d",
-                    p.tip,
-                    lg.log_start_offset,
-                )
 
 
 class PartitionDeleteTask:
