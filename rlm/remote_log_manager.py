@@ -75,8 +75,10 @@ class RemoteLogManager:
         self.partitions: dict[TopicIdPartition, TieredPartition] = {}
 
     async def start(self, topic_exists: Callable[[TopicIdPartition], bool]) -> None:
-        """Load remote metadata, start the pools, and finish deleting deleted partitions' data."""
+        """Load remote metadata, open the plugin's clients, start the pools, and finish deleting
+        deleted partitions' data."""
         await self.rlmm.start()
+        await self.rsm.start()
         self.copier.start()
         self.expirer.start()
         for tip in self.rlmm.partitions():

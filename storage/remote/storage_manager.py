@@ -93,5 +93,8 @@ class RemoteStorageManager(abc.ABC):
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Remove every object of the segment; succeeds if they are already gone."""
 
+    async def start(self) -> None:  # noqa: B027 (optional hook)
+        """Open clients before the first call, so the first copy or read does not pay for it."""
+
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Release clients and connections."""
