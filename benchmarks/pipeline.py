@@ -4,7 +4,7 @@
 
 One tierbroker tiers a 2-partition topic to LocalFs (8 MiB segments, local
 retention 8 MiB), then the same remote range (offset 0 to the end of the remote
-tier) is read four ways:
+tier) is read three ways:
 
 - backfill through the broker: `TieredConsumer` in KAFKA_ONLY (aiokafka);
 - backfill from the object store: `TieredConsumer` in REMOTE_ONLY;
@@ -58,7 +58,7 @@ TOPIC_CONFIG = {
 }
 
 
-def tier_status(broker: Broker, metrics_port: str) -> dict[int, dict[str, Any]]:
+def tier_status(metrics_port: str) -> dict[int, dict[str, Any]]:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/tier/status", timeout=5) as r:
         return {row["partition"]: row for row in json.load(r) if row["topic"] == TOPIC}
 
@@ -81,7 +81,7 @@ def fill(broker: Broker, metrics_port: str, mib: int, value_size: int) -> dict[i
     assert producer.flush(60) == 0
     deadline = time.monotonic() + 300
     while True:
-        rows = tier_status(broker, metrics_port)
+        rows = tier_status(metrics_port)
         if len(rows) == PARTITIONS and all(
             r["copy_lag_segments"] == 0 and r["local_log_start_offset"] > 0 for r in rows.values()
         ):
