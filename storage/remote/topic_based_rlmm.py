@@ -104,10 +104,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _replay(self, partition: int, offset: int, value: bytes) -> None:
         try:
-            event = json.loads(value)
-            if event["type"] == "segment":
-                self._check(RemoteLogSegmentMetadata.from_json(event["metadata"]))
-            self._apply(event)
+            self._apply(json.loads(value))
         except (ValueError, KeyError) as e:
             log.warning("skipping remote log metadata at %d:%d: %s", partition, offset, e)
 
@@ -122,7 +119,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _apply(self, event: dict[str, Any]) -> None:
         if event["type"] == "segment":
-            self.cache.put(RemoteLogSegmentMetadata.from_json(event["metadata"]))
+            metadata = RemoteLogSegmentMetadata.from_json(event["metadata"])
+            self._check(metadata)
+            self.cache.put(metadata)
         elif event["type"] == "partition_delete":
             tip = TopicIdPartition(
                 uuid.UUID(event["topic_id"]), TopicPartition(event["topic"], event["partition"])
