@@ -28,11 +28,10 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from pipeline.discovery import SegmentDiscovery, SegmentRange
-from pipeline.segments import DEFAULT_CHUNK_BYTES, read_chunk, start_position
+from pipeline.segments import DEFAULT_CHUNK_BYTES, parse_batch, read_chunk, start_position
 from pipeline.storage import ObjectNotFoundError
 
 log = logging.getLogger(__name__)
@@ -248,8 +247,7 @@ class RemoteFetcher:
             if batch.last_offset < next_offset:
                 continue
             if not batch.is_control:
-                # aiokafka's C parser: the same records its own fetcher would build.
-                parsed = DefaultRecordBatch(bytes(batch.payload()))
+                parsed = parse_batch(batch)
                 kind = parsed.timestamp_type
                 for r in parsed:
                     if next_offset <= r.offset <= range_.last_offset:

@@ -18,9 +18,11 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from aiokafka.record.default_records import DefaultRecordBatch
+
 from pipeline.discovery import SegmentRange
 from pipeline.storage import ObjectStore
-from protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch
+from protocol.records import BATCH_HEADER_SIZE, BatchView
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -74,6 +76,12 @@ def whole_batches_end(buf: bytes | memoryview) -> int:
             break
         position += size
     return position
+
+
+def parse_batch(batch: BatchView) -> DefaultRecordBatch:
+    """The batch's records, decompressed, through aiokafka's C parser (the records
+    aiokafka's own fetcher builds); iterate it, or read its `timestamp_type`."""
+    return DefaultRecordBatch(bytes(batch.payload()))
 
 
 def read_chunk(
@@ -169,8 +177,8 @@ def offset_for_timestamp(
                 break
             if batch.last_offset < lower or batch.is_control or batch.max_timestamp < timestamp_ms:
                 continue
-            for record in decode_batch(batch).records:
+            for record in parse_batch(batch):
                 in_range = lower <= record.offset <= range_.last_offset
                 if in_range and record.timestamp >= timestamp_ms:
-                    return record.offset
+                    return int(record.offset)
     return None

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from aiokafka.record.default_records import DefaultRecordBatch
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -34,7 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.segments import iter_batches_from, start_position
+from pipeline.segments import iter_batches_from, parse_batch, start_position
 from pipeline.spark.plan import ReadOptions, Split, plan
 from pipeline.storage import ObjectNotFoundError, ObjectStore, open_store
 
@@ -121,8 +120,7 @@ def _read_split(split: Split, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
             break
         if batch.last_offset < split.first_offset or batch.is_control:
             continue
-        # aiokafka's C parser (decompression included): records in Python objects, fast.
-        parsed = DefaultRecordBatch(bytes(batch.payload()))
+        parsed = parse_batch(batch)
         kind = parsed.timestamp_type
         for record in parsed:
             if split.first_offset <= record.offset <= split.last_offset:
