@@ -11,10 +11,8 @@ reader is compared with. The topic is never changed afterwards.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.tiering_helpers import all_status, metric, metrics
 
 TOPIC = "pipeline"
 PARTITIONS = 2
@@ -60,18 +59,12 @@ class TieredTopic:
 
 
 def status_rows(broker: BrokerProcess, topic: str) -> dict[int, dict[str, Any]]:
-    url = f"http://127.0.0.1:{broker.overrides['metrics.port']}/tier/status"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return {r["partition"]: r for r in json.load(response) if r["topic"] == topic}
+    return {r["partition"]: r for r in all_status(broker) if r["topic"] == topic}
 
 
 def broker_counter(broker: BrokerProcess, name: str, topic: str) -> float:
     """A per-topic counter from the broker's /metrics (0 if not yet counted)."""
-    url = f"http://127.0.0.1:{broker.overrides['metrics.port']}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    prefix = f'{name}_total{{topic="{topic}"}}'
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+    return metric(metrics(broker), f"{name}_total", topic=topic) or 0.0
 
 
 def wait_tiered(broker: BrokerProcess, topic: str, partitions: int) -> dict[int, dict[str, Any]]:
@@ -118,6 +111,20 @@ def produce(bootstrap: str, topic: str, messages: int, partitions: int) -> dict[
         sent[i] = (key, value, headers)
     assert all(p.flush(60) == 0 for p in producers)
     return sent
+
+
+def small_tiered_topic(broker: BrokerProcess, topic: str) -> dict[str, Any]:
+    """A 1-partition topic of 6000 records in 256 KiB segments, tiered and trimmed locally
+    (more than three segments, so local retention deletes); its tier status."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    config = {
+        "remote.storage.enable": "true",
+        "segment.bytes": "262144",
+        "local.retention.bytes": "262144",
+    }
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
+    produce(broker.bootstrap, topic, 6000, 1)
+    return wait_tiered(broker, topic, 1)[0]
 
 
 async def read_through_broker(bootstrap: str, topic: str, ends: dict[int, int]) -> list[Row]:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from confluent_kafka import TopicPartition as CTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from pipeline import ConsumptionMode, TieredConsumer
 from pipeline.discovery import SegmentDiscovery
@@ -26,8 +26,7 @@ from tests.integration.pipeline_topic import (
     CODECS,
     TieredTopic,
     broker_counter,
-    produce,
-    wait_tiered,
+    small_tiered_topic,
 )
 
 Record = ConsumerRecord[Any, Any]
@@ -157,15 +156,7 @@ async def test_log_start_moving_into_the_remote_tier(
     """KAFKA_PREFERRED below the broker's log start reads the object store, then the broker;
     REMOTE_ONLY at an offset deleted by retention skips forward with a warning."""
     broker, topic = tiered_topic.broker, "pipeline-moving"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    config = {
-        "remote.storage.enable": "true",
-        "segment.bytes": "262144",
-        "local.retention.bytes": "262144",
-    }
-    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
-    produce(broker.bootstrap, topic, 6000, 1)
-    end = wait_tiered(broker, topic, 1)[0]["log_end_offset"]
+    end = small_tiered_topic(broker, topic)["log_end_offset"]
     storage = tiered_topic.storage
     common: dict[str, Any] = {"bootstrap_servers": broker.bootstrap, "storage": storage}
     tp = TopicPartition(topic, 0)
@@ -182,6 +173,7 @@ async def test_log_start_moving_into_the_remote_tier(
     discovery = SegmentDiscovery(open_store(storage))
     segment = discovery.ranges(topic, 0)[1].segment
     cut = (segment.start_offset + segment.end_offset) // 2
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for future in admin.delete_records([CTopicPartition(topic, 0, cut)]).values():
         future.result(15)
     wait_for(

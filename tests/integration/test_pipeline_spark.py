@@ -23,7 +23,6 @@ import pyarrow.dataset as ds
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.discovery import SegmentDiscovery
 from pipeline.storage import open_store
@@ -34,8 +33,7 @@ from tests.integration.pipeline_topic import (
     TOPIC,
     Row,
     TieredTopic,
-    produce,
-    wait_tiered,
+    small_tiered_topic,
 )
 
 pytestmark = pytest.mark.slow
@@ -282,15 +280,7 @@ async def test_s3_remote_tier(spark: Any, tmp_path: Path) -> None:
         broker = BrokerProcess(tmp_path, overrides).start()
         try:
             topic = "pipeline-s3"
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            config = {
-                "remote.storage.enable": "true",
-                "segment.bytes": "262144",
-                "local.retention.bytes": "262144",
-            }
-            admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
-            produce(broker.bootstrap, topic, 6000, 1)  # > 3 segments: retention trims
-            end = wait_tiered(broker, topic, 1)[0]["remote_log_end_offset"] + 1
+            end = small_tiered_topic(broker, topic)["remote_log_end_offset"] + 1
             storage = f"s3://lake/tb/?endpoint={server.endpoint}&path_style=true"
             credentials = {
                 "storage.aws.access.key.id": "testing",

@@ -4,9 +4,7 @@ remote partitions in one fetch within its byte limits, the log start offset acro
 from __future__ import annotations
 
 import datetime
-import json
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from protocol.errors import ErrorCode
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.moto_server import MotoServer
+from tests.integration.tiering_helpers import all_status, status
 from tests.integration.wire import WireClient
 
 FAST = {
@@ -29,12 +28,6 @@ TIERED = {
     "segment.bytes": str(256 * 1024),
     "local.retention.bytes": str(512 * 1024),
 }
-
-
-def status(broker: BrokerProcess, topic: str) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{broker.overrides['metrics.port']}/tier/status"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return next((r for r in json.load(response) if r["topic"] == topic), {})
 
 
 def create(broker: BrokerProcess, topic: str) -> None:
@@ -202,9 +195,3 @@ def test_log_start_offset_survives_restarts(tmp_path: Path) -> None:
             assert s["local_log_start_offset"] > 1000
     finally:
         broker.kill()
-
-
-def all_status(broker: BrokerProcess) -> list[dict[str, Any]]:
-    url = f"http://127.0.0.1:{broker.overrides['metrics.port']}/tier/status"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return list(json.load(response))

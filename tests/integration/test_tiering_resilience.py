@@ -186,6 +186,18 @@ def tiered_up_to(broker: BrokerProcess, topic: str, log_end: int) -> dict[str, A
     return s if ok else None
 
 
+def fill_and_tier(broker: BrokerProcess, topic: str, count: int) -> dict[str, Any]:
+    """Create `topic`, produce `count` records, and wait until they are tiered; the status."""
+    create_topic(broker, topic)
+    produce(broker.bootstrap, topic, 0, count, VALUE_SIZE)
+    return wait_for(
+        lambda: tiered_up_to(broker, topic, count),
+        "tiering",
+        60,
+        show=lambda: status(broker, topic),
+    )
+
+
 class StatusMonitor:
     """Polls /tier/status every 100 ms in a thread and records every poll where the local log
     starts above the remote tier's end + 1 (local data deleted before it was tiered)."""
@@ -445,14 +457,7 @@ def test_list_offsets_by_a_remote_timestamp_answers_within_its_timeout_while_s3_
     ).start()
     topic = "times"
     try:
-        create_topic(broker, topic)
-        produce(broker.bootstrap, topic, 0, 4000, VALUE_SIZE)
-        s = wait_for(
-            lambda: tiered_up_to(broker, topic, 4000),
-            "tiering",
-            60,
-            show=lambda: status(broker, topic),
-        )
+        s = fill_and_tier(broker, topic, 4000)
         k = s["local_log_start_offset"] // 2
         assert list_offsets(broker.port, topic, timestamp_of(k))[:3] == (0, k, timestamp_of(k))
         m.down()
@@ -522,14 +527,7 @@ def test_a_slow_remote_read_times_out_then_serves_the_retry_and_consumers_progre
     broker.start()
     topic = "slow"
     try:
-        create_topic(broker, topic)
-        produce(broker.bootstrap, topic, 0, 5000, VALUE_SIZE)
-        s = wait_for(
-            lambda: tiered_up_to(broker, topic, 5000),
-            "tiering",
-            60,
-            show=lambda: status(broker, topic),
-        )
+        s = fill_and_tier(broker, topic, 5000)
         assert s["local_log_start_offset"] > 1000
 
         if slow == "index":

@@ -32,10 +32,15 @@ DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
 
 
 def segment(
-    start: int, end: int, epoch: int = 0, size: int = 100, state: RemoteLogSegmentState = FINISHED
+    start: int,
+    end: int,
+    epoch: int = 0,
+    size: int = 100,
+    state: RemoteLogSegmentState = FINISHED,
+    tip: TopicIdPartition = TIP,
 ) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TIP),
+        segment_id=RemoteLogSegmentId.generate(tip),
         start_offset=start,
         end_offset=end,
         max_timestamp_ms=end,
@@ -545,22 +550,6 @@ TIP_B = TopicIdPartition(uuid.uuid4(), TopicPartition("b", 3))
 TIP_C = TopicIdPartition(uuid.uuid4(), TopicPartition("c", 0))
 
 
-def seg_of(
-    tip: TopicIdPartition, start: int, end: int, epoch: int = 0, size: int = 100
-) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(tip),
-        start_offset=start,
-        end_offset=end,
-        max_timestamp_ms=end,
-        broker_id=0,
-        event_timestamp_ms=0,
-        segment_size_bytes=size,
-        segment_leader_epochs=((epoch, start),),
-        state=STARTED,
-    )
-
-
 class Recorder:
     """Drives an RLMM the way the RLM does and counts the events it publishes."""
 
@@ -603,17 +592,19 @@ async def build_history(r: Recorder) -> dict[str, RemoteLogSegmentMetadata]:
     """A realistic mix: copies, retention, a retried copy, a contained copy, epochs, a copy in
     flight, a half-done delete, a deleted partition and one being deleted."""
     kept: dict[str, RemoteLogSegmentMetadata] = {}
-    segs = [await r.copy(seg_of(TIP, i * 100, i * 100 + 99, epoch=i // 4)) for i in range(10)]
+    segs = [
+        await r.copy(segment(i * 100, i * 100 + 99, epoch=i // 4, state=STARTED)) for i in range(10)
+    ]
     await r.delete(segs[0])  # retention
-    await r.copy(seg_of(TIP, 300, 399, epoch=0))  # a retried copy of a range: superseded
-    await r.copy(seg_of(TIP, 510, 540, epoch=1))  # contained in segs[5]: superseded
-    kept["in_flight"] = await r.start(seg_of(TIP, 1000, 1099, epoch=2))
+    await r.copy(segment(300, 399, epoch=0, state=STARTED))  # a retried copy of a range: superseded
+    await r.copy(segment(510, 540, epoch=1, state=STARTED))  # contained in segs[5]: superseded
+    kept["in_flight"] = await r.start(segment(1000, 1099, epoch=2, state=STARTED))
     kept["half_deleted"] = await r.move(segs[1], DELETE_STARTED)
     kept["oldest"] = segs[2]
     for i in range(3):
-        await r.copy(seg_of(TIP_B, i * 50, i * 50 + 49))
+        await r.copy(segment(i * 50, i * 50 + 49, state=STARTED, tip=TIP_B))
     await r.partition_delete(TIP_B, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
-    c = await r.copy(seg_of(TIP_C, 0, 9))
+    c = await r.copy(segment(0, 9, state=STARTED, tip=TIP_C))
     await r.partition_delete(TIP_C, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
     await r.partition_delete(TIP_C, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
     await r.delete(c)
@@ -626,8 +617,8 @@ async def more_history(r: Recorder, kept: dict[str, RemoteLogSegmentMetadata]) -
     await r.move(kept["in_flight"], FINISHED)
     await r.move(kept["half_deleted"], DELETE_FINISHED)
     await r.delete(kept["oldest"])  # retention goes on
-    await r.copy(seg_of(TIP, 1100, 1199, epoch=3))
-    await r.copy(seg_of(TIP, 1100, 1199, epoch=3))  # a retried copy after the snapshot
+    await r.copy(segment(1100, 1199, epoch=3, state=STARTED))
+    await r.copy(segment(1100, 1199, epoch=3, state=STARTED))  # a retried copy after the snapshot
     await r.partition_delete(TIP_B, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
 
 
@@ -678,9 +669,9 @@ async def test_a_snapshot_of_a_superseded_copy_whose_original_is_being_deleted(
     rlmm = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
     await rlmm.start()
     r = Recorder(rlmm)
-    a = await r.copy(seg_of(TIP, 0, 99, size=100))
-    await r.copy(seg_of(TIP, 0, 99, size=100))  # B: superseded by A
-    await r.copy(seg_of(TIP, 100, 199, size=100))
+    a = await r.copy(segment(0, 99, size=100, state=STARTED))
+    await r.copy(segment(0, 99, size=100, state=STARTED))  # B: superseded by A
+    await r.copy(segment(100, 199, size=100, state=STARTED))
     await r.move(a, DELETE_STARTED)
     live = rlmm_view(rlmm)
     rlmm.snapshot()

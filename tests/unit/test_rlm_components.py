@@ -374,6 +374,16 @@ def new_reader(
     )
 
 
+async def tiered_reader(
+    tmp_path: Path, lg: Log, rsm: LocalFsRemoteStorageManager
+) -> tuple[RemoteLogReader, list[RemoteLogSegmentMetadata]]:
+    """Tier `lg`'s rolled segments to `rsm`: a reader over them, and what was copied."""
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    copied = await tier_rolled_segments(lg, rsm, rlmm)
+    return new_reader(tmp_path, rlmm, rsm), copied
+
+
 async def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -393,10 +403,7 @@ async def test_remote_reads_are_whole_batches_from_the_one_holding_the_offset(
     assert len(lg.segments) >= 5
     table = batches_of(lg)
     rsm = local_fs(tmp_path / "remote")
-    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
-    await rlmm.start()
-    await tier_rolled_segments(lg, rsm, rlmm)
-    reader = new_reader(tmp_path, rlmm, rsm)
+    reader, _ = await tiered_reader(tmp_path, lg, rsm)
     remote_end = lg.segments[-1].base_offset
     offsets = sorted({0, 1, remote_end - 1, *random.Random(1).sample(range(remote_end), 60)})
     # every batch's first and last offset, and the offsets around segment boundaries
@@ -423,10 +430,7 @@ async def test_a_remote_batch_larger_than_the_fetch_and_the_read_chunk_comes_who
     lg = build_log(tmp_path / "t-0", batches=60, segment_bytes=400_000, big_batches=(20, 21, 45))
     table = batches_of(lg)
     rsm = local_fs(tmp_path / "remote")
-    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
-    await rlmm.start()
-    await tier_rolled_segments(lg, rsm, rlmm)
-    reader = new_reader(tmp_path, rlmm, rsm)
+    reader, _ = await tiered_reader(tmp_path, lg, rsm)
     bigs = [b for seg in table[:-1] for b in seg if b.size > 100_000]
     assert len(bigs) >= 2
     for big in bigs:
@@ -460,10 +464,7 @@ async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_p
     table = batches_of(lg)
     rsm = SlowLocalFs(0.4)
     rsm.configure({"dir": str(tmp_path / "remote")})
-    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
-    await rlmm.start()
-    await tier_rolled_segments(lg, rsm, rlmm)
-    reader = new_reader(tmp_path, rlmm, rsm)
+    reader, _ = await tiered_reader(tmp_path, lg, rsm)
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         await reader.read(TIP, 10, 5000, 0.1)
@@ -482,10 +483,7 @@ async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_p
 async def test_remote_offsets_by_timestamp(tmp_path: Path) -> None:
     lg = build_log(tmp_path / "t-0")
     rsm = local_fs(tmp_path / "remote")
-    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
-    await rlmm.start()
-    copied = await tier_rolled_segments(lg, rsm, rlmm)
-    reader = new_reader(tmp_path, rlmm, rsm)
+    reader, copied = await tiered_reader(tmp_path, lg, rsm)
     remote_end = copied[-1].end_offset
     for k in [
         0,
