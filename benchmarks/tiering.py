@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -38,10 +38,13 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.response import FetchResponse
 from kio.schema.request_header.v2.header import RequestHeader
-from kio.serial import entity_writer
+from kio.schema.response_header.v1.header import ResponseHeader
+from kio.serial import entity_reader, entity_writer
 
 from benchmarks.targets import Broker, free_port, start_tierbroker, stop
+from protocol.records import BATCH_HEADER_SIZE, BatchView
 
 MIB = 1 << 20
 TOPIC_CONFIG = {"segment.bytes": str(8 * MIB), "local.retention.bytes": str(16 * MIB)}
@@ -114,38 +117,13 @@ def produce(bootstrap: str, topic: str, mib: int) -> float:
     return time.perf_counter() - started
 
 
-def consume_until(bootstrap: str, topic: str, end_offset: int) -> tuple[float, int]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 50 * MIB,
-            "max.partition.fetch.bytes": 8 * MIB,
-            "fetch.queue.backoff.ms": 10,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    read = 0
-    started = time.perf_counter()
-    last = -1
-    while last < end_offset - 1:
-        for m in consumer.consume(10_000, 1.0):
-            if m.error() is None:
-                read += len(m.value())
-                last = m.offset()
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed, read
-
-
-def fetch_ttfb_ms(port: int, topic: str) -> float:
-    """One Fetch v12 at offset 0: milliseconds until the response's first bytes."""
+def fetch_frame(topic: str, offset: int, max_bytes: int) -> bytes:
+    """A size-prefixed Fetch v12 for partition 0 of `topic` from `offset`."""
     request = FetchRequest(
         replica_id=-1,
         max_wait=datetime.timedelta(milliseconds=500),
         min_bytes=1,
-        max_bytes=MIB,
+        max_bytes=max_bytes,
         isolation_level=0,
         session_id=0,
         session_epoch=-1,
@@ -156,9 +134,9 @@ def fetch_ttfb_ms(port: int, topic: str) -> float:
                     FetchPartition(
                         partition=0,
                         current_leader_epoch=-1,
-                        fetch_offset=0,
+                        fetch_offset=offset,
                         log_start_offset=-1,
-                        partition_max_bytes=MIB,
+                        partition_max_bytes=max_bytes,
                     ),
                 ),
             ),
@@ -174,10 +152,51 @@ def fetch_ttfb_ms(port: int, topic: str) -> float:
         ),
     )
     entity_writer(FetchRequest)(buffer, request)
-    frame = buffer.getvalue()
+    return struct.pack(">i", buffer.tell()) + buffer.getvalue()
+
+
+def read_frame(s: socket.socket) -> bytes:
+    size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+    frame = bytearray(size)
+    view, got = memoryview(frame), 0
+    while got < size:
+        n = s.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("broker closed the connection")
+        got += n
+    return bytes(frame)
+
+
+def read_through_broker(port: int, topic: str, end_offset: int) -> tuple[float, int]:
+    """Seconds and record bytes to fetch partition 0 from offset 0 to `end_offset`, one Fetch
+    in flight, as a consumer does; batches are walked by their headers, records not decoded."""
+    read, offset = 0, 0
     with socket.create_connection(("127.0.0.1", port)) as s:
         started = time.perf_counter()
-        s.sendall(struct.pack(">i", len(frame)) + frame)
+        while offset < end_offset:
+            s.sendall(fetch_frame(topic, offset, 8 * MIB))
+            frame = read_frame(s)
+            _, at = entity_reader(ResponseHeader)(frame, 0)
+            response, _ = entity_reader(FetchResponse)(frame, at)
+            partition = response.responses[0].partitions[0]
+            if partition.error_code != 0:
+                raise RuntimeError(f"fetch at {offset}: error {partition.error_code}")
+            records = partition.records or b""
+            read += len(records)
+            at = 0
+            while at + BATCH_HEADER_SIZE <= len(records):
+                batch = BatchView(records, at)
+                offset = batch.last_offset + 1
+                at += batch.size_in_bytes
+        return time.perf_counter() - started, read
+
+
+def fetch_ttfb_ms(port: int, topic: str) -> float:
+    """One Fetch v12 at offset 0: milliseconds until the response's first bytes."""
+    frame = fetch_frame(topic, 0, MIB)
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        started = time.perf_counter()
+        s.sendall(frame)
         s.recv(4)
         return (time.perf_counter() - started) * 1000
 
@@ -270,7 +289,7 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
         while status(metrics, "tiered")["local_log_start_offset"] == 0:
             time.sleep(0.1)
         local_start = status(metrics, "tiered")["local_log_start_offset"]
-        read_s, read_bytes = consume_until(broker.bootstrap, "tiered", local_start)
+        read_s, read_bytes = read_through_broker(broker.port, "tiered", local_start)
         objects = remote_objects(tier, workdir, moto)
         raw_write, raw_read = raw_write_and_read(objects, moto, workdir)
         stop(broker)
