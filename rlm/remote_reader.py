@@ -7,6 +7,11 @@ limit. Reads run in a bounded pool (`remote.log.reader.threads`, at most
 `remote.log.reader.max.pending.tasks` waiting) as tasks owned by the reader: a
 fetch that stops waiting (`remote.fetch.max.wait.ms`) does not cancel its read,
 whose result is kept briefly so the client's retry is served at once.
+
+Consumers read a partition sequentially, so a fetch that was served starts the
+read its successor will ask for (same partition, the next offset, the same size)
+while a reader thread is idle: the object store's latency overlaps the response
+and the client's next request. One read ahead per fetch, never a chain of them.
 """
 
 from __future__ import annotations
@@ -66,17 +71,37 @@ class RemoteLogReader:
         done = self._results.pop(key, None)
         if done is not None:
             self._results_bytes -= len(done)
+            self._read_ahead(tip, done, max_bytes)
             return done
         task = self._inflight.get(key)
         if task is None:
             if len(self._inflight) >= self.config.reader_max_pending_tasks:
                 raise KafkaError(ErrorCode.request_timed_out, "remote read queue is full")
-            task = asyncio.get_running_loop().create_task(self._read(tip, offset, max_bytes))
-            self._inflight[key] = task
-            task.add_done_callback(lambda t: self._read_done(key, t))
+            task = self._start(key)
         result = await asyncio.wait_for(asyncio.shield(task), timeout_s)
         self._forget(key)
+        self._read_ahead(tip, result, max_bytes)
         return result
+
+    def _read_ahead(self, tip: TopicIdPartition, served: bytes, max_bytes: int) -> None:
+        """Start the read following `served` if it is in the remote tier and a thread is idle."""
+        if not served or len(self._inflight) >= self.config.reader_threads:
+            return
+        at, last = 0, -1
+        while at + BATCH_HEADER_SIZE <= len(served):
+            batch = BatchView(served, at)
+            last, at = batch.last_offset, at + batch.size_in_bytes
+        key = (tip, last + 1, max_bytes)
+        if key in self._inflight or key in self._results:
+            return
+        if self.rlmm.remote_log_segment_metadata(tip, last + 1) is not None:
+            self._start(key)
+
+    def _start(self, key: ReadKey) -> asyncio.Task[bytes]:
+        task = asyncio.get_running_loop().create_task(self._read(*key))
+        self._inflight[key] = task
+        task.add_done_callback(lambda t: self._read_done(key, t))
+        return task
 
     def _read_done(self, key: ReadKey, task: asyncio.Task[bytes]) -> None:
         self._inflight.pop(key, None)

@@ -449,14 +449,22 @@ class SlowLocalFs(LocalFsRemoteStorageManager):
     def __init__(self, delay_s: float) -> None:
         super().__init__()
         self.delay_s = delay_s
-        self.fetches = 0
+        self.reads: list[tuple[int, int]] = []  # (segment base offset, start position)
 
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
     ) -> bytes:
-        self.fetches += 1
+        self.reads.append((metadata.start_offset, start))
         await asyncio.sleep(self.delay_s)
         return await super().fetch_log_segment(metadata, start, end)
+
+
+def last_offset(records: bytes) -> int:
+    at, last = 0, -1
+    while at < len(records):
+        batch = BatchView(records, at)
+        last, at = batch.last_offset, at + batch.size_in_bytes
+    return last
 
 
 async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_path: Path) -> None:
@@ -469,13 +477,35 @@ async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_p
     with pytest.raises(TimeoutError):
         await reader.read(TIP, 10, 5000, 0.1)
     assert time.monotonic() - started < 0.3  # answered at the fetch's wait, not the read's
-    fetches = rsm.fetches
+    [first] = rsm.reads
     await wait_until(lambda: reader.pending == 0, "the abandoned read to finish")
     started = time.monotonic()
     got = await reader.read(TIP, 10, 5000, 0.1)  # the client's retry: same offset and size
     assert time.monotonic() - started < 0.1
     assert got == expected_read(table[:-1], 10, 5000)
-    assert rsm.fetches == fetches, "the retry read the remote tier again"
+    assert rsm.reads.count(first) == 1, "the retry read the remote tier again"
+    await reader.close()
+    lg.close()
+
+
+async def test_a_served_read_starts_the_next_one_and_no_more(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0")
+    table = batches_of(lg)
+    rsm = SlowLocalFs(0.05)
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    reader, copied = await tiered_reader(tmp_path, lg, rsm)
+    offset, served = 0, 0
+    while offset <= copied[-1].end_offset:  # a consumer reading the remote tier in order
+        reads = len(rsm.reads)
+        got = await reader.read(TIP, offset, 5000, 5)
+        assert got == expected_read(table[:-1], offset, 5000), offset
+        if served:
+            assert len(rsm.reads) == reads, f"the fetch at {offset} was not read ahead"
+        served += 1
+        offset = last_offset(got) + 1
+        await wait_until(lambda: reader.pending == 0, "the read ahead to finish")
+    # One remote read per fetch: none wasted, nothing read past the remote tier's end.
+    assert len(rsm.reads) == served
     await reader.close()
     lg.close()
 
