@@ -1,10 +1,11 @@
 """Requests in, responses out: headers, dispatch to kio's entity types, and records splicing.
 
 A response is encoded as a list of parts, each `bytes` or a `FileRegion`. The fetch
-path puts records that live in a log file into a response without reading them:
-the handler asks a `RecordsSplicer` for a placeholder that kio serialises like any
-records field, and `encode_response` cuts the response at each placeholder and puts
-the file region there, with the length prefix rewritten for the region's size.
+path puts records into a response without copying them: records that live in a log
+file are not read at all, and records read from the remote tier are not copied into
+the encoded response. The handler asks a `RecordsSplicer` for a placeholder that kio
+serialises like any records field, and `encode_response` cuts the response at each
+placeholder and puts the records there, with the length prefix rewritten for their size.
 """
 
 from __future__ import annotations
@@ -112,15 +113,15 @@ def parse_request(frame: bytes | memoryview) -> Request:
 
 
 class RecordsSplicer:
-    """Placeholders for records fields of one response, each standing for a `FileRegion`."""
+    """Placeholders for records fields of one response, each standing for a response part."""
 
     def __init__(self) -> None:
         self._counter = itertools.count()
-        self.regions: dict[bytes, FileRegion] = {}
+        self.regions: dict[bytes, ResponsePart] = {}
 
-    def placeholder(self, region: FileRegion) -> Records:
+    def placeholder(self, records: ResponsePart) -> Records:
         key = _PLACEHOLDER_TAG + next(self._counter).to_bytes(4, "big")
-        self.regions[key] = region
+        self.regions[key] = records
         return Records(key)
 
 
@@ -142,7 +143,9 @@ def encode_response(
     return _splice(bytes(encoded), splicer.regions, type(body).__flexible__)
 
 
-def _splice(encoded: bytes, regions: dict[bytes, FileRegion], flexible: bool) -> list[ResponsePart]:
+def _splice(
+    encoded: bytes, regions: dict[bytes, ResponsePart], flexible: bool
+) -> list[ResponsePart]:
     cuts = sorted((encoded.index(key), region) for key, region in regions.items())
     # kio wrote each placeholder as a 16-byte records field: compact (uvarint 17) or int32 16.
     prefix_bytes = 1 if flexible else 4
@@ -150,9 +153,10 @@ def _splice(encoded: bytes, regions: dict[bytes, FileRegion], flexible: bool) ->
     size = 0
     last = 0
     for position, region in cuts:
-        head = encoded[last : position - prefix_bytes] + _records_length(region.length, flexible)
+        length = len(region) if isinstance(region, bytes) else region.length
+        head = encoded[last : position - prefix_bytes] + _records_length(length, flexible)
         parts += [head, region]
-        size += len(head) + region.length
+        size += len(head) + length
         last = position + _PLACEHOLDER_BYTES
     parts.append(encoded[last:])
     size += len(encoded) - last

@@ -12,7 +12,6 @@ from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, resp
 from broker.replica_manager import FetchParams, FetchRequestPartition, FetchResultPartition
 from protocol.codec import RecordsSplicer, Request
 from protocol.errors import ErrorCode
-from storage.segment import FileSlice
 from storage.topic_partition import TopicPartition
 
 
@@ -89,9 +88,5 @@ def _partition(m: Any, splicer: RecordsSplicer, index: int, result: FetchResultP
         log_start_offset=result.log_start_offset,
         aborted_transactions=None,
         preferred_read_replica=-1,
-        records=(
-            splicer.placeholder(result.records)
-            if isinstance(result.records, FileSlice)
-            else result.records or b""
-        ),
+        records=splicer.placeholder(result.records) if result.records else b"",
     )
