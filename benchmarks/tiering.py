@@ -269,6 +269,8 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
         tiered_s = produce(broker.bootstrap, "tiered", mib)  # copies run meanwhile
         # Tiering MB/s: segments held back while produced, then released and timed alone.
         produce(broker.bootstrap, "held", mib)
+        while status(metrics, "tiered").get("copy_lag_segments", 1) != 0:
+            time.sleep(0.05)  # the tiered topic's copies would share the timed ones' tier
         release = ConfigResource(
             "topic",
             "held",
@@ -284,8 +286,6 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
             time.sleep(0.02)
         tiering_s = time.perf_counter() - started
         row = status(metrics, "held")
-        while status(metrics, "tiered").get("copy_lag_segments", 1) != 0:
-            time.sleep(0.05)
         while status(metrics, "tiered")["local_log_start_offset"] == 0:
             time.sleep(0.1)
         local_start = status(metrics, "tiered")["local_log_start_offset"]
