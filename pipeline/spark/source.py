@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -121,10 +122,10 @@ def _read_split(split: Split, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         if batch.last_offset < split.first_offset or batch.is_control:
             continue
         parsed = parse_batch(batch)
-        kind = parsed.timestamp_type
-        for record in parsed:
-            if split.first_offset <= record.offset <= split.last_offset:
-                columns.add(record, kind)
+        records = list(parsed)
+        if batch.base_offset < split.first_offset or batch.last_offset > split.last_offset:
+            records = [r for r in records if split.first_offset <= r.offset <= split.last_offset]
+        columns.extend(records, parsed.timestamp_type)
         if columns.rows >= ROWS_PER_BATCH:
             yield columns.take(schema)
     if columns.rows:
@@ -143,7 +144,7 @@ class _Columns:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int] = []
+        self.timestamps: list[int] = []  # ms
         self.kinds: list[int] = []
         self.headers: list[list[dict[str, Any]]] = []
 
@@ -151,29 +152,31 @@ class _Columns:
     def rows(self) -> int:
         return len(self.offsets)
 
-    def add(self, record: Any, kind: int) -> None:
-        self.keys.append(record.key)
-        self.values.append(record.value)
-        self.offsets.append(record.offset)
-        self.timestamps.append(record.timestamp * 1000)  # ms -> Spark's microseconds
-        self.kinds.append(kind)
-        self.headers.append([{"key": k, "value": v} for k, v in record.headers])
+    def extend(self, records: list[Any], kind: int) -> None:
+        """Add the records of one batch, whose timestamp type is `kind`."""
+        self.keys += [r.key for r in records]
+        self.values += [r.value for r in records]
+        self.offsets += [r.offset for r in records]
+        self.timestamps += [r.timestamp for r in records]
+        self.kinds += [kind] * len(records)
+        self.headers += [[{"key": k, "value": v} for k, v in r.headers] for r in records]
 
     def take(self, schema: pa.Schema) -> pa.RecordBatch:
         n = self.rows
+        # Spark's timestamps are microseconds; Kafka's are milliseconds.
+        micros = pc.multiply(pa.array(self.timestamps, pa.int64()), 1000)
         data = [
-            self.keys,
-            self.values,
-            [self.topic] * n,
-            [self.partition] * n,
-            self.offsets,
-            self.timestamps,
-            self.kinds,
-            self.headers,
+            pa.array(self.keys, schema.field("key").type),
+            pa.array(self.values, schema.field("value").type),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array(self.offsets, pa.int64()),
+            micros.cast(schema.field("timestamp").type),
+            pa.array(self.kinds, pa.int32()),
+            pa.array(self.headers, schema.field("headers").type),
         ]
-        arrays = [pa.array(column, type=f.type) for column, f in zip(data, schema, strict=True)]
         self._reset()
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return pa.RecordBatch.from_arrays(data, schema=schema)
 
 
 class TierbrokerDataSource(DataSource):
