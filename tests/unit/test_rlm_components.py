@@ -446,8 +446,9 @@ async def test_a_remote_batch_larger_than_the_fetch_and_the_read_chunk_comes_who
 
 
 class SlowLocalFs(LocalFsRemoteStorageManager):
-    def __init__(self, delay_s: float) -> None:
+    def __init__(self, root: Path, delay_s: float) -> None:
         super().__init__()
+        self.configure({"dir": str(root)})
         self.delay_s = delay_s
         self.reads: list[tuple[int, int]] = []  # (segment base offset, start position)
 
@@ -470,8 +471,7 @@ def last_offset(records: bytes) -> int:
 async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_path: Path) -> None:
     lg = build_log(tmp_path / "t-0")
     table = batches_of(lg)
-    rsm = SlowLocalFs(0.4)
-    rsm.configure({"dir": str(tmp_path / "remote")})
+    rsm = SlowLocalFs(tmp_path / "remote", 0.4)
     reader, _ = await tiered_reader(tmp_path, lg, rsm)
     started = time.monotonic()
     with pytest.raises(TimeoutError):
@@ -491,8 +491,7 @@ async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_p
 async def test_a_served_read_starts_the_next_one_and_no_more(tmp_path: Path) -> None:
     lg = build_log(tmp_path / "t-0")
     table = batches_of(lg)
-    rsm = SlowLocalFs(0.05)
-    rsm.configure({"dir": str(tmp_path / "remote")})
+    rsm = SlowLocalFs(tmp_path / "remote", 0.05)
     reader, copied = await tiered_reader(tmp_path, lg, rsm)
     offset, served = 0, 0
     while offset <= copied[-1].end_offset:  # a consumer reading the remote tier in order
