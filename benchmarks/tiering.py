@@ -44,7 +44,7 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
 
 from benchmarks.targets import Broker, free_port, start_tierbroker, stop
-from protocol.records import BATCH_HEADER_SIZE, BatchView
+from protocol.records import iter_batches
 
 MIB = 1 << 20
 TOPIC_CONFIG = {"segment.bytes": str(8 * MIB), "local.retention.bytes": str(16 * MIB)}
@@ -183,11 +183,8 @@ def read_through_broker(port: int, topic: str, end_offset: int) -> tuple[float, 
                 raise RuntimeError(f"fetch at {offset}: error {partition.error_code}")
             records = partition.records or b""
             read += len(records)
-            at = 0
-            while at + BATCH_HEADER_SIZE <= len(records):
-                batch = BatchView(records, at)
+            for batch in iter_batches(records):
                 offset = batch.last_offset + 1
-                at += batch.size_in_bytes
         return time.perf_counter() - started, read
 
 

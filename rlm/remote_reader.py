@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch
+from protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch, iter_batches
 from rlm.config import RemoteLogManagerConfig
 from rlm.index_cache import RemoteIndexCache
 from rlm.metrics import RemoteStorageMetrics
@@ -87,10 +87,9 @@ class RemoteLogReader:
         """Start the read following `served` if it is in the remote tier and a thread is idle."""
         if not served or len(self._inflight) >= self.config.reader_threads:
             return
-        at, last = 0, -1
-        while at + BATCH_HEADER_SIZE <= len(served):
-            batch = BatchView(served, at)
-            last, at = batch.last_offset, at + batch.size_in_bytes
+        last = -1
+        for batch in iter_batches(served):
+            last = batch.last_offset
         key = (tip, last + 1, max_bytes)
         if key in self._inflight or key in self._results:
             return

@@ -460,14 +460,6 @@ class SlowLocalFs(LocalFsRemoteStorageManager):
         return await super().fetch_log_segment(metadata, start, end)
 
 
-def last_offset(records: bytes) -> int:
-    at, last = 0, -1
-    while at < len(records):
-        batch = BatchView(records, at)
-        last, at = batch.last_offset, at + batch.size_in_bytes
-    return last
-
-
 async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_path: Path) -> None:
     lg = build_log(tmp_path / "t-0")
     table = batches_of(lg)
@@ -501,7 +493,7 @@ async def test_a_served_read_starts_the_next_one_and_no_more(tmp_path: Path) -> 
         if served:
             assert len(rsm.reads) == reads, f"the fetch at {offset} was not read ahead"
         served += 1
-        offset = last_offset(got) + 1
+        offset = list(iter_batches(got))[-1].last_offset + 1
         await wait_until(lambda: reader.pending == 0, "the read ahead to finish")
     # One remote read per fetch: none wasted, nothing read past the remote tier's end.
     assert len(rsm.reads) == served
