@@ -97,6 +97,9 @@ class RemoteLogMetadataTopic:
     def num_partitions(self) -> int:
         return self.topic.num_partitions
 
+    def ensure_created(self) -> None:
+        self.topic.ensure_created()
+
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
         return self.topic.append_records(partition, [(key, value)])
 

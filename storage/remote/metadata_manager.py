@@ -25,6 +25,9 @@ class MetadataTopic(Protocol):
     @property
     def num_partitions(self) -> int: ...
 
+    def ensure_created(self) -> None:
+        """Create the topic if it does not exist yet."""
+
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
         """Append one record; its offset, once it is durable."""
 

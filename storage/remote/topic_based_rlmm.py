@@ -66,6 +66,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     # Loading -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # Created now, as Kafka's RLMM does when it initialises: creating its partitions
+        # on the first copy stalled the broker while it served produce.
+        self.topic.ensure_created()
         self._load_snapshot()
         for partition in range(self.topic.num_partitions):
             for offset, _key, value in self.topic.read(

@@ -123,10 +123,14 @@ def test_highest_offset_per_epoch_after_deletions() -> None:
 class MemoryTopic:
     def __init__(self) -> None:
         self.records: dict[int, list[tuple[bytes, bytes]]] = {}
+        self.created = False
 
     @property
     def num_partitions(self) -> int:
         return 4
+
+    def ensure_created(self) -> None:
+        self.created = True
 
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
         self.records.setdefault(partition, []).append((key, value))
@@ -144,6 +148,7 @@ def test_a_restart_replays_only_events_after_the_snapshot(tmp_path: Path) -> Non
     async def run() -> None:
         rlmm = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
         await rlmm.start()
+        assert topic.created  # at start, not on the first copy
         for i in range(10):
             s = segment(i * 10, i * 10 + 9, state=STARTED)
             await rlmm.add_remote_log_segment_metadata(s)
