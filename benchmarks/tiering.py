@@ -3,12 +3,12 @@
     python -m benchmarks.tiering [--mib 64] [--tiers localfs,s3]
 
 Per tier: produce throughput to a tiered topic (copies running meanwhile) vs an
-untiered one; tiering MB/s (segments held back with remote.log.copy.disable
-while produced, then released and timed to a copy lag of 0) vs raw writes of the
-same segment files to the same tier; remote sequential
-read MB/s through the broker (confluent-kafka from offset 0 to the local log
-start) vs raw reads of the same objects; time to first byte of a cold remote
-fetch (after a restart empties the index cache).
+untiered one, alternating plain, tiered, tiered, plain; tiering MB/s (segments
+held back with remote.log.copy.disable while produced, then released and timed
+to a copy lag of 0) vs raw writes of the same segment files to the same tier;
+remote sequential read MB/s through the broker (a lean Fetch client from offset 0
+to the local log start) vs raw reads of the same objects; time to first byte of
+a cold remote fetch (after a restart empties the index cache).
 """
 
 from __future__ import annotations
@@ -262,12 +262,16 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
                 "remote.log.copy.disable": paused,
             }
             admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
-        plain_s = produce(broker.bootstrap, "plain", mib)
-        tiered_s = produce(broker.bootstrap, "tiered", mib)  # copies run meanwhile
+        # Half the MiB each in the order plain, tiered, tiered, plain, so that a drift in
+        # the machine's write speed over the run weighs on both alike; the tiered
+        # topic's copies run while it is produced and finish before plain goes again.
+        seconds = {"plain": 0.0, "tiered": 0.0}
+        for topic in ("plain", "tiered", "tiered", "plain"):
+            seconds[topic] += produce(broker.bootstrap, topic, mib // 2)
+            while status(metrics, "tiered").get("copy_lag_segments", 0) != 0:
+                time.sleep(0.05)
         # Tiering MB/s: segments held back while produced, then released and timed alone.
         produce(broker.bootstrap, "held", mib)
-        while status(metrics, "tiered").get("copy_lag_segments", 1) != 0:
-            time.sleep(0.05)  # the tiered topic's copies would share the timed ones' tier
         release = ConfigResource(
             "topic",
             "held",
@@ -294,8 +298,8 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
         cold = fetch_ttfb_ms(broker.port, "tiered")
         warm = fetch_ttfb_ms(broker.port, "tiered")
         return {
-            "produce_tiered_mb_s": mib * MIB / 1e6 / tiered_s,
-            "produce_plain_mb_s": mib * MIB / 1e6 / plain_s,
+            "produce_tiered_mb_s": mib * MIB / 1e6 / seconds["tiered"],
+            "produce_plain_mb_s": mib * MIB / 1e6 / seconds["plain"],
             "tiering_mb_s": row["remote_bytes"] / 1e6 / tiering_s,
             "raw_write_mb_s": raw_write,
             "remote_read_mb_s": read_bytes / 1e6 / read_s,
