@@ -313,7 +313,9 @@ class Log:
         if old.is_empty:
             return old
         old.on_become_inactive()
-        self.producer_state.take_snapshot(self.log_end_offset)
+        # Not fsynced here, on the produce path (KAFKA-15046): the flush of the rolled
+        # segment fsyncs it before the recovery point passes it.
+        self.producer_state.take_snapshot(self.log_end_offset, sync=False)
         self._add(self._new_segment(self.log_end_offset))
         return old
 

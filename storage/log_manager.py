@@ -20,6 +20,7 @@ from pathlib import Path
 from storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
 from storage.log import Log, now_ms
 from storage.log_config import LogConfig
+from storage.producer_state import ProducerStateManager
 from storage.segment import LogSegment
 from storage.topic_partition import TopicPartition
 
@@ -123,7 +124,7 @@ class LogManager:
             segments = lg.segments_to_flush(target)
             if not segments:
                 continue
-            await loop.run_in_executor(None, _flush_all, segments)
+            await loop.run_in_executor(None, _flush_all, segments, lg.producer_state, target)
             lg.recovery_point = max(lg.recovery_point, target)
 
     def checkpoint(self) -> None:
@@ -152,6 +153,7 @@ class LogManager:
             (log_dir / CLEAN_SHUTDOWN_FILE).touch()
 
 
-def _flush_all(segments: list[LogSegment]) -> None:
+def _flush_all(segments: list[LogSegment], producers: ProducerStateManager, target: int) -> None:
     for segment in segments:
         segment.flush()
+    producers.flush_snapshot(target)

@@ -11,6 +11,7 @@ at any sequence.
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -254,6 +255,28 @@ def test_load_takes_the_newest_snapshot_at_or_below_the_log_end(tmp_path: Path) 
     assert loaded.load(3) == 2  # the log ends at 3: the snapshot at 4 is from a lost future
     assert loaded.producers[PID].last_seq == 1
     assert loaded.snapshot_offsets() == [2]
+
+
+def test_an_unsynced_snapshot_is_fsynced_by_flush_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    manager = ProducerStateManager(tmp_path, TP)
+    Appender(manager).append(0, 2)
+    manager.take_snapshot(2, sync=False)  # a roll: not on the produce path
+    assert synced == []
+    manager.flush_snapshot(2)  # the flush of the rolled segment
+    assert synced == [str(manager.snapshot_path(2))]
+    manager.flush_snapshot(3)  # no snapshot there: nothing to do
+    assert len(synced) == 1
+    assert ProducerStateManager(tmp_path, TP).load(2) == 2
 
 
 @pytest.mark.parametrize(
