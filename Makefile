@@ -40,7 +40,7 @@ check: install-test
 bench: install-test
 	$(BIN)/python -m benchmarks.throughput
 	$(BIN)/python -m benchmarks.groups
-	$(BIN)/python -m benchmarks.tiering --mib 256
+	$(BIN)/python -m benchmarks.tiering --mib 512
 	$(BIN)/python -m benchmarks.remote_log_size
 	$(BIN)/python -m benchmarks.pipeline
 
