@@ -124,7 +124,7 @@ class LogManager:
             segments = lg.segments_to_flush(target)
             if not segments:
                 continue
-            await loop.run_in_executor(None, _flush_all, segments, lg.producer_state, target)
+            await loop.run_in_executor(None, _flush_all, segments, lg.producer_state)
             lg.recovery_point = max(lg.recovery_point, target)
 
     def checkpoint(self) -> None:
@@ -153,7 +153,8 @@ class LogManager:
             (log_dir / CLEAN_SHUTDOWN_FILE).touch()
 
 
-def _flush_all(segments: list[LogSegment], producers: ProducerStateManager, target: int) -> None:
+def _flush_all(segments: list[LogSegment], producers: ProducerStateManager) -> None:
+    """fsync each rolled segment and the producer snapshot taken when it rolled."""
     for segment in segments:
         segment.flush()
-    producers.flush_snapshot(target)
+        producers.flush_snapshot(segment.next_offset)
