@@ -172,9 +172,6 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._client_args = {
             "region_name": configs.get("storage.s3.region") or "us-east-1",
             "endpoint_url": endpoint,
-            # Plain HTTP has no certificate to verify; loading the CA bundle for it anyway
-            # cost the first request tens of milliseconds of CPU.
-            "verify": not (endpoint or "").lower().startswith("http://"),
             "aws_access_key_id": key_id,
             "aws_secret_access_key": secret,
             "config": AioConfig(
@@ -190,6 +187,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 max_pool_connections=_int(configs, "storage.s3.max.connections", 50, 1),
             ),
         }
+        # Plain HTTP has no certificate to verify; loading the CA bundle for it anyway cost
+        # the first request tens of milliseconds of CPU. HTTPS keeps botocore's own choice,
+        # which honours AWS_CA_BUNDLE and the profile's ca_bundle.
+        if (endpoint or "").lower().startswith("http://"):
+            self._client_args["verify"] = False
 
     async def start(self) -> None:
         await self.client()

@@ -516,3 +516,16 @@ def test_settings_and_defaults() -> None:
     assert (plugin.bucket, plugin.part_size, plugin.call_timeout_s) == ("b", 8 * MIB, 30.0)
     assert (plugin.max_attempts, plugin.backoff_s, plugin.backoff_max_s) == (5, 0.1, 5.0)
     assert plugin.layout == ObjectKeyLayout(prefix="p/", entropy_bits=0, cluster="c9")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "verify"),
+    [("http://127.0.0.1:1", False), ("https://s3.example", None), ("", None)],
+)
+def test_certificates_are_verified_by_botocore_except_over_plain_http(
+    endpoint: str, verify: bool | None
+) -> None:
+    """HTTPS leaves `verify` to botocore, so AWS_CA_BUNDLE and ca_bundle still apply."""
+    plugin = S3RemoteStorageManager()
+    plugin.configure(rsm_configs(endpoint, "b"))
+    assert plugin._client_args.get("verify") == verify
