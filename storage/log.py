@@ -493,7 +493,10 @@ class Log:
                 self.log_start_offset, self.segments[len(deletable)].base_offset
             )
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self.producer_state.delete_snapshots_below(self.segments[len(deletable)].base_offset)
+        # Snapshots from the recovery point on may not be fsynced yet: keep the synced one.
+        self.producer_state.delete_snapshots_below(
+            min(self.segments[len(deletable)].base_offset, self.recovery_point)
+        )
         self._remove_segments(deletable)
         return deletable
 
@@ -532,8 +535,7 @@ class Log:
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync segments holding offsets below `up_to_offset`; advance the recovery point."""
         target = self.log_end_offset if up_to_offset is None else up_to_offset
-        for segment in self.segments_to_flush(target):
-            segment.flush()
+        flush_segments(self.segments_to_flush(target), self.producer_state)
         self.recovery_point = max(self.recovery_point, target)
 
     def close(self) -> None:
@@ -547,3 +549,10 @@ class Log:
         for path in self.dir.iterdir():
             path.unlink()
         os.rmdir(self.dir)
+
+
+def flush_segments(segments: list[LogSegment], producer_state: ProducerStateManager) -> None:
+    """fsync each segment and the producer snapshot taken when it rolled."""
+    for segment in segments:
+        segment.flush()
+        producer_state.flush_snapshot(segment.next_offset)

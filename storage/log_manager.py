@@ -18,10 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
-from storage.log import Log, now_ms
+from storage.log import Log, flush_segments, now_ms
 from storage.log_config import LogConfig
-from storage.producer_state import ProducerStateManager
-from storage.segment import LogSegment
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -124,7 +122,7 @@ class LogManager:
             segments = lg.segments_to_flush(target)
             if not segments:
                 continue
-            await loop.run_in_executor(None, _flush_all, segments, lg.producer_state)
+            await loop.run_in_executor(None, flush_segments, segments, lg.producer_state)
             lg.recovery_point = max(lg.recovery_point, target)
 
     def checkpoint(self) -> None:
@@ -151,10 +149,3 @@ class LogManager:
             lg.close()
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).touch()
-
-
-def _flush_all(segments: list[LogSegment], producers: ProducerStateManager) -> None:
-    """fsync each rolled segment and the producer snapshot taken when it rolled."""
-    for segment in segments:
-        segment.flush()
-        producers.flush_snapshot(segment.next_offset)

@@ -257,17 +257,23 @@ def test_load_takes_the_newest_snapshot_at_or_below_the_log_end(tmp_path: Path) 
     assert loaded.snapshot_offsets() == [2]
 
 
-def test_an_unsynced_snapshot_is_fsynced_by_flush_snapshot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    synced: list[str] = []
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the files fsynced during the test, in order."""
+    paths: list[str] = []
     fsync = os.fsync
 
     def recording_fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
         fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
+    return paths
+
+
+def test_an_unsynced_snapshot_is_fsynced_by_flush_snapshot(
+    tmp_path: Path, synced: list[str]
+) -> None:
     manager = ProducerStateManager(tmp_path, TP)
     Appender(manager).append(0, 2)
     manager.take_snapshot(2, sync=False)  # a roll: not on the produce path
@@ -418,5 +424,45 @@ def test_log_snapshot_at_roll_and_replay_of_later_batches(tmp_path: Path) -> Non
         assert log_.append_as_leader(bytearray(batch_bytes(2, 2, pid=1)), 0).first_offset == 4
         assert log_.append_as_leader(bytearray(batch_bytes(0, 2, pid=2)), 0).first_offset == 2
         assert log_.log_end_offset == 6
+    finally:
+        log_.close()
+
+
+def test_log_flush_fsyncs_the_snapshots_of_the_rolls_it_covers(
+    tmp_path: Path, synced: list[str]
+) -> None:
+    log_ = open_log(tmp_path / "idem-0", uuid.uuid4())
+    try:
+        log_.append_as_leader(bytearray(batch_bytes(0, 2)), 0)
+        log_.roll()  # an unsynced snapshot at offset 2
+        log_.append_as_leader(bytearray(batch_bytes(2, 2)), 0)
+        synced.clear()
+        log_.flush()
+        assert str(log_.producer_state.snapshot_path(2)) in synced
+    finally:
+        log_.close()
+
+
+def test_retention_keeps_the_snapshot_at_the_recovery_point(tmp_path: Path) -> None:
+    log_ = open_log(tmp_path / "idem-0", uuid.uuid4())
+    try:
+        for base in (0, 2, 4):
+            log_.append_as_leader(bytearray(batch_bytes(base, 2)), 0)
+            log_.roll()  # snapshots at 2, 4 and 6
+        log_.flush(up_to_offset=2)  # only the snapshot at 2 is fsynced
+        log_.update_high_watermark(log_.log_end_offset)
+        assert log_.maybe_increment_log_start_offset(6)
+        log_.delete_old_segments()
+        assert log_.local_log_start_offset == 6
+        # The snapshots at 4 and 6 may still be in the page cache only: 2 is what a crash
+        # keeps for sure.
+        assert log_.producer_state.snapshot_offsets() == [2, 4, 6]
+        log_.append_as_leader(bytearray(batch_bytes(6, 1)), 0)
+        log_.roll()
+        log_.flush()  # every snapshot is fsynced: the older ones can go
+        log_.update_high_watermark(log_.log_end_offset)
+        log_.maybe_increment_log_start_offset(7)
+        log_.delete_old_segments()
+        assert log_.producer_state.snapshot_offsets() == [7]
     finally:
         log_.close()
