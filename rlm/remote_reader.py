@@ -6,12 +6,14 @@ only from there: whole batches, at least one, never more than the fetch's byte
 limit. Reads run in a bounded pool (`remote.log.reader.threads`, at most
 `remote.log.reader.max.pending.tasks` waiting) as tasks owned by the reader: a
 fetch that stops waiting (`remote.fetch.max.wait.ms`) does not cancel its read,
-whose result is kept briefly so the client's retry is served at once.
+whose result waits in a bounded result cache (oldest dropped first) so the
+client's retry is served at once.
 
 Consumers read a partition sequentially, so a fetch that was served starts the
 read its successor will ask for (same partition, the next offset, the same size)
-while a reader thread is idle: the object store's latency overlaps the response
-and the client's next request. One read ahead per fetch, never a chain of them.
+while two reader threads are idle, one left for reads a fetch waits on: the
+object store's latency overlaps the response and the client's next request. One
+read ahead per fetch, never a chain of them.
 """
 
 from __future__ import annotations
@@ -84,17 +86,24 @@ class RemoteLogReader:
         return result
 
     def _read_ahead(self, tip: TopicIdPartition, served: bytes, max_bytes: int) -> None:
-        """Start the read following `served` if it is in the remote tier and a thread is idle."""
-        if not served or len(self._inflight) >= self.config.reader_threads:
+        """Start the read following `served` if it is in the remote tier and threads are idle.
+
+        A guess that fails is logged and dropped: the fetch it follows was served.
+        """
+        # One thread stays free for reads that a fetch is waiting on.
+        if not served or len(self._inflight) >= self.config.reader_threads - 1:
             return
-        last = -1
-        for batch in iter_batches(served):
-            last = batch.last_offset
-        key = (tip, last + 1, max_bytes)
-        if key in self._inflight or key in self._results:
-            return
-        if self.rlmm.remote_log_segment_metadata(tip, last + 1) is not None:
-            self._start(key)
+        try:
+            last = -1
+            for batch in iter_batches(served):
+                last = batch.last_offset
+            key = (tip, last + 1, max_bytes)
+            if key in self._inflight or key in self._results:
+                return
+            if self.rlmm.remote_log_segment_metadata(tip, last + 1) is not None:
+                self._start(key)
+        except Exception:
+            log.warning("%s: no read ahead after offset %d", tip, last, exc_info=True)
 
     def _start(self, key: ReadKey) -> asyncio.Task[bytes]:
         task = asyncio.get_running_loop().create_task(self._read(*key))

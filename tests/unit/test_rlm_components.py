@@ -375,13 +375,13 @@ def new_reader(
 
 
 async def tiered_reader(
-    tmp_path: Path, lg: Log, rsm: LocalFsRemoteStorageManager
+    tmp_path: Path, lg: Log, rsm: LocalFsRemoteStorageManager, **config: int
 ) -> tuple[RemoteLogReader, list[RemoteLogSegmentMetadata]]:
     """Tier `lg`'s rolled segments to `rsm`: a reader over them, and what was copied."""
     rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
     await rlmm.start()
     copied = await tier_rolled_segments(lg, rsm, rlmm)
-    return new_reader(tmp_path, rlmm, rsm), copied
+    return new_reader(tmp_path, rlmm, rsm, **config), copied
 
 
 async def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
@@ -497,6 +497,39 @@ async def test_a_served_read_starts_the_next_one_and_no_more(tmp_path: Path) -> 
         await wait_until(lambda: reader.pending == 0, "the read ahead to finish")
     # One remote read per fetch: none wasted, nothing read past the remote tier's end.
     assert len(rsm.reads) == served
+    await reader.close()
+    lg.close()
+
+
+async def test_a_single_reader_thread_is_never_taken_by_a_read_ahead(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0")
+    rsm = SlowLocalFs(tmp_path / "remote", 0.01)
+    reader, copied = await tiered_reader(tmp_path, lg, rsm, reader_threads=1)
+    offset, fetches = 0, 0
+    while offset <= copied[-1].end_offset:
+        got = await reader.read(TIP, offset, 5000, 5)
+        assert reader.pending == 0, f"a read ahead started after the fetch at {offset}"
+        fetches += 1
+        offset = list(iter_batches(got))[-1].last_offset + 1
+    assert fetches > 2 and len(rsm.reads) == fetches
+    await reader.close()
+    lg.close()
+
+
+async def test_a_read_ahead_that_fails_leaves_the_served_fetch_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    lg = build_log(tmp_path / "t-0")
+    table = batches_of(lg)
+    reader, _ = await tiered_reader(tmp_path, lg, local_fs(tmp_path / "remote"))
+
+    def unreadable(data: bytes) -> None:
+        raise ValueError("bad batch")
+
+    monkeypatch.setattr("rlm.remote_reader.iter_batches", unreadable)
+    with caplog.at_level(logging.WARNING, "rlm.remote_reader"):
+        assert await reader.read(TIP, 0, 5000, 5) == expected_read(table[:-1], 0, 5000)
+    assert "no read ahead" in caplog.text and reader.pending == 0
     await reader.close()
     lg.close()
 
