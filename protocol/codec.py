@@ -130,7 +130,7 @@ def encode_response(
     body: Any,
     splicer: RecordsSplicer | None = None,
 ) -> list[ResponsePart]:
-    """Encode a response entity with its header and size prefix, splicing file regions in."""
+    """Encode a response entity with its header and size prefix, splicing record sets in."""
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")  # the size, written below
     header_type = type(body).__header_schema__

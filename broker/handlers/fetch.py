@@ -1,4 +1,4 @@
-"""Fetch: file slices out, spliced into the response without being read.
+"""Fetch: record sets, local file slices or remote bytes, spliced into the response unread.
 
 Sessionless: every response is a full one (session id 0) and lists every requested
 partition, empty ones included, as Java and kafka-python clients require.

@@ -164,7 +164,7 @@ class _Columns:
     def take(self, schema: pa.Schema) -> pa.RecordBatch:
         n = self.rows
         # Spark's timestamps are microseconds; Kafka's are milliseconds.
-        micros = pc.multiply(pa.array(self.timestamps, pa.int64()), 1000)
+        micros = pc.multiply_checked(pa.array(self.timestamps, pa.int64()), 1000)
         data = [
             pa.array(self.keys, schema.field("key").type),
             pa.array(self.values, schema.field("value").type),
