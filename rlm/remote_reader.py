@@ -147,7 +147,12 @@ class RemoteLogReader:
             raise KafkaError(
                 ErrorCode.offset_out_of_range, f"{tip}: offset {offset} is not in the remote tier"
             )
-        position = await self.index_cache.lookup_offset(metadata, offset)
+        # A read from the segment's first offset needs no index: it starts at position 0.
+        position = (
+            0
+            if offset <= metadata.start_offset
+            else await self.index_cache.lookup_offset(metadata, offset)
+        )
         chunk = await self._fetch(metadata, position, max_bytes + SLACK_BYTES)
         start = 0
         # Skip batches before the offset; read on if the chunk ends first.

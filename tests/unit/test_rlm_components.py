@@ -501,6 +501,23 @@ async def test_a_served_read_starts_the_next_one_and_no_more(tmp_path: Path) -> 
     lg.close()
 
 
+async def test_a_read_from_a_segment_start_needs_no_index(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0")
+    table = batches_of(lg)
+    reader, copied = await tiered_reader(
+        tmp_path, lg, local_fs(tmp_path / "remote"), reader_threads=1
+    )
+    for segment in copied:
+        got = await reader.read(TIP, segment.start_offset, 5000, 5)
+        assert got == expected_read(table[:-1], segment.start_offset, 5000)
+    assert reader.index_cache.downloads == 0
+    middle = copied[1].start_offset + 3
+    assert await reader.read(TIP, middle, 5000, 5) == expected_read(table[:-1], middle, 5000)
+    assert reader.index_cache.downloads == 1
+    await reader.close()
+    lg.close()
+
+
 async def test_a_single_reader_thread_is_never_taken_by_a_read_ahead(tmp_path: Path) -> None:
     lg = build_log(tmp_path / "t-0")
     rsm = SlowLocalFs(tmp_path / "remote", 0.01)
