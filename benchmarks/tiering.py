@@ -44,6 +44,7 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
 
 from benchmarks.targets import Broker, free_port, start_tierbroker, stop
+from broker.memory import reuse_large_buffers
 from protocol.errors import ErrorCode
 from protocol.records import iter_batches
 
@@ -322,6 +323,7 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
 
 
 def main() -> None:
+    reuse_large_buffers()  # the client and the raw baseline alike, as the broker does
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from broker.config import BrokerConfig, ConfigError, load_config
+from broker.memory import reuse_large_buffers
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="A Kafka-protocol broker with tiered storage."
@@ -50,6 +51,7 @@ def serve(
     except (ConfigError, OSError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    reuse_large_buffers()
     asyncio.run(_serve(broker_config))
 
 
