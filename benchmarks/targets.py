@@ -44,6 +44,12 @@ class Broker:
     def cpu_seconds(self) -> float:
         return process_cpu_seconds(self.process.pid)
 
+    def peak_rss_mib(self) -> float:
+        """The most resident memory the process has had (VmHWM)."""
+        with open(f"/proc/{self.process.pid}/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+        return kib / 1024
+
     def log_tail(self, lines: int = 20) -> str:
         if not self.log_path.exists():
             return ""

@@ -53,6 +53,7 @@ def run_broker(name: str, args: argparse.Namespace, values: dict[int, bytes]) ->
                 if broker.process.poll() is not None:
                     code = broker.process.returncode
                     raise RuntimeError(f"{name} exited with {code}:\n{broker.log_tail()}")
+            result["peak_rss_mib"] = broker.peak_rss_mib()
     except TargetUnavailable as e:
         result.update(status="skipped", reason=str(e))
         print(f"{name}: skipped: {e}")
@@ -148,7 +149,8 @@ def startup_line(name: str, result: dict[str, Any]) -> str:
     known = sorted(key for key in versions if key in API_NAMES)
     apis = [f"{API_NAMES[key]} v{versions[key][0]}-{versions[key][1]}" for key in known]
     startup = f"{result['startup_s']:.3f} s"
-    return f"{name:<10} startup (spawn -> ApiVersions answered) {startup}; {', '.join(apis)}"
+    rss = f"; peak RSS {result['peak_rss_mib']:.0f} MiB" if "peak_rss_mib" in result else ""
+    return f"{name:<10} startup (spawn -> ApiVersions answered) {startup}{rss}; {', '.join(apis)}"
 
 
 def report(results: dict[str, Any], args: argparse.Namespace) -> str:

@@ -297,6 +297,7 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
             time.sleep(0.1)
         local_start = status(metrics, "tiered")["local_log_start_offset"]
         read_s, read_bytes = read_through_broker(broker.port, "tiered", local_start)
+        peak_rss = broker.peak_rss_mib()
         objects = remote_objects(tier, workdir, moto)
         raw_write, raw_read = raw_write_and_read(objects, moto, workdir)
         stop(broker)
@@ -313,6 +314,7 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
             "raw_read_mb_s": raw_read,
             "cold_fetch_ms": cold,
             "warm_fetch_ms": warm,
+            "peak_rss_mib": peak_rss,
         }
     finally:
         if broker is not None:
@@ -348,6 +350,7 @@ def main() -> None:
             print(f"{tier:8} {name:34} {ours:>11.1f} {base:>9.1f} {ours / base:>6.2f} {goal:>6.2f}")
         cold, warm = r["cold_fetch_ms"], r["warm_fetch_ms"]
         print(f"{tier:8} {'cold remote fetch ms (warm)':34} {cold:>11.1f} {warm:>9.1f}")
+        print(f"{tier:8} {'broker peak RSS MiB':34} {r['peak_rss_mib']:>11.0f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
