@@ -1,10 +1,10 @@
 """Large buffers kept in the heap, so a multi-MiB response does not fault in fresh pages.
 
 glibc's malloc maps each buffer above its threshold (128 KiB, raised as such
-buffers are freed) afresh and trims the heap top above twice that, so the fetch
-responses and remote reads that come and go at several MiB each cost a page fault
-per 4 KiB: more CPU than the copies themselves. Above the trim threshold freed
-memory still goes back to the OS.
+buffers are freed) afresh and trims the heap top above twice that, so produce
+requests, remote reads and their responses, which come and go at several MiB
+each, cost a page fault per 4 KiB: more CPU than the copies themselves. Above the
+trim threshold freed memory still goes back to the OS.
 """
 
 from __future__ import annotations
