@@ -32,5 +32,5 @@ def page_faults(mode: str) -> int:
 def test_large_buffers_come_from_the_heap_without_faulting_pages_in() -> None:
     assert reuse_large_buffers()
     untuned, tuned = page_faults("default"), page_faults("tuned")
-    assert untuned > 30 * 1024  # a buffer of n MiB faults in 256n fresh pages, again and again
+    assert untuned > 10_000  # glibc's default: buffers fault their pages in again and again
     assert tuned < untuned // 20
