@@ -536,7 +536,9 @@ def test_a_slow_remote_read_times_out_then_serves_the_retry_and_consumers_progre
             assert error == REQUEST_TIMED_OUT, error
             assert seconds < 1.0 + FETCH_SLACK_S, seconds
 
-        first = fetch(broker.port, topic, 0, max_wait_ms=FETCH_MAX_WAIT_MS)
+        # A read from a segment's first offset needs no index: the index case reads inside one.
+        offset = 0 if slow == "segment" else 1
+        first = fetch(broker.port, topic, offset, max_wait_ms=FETCH_MAX_WAIT_MS)
         assert first.error == REQUEST_TIMED_OUT, first
         assert (
             FETCH_MAX_WAIT_MS / 1000 - 0.05
@@ -560,12 +562,12 @@ def test_a_slow_remote_read_times_out_then_serves_the_retry_and_consumers_progre
 
         seen = journal(journal_path)
         first_read = {call(c) for c in seen if c["op"] in ("fetch-start", "index-start")}
-        retry = fetch(broker.port, topic, 0, max_wait_ms=FETCH_MAX_WAIT_MS)
+        retry = fetch(broker.port, topic, offset, max_wait_ms=FETCH_MAX_WAIT_MS)
         assert retry.error == 0 and retry.records, retry
         assert retry.seconds < FETCH_MAX_WAIT_MS / 1000, (
             f"the retry was not served from the read's result ({retry.seconds:.2f}s)"
         )
-        assert decode(retry.records)[0] == (0, key_of(0), value_of(0, VALUE_SIZE))
+        assert (offset, key_of(offset), value_of(offset, VALUE_SIZE)) in decode(retry.records)
         # The retry may start a read ahead (the next range) but never reads its own again.
         again = [c for c in journal(journal_path)[len(seen) :] if call(c) in first_read]
         assert not again, f"the retry read the remote tier again: {again}"
