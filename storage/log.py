@@ -169,7 +169,7 @@ class Log:
 
     def _load_producer_state(self) -> None:
         """The newest snapshot, then the batch headers after it up to the log end offset."""
-        snapshot = self.producer_state.load(self.log_end_offset)
+        snapshot = self.producer_state.load(self.segments[0].base_offset, self.log_end_offset)
         start = max(snapshot, self.log_start_offset)
         for segment in self.segments[self._segment_for(start) :]:
             _, position = segment.offset_index.lookup(start)
@@ -493,10 +493,8 @@ class Log:
                 self.log_start_offset, self.segments[len(deletable)].base_offset
             )
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        # Snapshots from the recovery point on may not be fsynced yet: keep the synced one.
-        self.producer_state.delete_snapshots_below(
-            min(self.segments[len(deletable)].base_offset, self.recovery_point)
-        )
+        # A snapshot below the first kept segment cannot be replayed from: load ignores it.
+        self.producer_state.delete_snapshots_below(self.segments[len(deletable)].base_offset)
         self._remove_segments(deletable)
         return deletable
 
@@ -552,7 +550,7 @@ class Log:
 
 
 def flush_segments(segments: list[LogSegment], producer_state: ProducerStateManager) -> None:
-    """fsync each segment and the producer snapshot taken when it rolled."""
+    """fsync each segment and the producer snapshot its roll took (the active one has none)."""
     for segment in segments:
         segment.flush()
         producer_state.flush_snapshot(segment.next_offset)

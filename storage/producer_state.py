@@ -203,12 +203,16 @@ class ProducerStateManager:
         finally:
             os.close(fd)
 
-    def load(self, log_end_offset: int) -> int:
-        """Load the newest valid snapshot at or below `log_end_offset`; its offset, or -1."""
+    def load(self, first_offset: int, log_end_offset: int) -> int:
+        """Load the newest valid snapshot in [first_offset, log_end_offset]; its offset, or -1.
+
+        Snapshots outside the range are deleted, as in Kafka's truncateAndReload: one
+        above describes a lost tail, one below misses the batches of removed segments.
+        """
         self.producers.clear()
         for offset in reversed(self.snapshot_offsets()):
             path = self.snapshot_path(offset)
-            if offset > log_end_offset:
+            if not first_offset <= offset <= log_end_offset:
                 path.unlink()
                 continue
             try:
@@ -235,9 +239,8 @@ class ProducerStateManager:
             self._record(pid, epoch, BatchMetadata(first_seq, last_seq, base, last, ts))
 
     def delete_snapshots_below(self, offset: int) -> None:
-        """Remove snapshots older than `offset` (the log start moved), keeping the newest."""
-        offsets = self.snapshot_offsets()
-        for old in offsets[:-1]:
+        """Remove snapshots older than `offset`, the first offset left in the local log."""
+        for old in self.snapshot_offsets():
             if old < offset:
                 self.snapshot_path(old).unlink(missing_ok=True)
 

@@ -226,7 +226,7 @@ def test_snapshot_round_trip_keeps_each_producers_epoch_and_last_batch(tmp_path:
     assert manager.snapshot_offsets() == [appender.next_offset]
 
     loaded = ProducerStateManager(tmp_path, TP)
-    assert loaded.load(appender.next_offset) == appender.next_offset
+    assert loaded.load(0, appender.next_offset) == appender.next_offset
     assert {pid: (e.epoch, e.last_seq) for pid, e in loaded.producers.items()} == {
         1: (0, 3),
         2: (7, 3),
@@ -252,9 +252,20 @@ def test_load_takes_the_newest_snapshot_at_or_below_the_log_end(tmp_path: Path) 
     appender.append(2, 2)
     manager.take_snapshot(4)
     loaded = ProducerStateManager(tmp_path, TP)
-    assert loaded.load(3) == 2  # the log ends at 3: the snapshot at 4 is from a lost future
+    assert loaded.load(0, 3) == 2  # the log ends at 3: the snapshot at 4 is from a lost future
     assert loaded.producers[PID].last_seq == 1
     assert loaded.snapshot_offsets() == [2]
+
+
+def test_load_deletes_a_snapshot_below_the_first_local_offset(tmp_path: Path) -> None:
+    manager = ProducerStateManager(tmp_path, TP)
+    Appender(manager).append(0, 2)
+    manager.take_snapshot(2)
+    loaded = ProducerStateManager(tmp_path, TP)
+    # Segments up to 4 are gone: the batches between 2 and 4 cannot be replayed.
+    assert loaded.load(4, 6) == -1
+    assert loaded.producers == {}
+    assert loaded.snapshot_offsets() == []
 
 
 @pytest.fixture
@@ -282,7 +293,7 @@ def test_an_unsynced_snapshot_is_fsynced_by_flush_snapshot(
     assert synced == [str(manager.snapshot_path(2))]
     manager.flush_snapshot(3)  # no snapshot there: nothing to do
     assert len(synced) == 1
-    assert ProducerStateManager(tmp_path, TP).load(2) == 2
+    assert ProducerStateManager(tmp_path, TP).load(0, 2) == 2
 
 
 @pytest.mark.parametrize(
@@ -306,7 +317,7 @@ def test_corrupt_snapshot_is_ignored_for_an_older_valid_one(tmp_path: Path, dama
     newest = manager.snapshot_path(4)
     newest.write_bytes(damage(newest.read_bytes()))  # type: ignore[operator]
     loaded = ProducerStateManager(tmp_path, TP)
-    assert loaded.load(4) == 2
+    assert loaded.load(0, 4) == 2
     assert loaded.producers[PID].last_seq == 1
     assert not newest.exists()
 
@@ -317,7 +328,7 @@ def test_only_snapshot_corrupt_means_no_state(tmp_path: Path) -> None:
     manager.take_snapshot(2)
     manager.snapshot_path(2).write_bytes(b"\x00\x01garbage")
     loaded = ProducerStateManager(tmp_path, TP)
-    assert loaded.load(2) == -1
+    assert loaded.load(0, 2) == -1
     assert loaded.producers == {}
 
 
@@ -443,26 +454,32 @@ def test_log_flush_fsyncs_the_snapshots_of_the_rolls_it_covers(
         log_.close()
 
 
-def test_retention_keeps_the_snapshot_at_the_recovery_point(tmp_path: Path) -> None:
-    log_ = open_log(tmp_path / "idem-0", uuid.uuid4())
+@pytest.mark.parametrize("kept", [True, False], ids=["snapshot-kept", "snapshot-lost"])
+def test_a_crash_after_retention_keeps_the_sequence_going(
+    tmp_path: Path, synced: list[str], kept: bool
+) -> None:
+    directory, topic_id = tmp_path / "idem-0", uuid.uuid4()
+    log_ = open_log(directory, topic_id)
+    log_.append_as_leader(bytearray(batch_bytes(0, 2)), 0)
+    log_.roll()  # snapshot at 2
+    log_.flush(up_to_offset=2)  # fsyncs it
+    log_.append_as_leader(bytearray(batch_bytes(2, 2)), 0)
+    log_.roll()  # snapshot at 4, not fsynced
+    log_.append_as_leader(bytearray(batch_bytes(0, 2, pid=PID + 1)), 0)
+    log_.roll()  # snapshot at 6, not fsynced
+    log_.update_high_watermark(log_.log_end_offset)
+    assert log_.maybe_increment_log_start_offset(6)
+    log_.delete_old_segments()
+    assert log_.producer_state.snapshot_offsets() == [6]
+    log_.close()
+    if not kept:  # the crash loses what was never fsynced
+        log_.producer_state.snapshot_path(6).unlink()
+    assert str(log_.producer_state.snapshot_path(6)) not in synced
+
+    log_ = open_log(directory, topic_id)
     try:
-        for base in (0, 2, 4):
-            log_.append_as_leader(bytearray(batch_bytes(base, 2)), 0)
-            log_.roll()  # snapshots at 2, 4 and 6
-        log_.flush(up_to_offset=2)  # only the snapshot at 2 is fsynced
-        log_.update_high_watermark(log_.log_end_offset)
-        assert log_.maybe_increment_log_start_offset(6)
-        log_.delete_old_segments()
-        assert log_.local_log_start_offset == 6
-        # The snapshots at 4 and 6 may still be in the page cache only: 2 is what a crash
-        # keeps for sure.
-        assert log_.producer_state.snapshot_offsets() == [2, 4, 6]
-        log_.append_as_leader(bytearray(batch_bytes(6, 1)), 0)
-        log_.roll()
-        log_.flush()  # every snapshot is fsynced: the older ones can go
-        log_.update_high_watermark(log_.log_end_offset)
-        log_.maybe_increment_log_start_offset(7)
-        log_.delete_old_segments()
-        assert log_.producer_state.snapshot_offsets() == [7]
+        # PID's last batch (sequence 3) is either in the snapshot or, lost with its
+        # segment, unknown (KIP-360): never the stale sequence 1 of the snapshot at 2.
+        assert log_.append_as_leader(bytearray(batch_bytes(4, 1)), 0).first_offset == 6
     finally:
         log_.close()
