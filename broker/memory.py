@@ -1,37 +1,63 @@
-"""Large buffers kept in the heap, so a multi-MiB response does not fault in fresh pages.
+"""Large buffers kept in the heap, so a multi-MiB buffer does not fault in fresh pages.
 
 glibc's malloc maps each buffer above its threshold (128 KiB, raised as such
 buffers are freed) afresh and trims the heap top above twice that, so produce
 requests, remote reads and their responses, which come and go at several MiB
-each, cost a page fault per 4 KiB: more CPU than the copies themselves. Above the
-trim threshold freed memory still goes back to the OS.
+each, cost a page fault per 4 KiB: more CPU than the copies themselves.
+
+The threshold and trim limit apply per arena, and glibc gives threads arenas of
+their own; one arena bounds the free memory kept to the trim limit. Python holds
+the GIL across most allocations, so a single arena costs little contention.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import os
 
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 32 * MIB  # glibc's own ceiling for its moving threshold
-TRIM_THRESHOLD_BYTES = 128 * MIB
+M_ARENA_MAX = -8
+SETTINGS = {
+    "M_MMAP_THRESHOLD": (M_MMAP_THRESHOLD, 32 * MIB),  # glibc's ceiling for its own
+    "M_TRIM_THRESHOLD": (M_TRIM_THRESHOLD, 64 * MIB),
+    "M_ARENA_MAX": (M_ARENA_MAX, 1),
+}
+
+
+def is_glibc() -> bool:
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError):
+        return False
+
+
+def tuned_by_environment() -> bool:
+    """glibc reads MALLOC_*_ variables and GLIBC_TUNABLES at start: the user's choice wins."""
+    return "GLIBC_TUNABLES" in os.environ or any(name.startswith("MALLOC_") for name in os.environ)
 
 
 def reuse_large_buffers() -> bool:
-    """Serve buffers below 32 MiB from the heap and keep up to 128 MiB of it free.
+    """Serve buffers below 32 MiB from one heap arena and keep up to 64 MiB of it free.
 
-    Returns False, and changes nothing, where the C library is not glibc.
+    Changes nothing, and returns False, where the C library is not glibc or the
+    environment already tunes malloc.
     """
-    libc = ctypes.CDLL(None)
-    if not hasattr(libc, "gnu_get_libc_version"):
+    if not is_glibc():
         return False
-    done = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) and libc.mallopt(
-        M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES
-    )
-    if not done:
-        log.warning("mallopt refused the large-buffer settings; keeping glibc's defaults")
-    return bool(done)
+    if tuned_by_environment():
+        log.info("malloc is tuned by the environment; leaving it as it is")
+        return False
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    for name, (param, value) in SETTINGS.items():
+        if not mallopt(param, value):
+            log.warning("mallopt refused %s=%d; the rest of glibc's defaults stay", name, value)
+            return False
+    log.info("malloc: %s", ", ".join(f"{name}={value}" for name, (_, value) in SETTINGS.items()))
+    return True
