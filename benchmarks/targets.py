@@ -46,8 +46,15 @@ class Broker:
 
     def peak_rss_mib(self) -> float:
         """The most resident memory the process has had (VmHWM)."""
+        return self._status_mib("VmHWM:")
+
+    def rss_mib(self) -> float:
+        """The memory resident now (VmRSS): what the process kept after its work."""
+        return self._status_mib("VmRSS:")
+
+    def _status_mib(self, field: str) -> float:
         with open(f"/proc/{self.process.pid}/status") as f:
-            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+            kib = next(int(line.split()[1]) for line in f if line.startswith(field))
         return kib / 1024
 
     def log_tail(self, lines: int = 20) -> str:

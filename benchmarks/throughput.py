@@ -54,6 +54,7 @@ def run_broker(name: str, args: argparse.Namespace, values: dict[int, bytes]) ->
                     code = broker.process.returncode
                     raise RuntimeError(f"{name} exited with {code}:\n{broker.log_tail()}")
             result["peak_rss_mib"] = broker.peak_rss_mib()
+            result["rss_mib"] = broker.rss_mib()
     except TargetUnavailable as e:
         result.update(status="skipped", reason=str(e))
         print(f"{name}: skipped: {e}")
@@ -149,7 +150,11 @@ def startup_line(name: str, result: dict[str, Any]) -> str:
     known = sorted(key for key in versions if key in API_NAMES)
     apis = [f"{API_NAMES[key]} v{versions[key][0]}-{versions[key][1]}" for key in known]
     startup = f"{result['startup_s']:.3f} s"
-    rss = f"; peak RSS {result['peak_rss_mib']:.0f} MiB" if "peak_rss_mib" in result else ""
+    rss = (
+        f"; RSS peak {result['peak_rss_mib']:.0f} MiB, after {result['rss_mib']:.0f} MiB"
+        if "peak_rss_mib" in result
+        else ""
+    )
     return f"{name:<10} startup (spawn -> ApiVersions answered) {startup}{rss}; {', '.join(apis)}"
 
 
