@@ -13,7 +13,7 @@ Consumers read a partition sequentially, so a fetch that was served starts the
 read its successor will ask for (same partition, the next offset, the same size)
 while two reader threads are idle, one left for reads a fetch waits on: the
 object store's latency overlaps the response and the client's next request. One
-read ahead per fetch, never a chain of them.
+read ahead per fetch, never a chain of them; none with a single reader thread.
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ class RemoteLogReader:
     def _read_ahead(self, tip: TopicIdPartition, served: bytes, max_bytes: int) -> None:
         """Start the read following `served` if it is in the remote tier and threads are idle.
 
-        A guess that fails is logged and dropped: the fetch it follows was served.
+        A read ahead that fails is dropped like any unread result (its error counted),
+        and the fetch that wanted it reads again.
         """
         # One thread stays free for reads that a fetch is waiting on.
         if not served or len(self._inflight) >= self.config.reader_threads - 1:
@@ -102,7 +103,7 @@ class RemoteLogReader:
                 return
             if self.rlmm.remote_log_segment_metadata(tip, last + 1) is not None:
                 self._start(key)
-        except Exception:
+        except Exception:  # a guess never fails the fetch it follows, which was served
             log.warning("%s: no read ahead after offset %d", tip, last, exc_info=True)
 
     def _start(self, key: ReadKey) -> asyncio.Task[bytes]:
@@ -150,7 +151,7 @@ class RemoteLogReader:
         # A read from the segment's first offset needs no index: it starts at position 0.
         position = (
             0
-            if offset <= metadata.start_offset
+            if offset == metadata.start_offset
             else await self.index_cache.lookup_offset(metadata, offset)
         )
         chunk = await self._fetch(metadata, position, max_bytes + SLACK_BYTES)
