@@ -132,6 +132,9 @@ def _read_split(split: Split, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         yield columns.take(schema)
 
 
+_MAX_MS = (2**63 - 1) // 1000
+
+
 class _Columns:
     """Column buffers of the rows of one Arrow record batch."""
 
@@ -163,8 +166,16 @@ class _Columns:
 
     def take(self, schema: pa.Schema) -> pa.RecordBatch:
         n = self.rows
-        # Spark's timestamps are microseconds; Kafka's are milliseconds.
-        micros = pc.multiply_checked(pa.array(self.timestamps, pa.int64()), 1000)
+        # Spark's timestamps are microseconds; Kafka's are milliseconds. As in Spark's
+        # Kafka source, one beyond Spark's range (about 292,000 years) fails the read.
+        try:
+            micros = pc.multiply_checked(pa.array(self.timestamps, pa.int64()), 1000)
+        except pa.ArrowInvalid:
+            bad = next(i for i, ms in enumerate(self.timestamps) if abs(ms) > _MAX_MS)
+            raise ValueError(
+                f"{self.topic}-{self.partition}: the record at offset {self.offsets[bad]} has "
+                f"timestamp {self.timestamps[bad]} ms, beyond Spark's timestamp range"
+            ) from None
         data = [
             pa.array(self.keys, schema.field("key").type),
             pa.array(self.values, schema.field("value").type),

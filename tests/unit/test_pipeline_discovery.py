@@ -12,6 +12,7 @@ import logging
 import random
 import struct
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -58,17 +59,18 @@ async def copy_segment(
     end: int,
     epoch: int = 0,
     codec: Compression = Compression.NONE,
+    timestamp: Callable[[int], int] = record_ts,
 ) -> RemoteLogSegmentMetadata:
     """Write offsets start..end (inclusive) as one segment and copy it with the plugin."""
     log_bytes, index, time_index = bytearray(), bytearray(), bytearray()
     for base in range(start, end + 1, BATCH):
         last = min(base + BATCH - 1, end)
         records = [
-            (b"k%d" % o, None if o % 7 == 0 else b"v%d" % o, [("h", b"%d" % o)], record_ts(o))
+            (b"k%d" % o, None if o % 7 == 0 else b"v%d" % o, [("h", b"%d" % o)], timestamp(o))
             for o in range(base, last + 1)
         ]
         index += struct.pack(">ii", base - start, len(log_bytes))
-        time_index += struct.pack(">qi", record_ts(last), last - start)
+        time_index += struct.pack(">qi", timestamp(last), last - start)
         log_bytes += build_batch(
             records, base_offset=base, compression=codec, partition_leader_epoch=epoch
         )
@@ -82,7 +84,7 @@ async def copy_segment(
         segment_id=RemoteLogSegmentId.generate(tip),
         start_offset=start,
         end_offset=end,
-        max_timestamp_ms=record_ts(end),
+        max_timestamp_ms=timestamp(end),
         broker_id=0,
         event_timestamp_ms=1,
         segment_size_bytes=len(log_bytes),
