@@ -52,6 +52,7 @@ from protocol.records import iter_batches
 MIB = 1 << 20
 TOPIC_CONFIG = {"segment.bytes": str(8 * MIB), "local.retention.bytes": str(16 * MIB)}
 FAST = {"remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "300"}
+MAX_TIMEOUTS = 20  # remote reads that outlive remote.fetch.max.wait.ms before giving up
 
 
 class Moto:
@@ -173,7 +174,7 @@ def read_frame(s: socket.socket) -> bytes:
 def read_through_broker(port: int, topic: str, end_offset: int) -> tuple[float, int]:
     """Seconds and record bytes to fetch partition 0 from offset 0 to `end_offset`, one Fetch
     in flight, as a consumer does; batches are walked by their headers, records not decoded."""
-    read, offset = 0, 0
+    read, offset, timeouts = 0, 0, 0
     with socket.create_connection(("127.0.0.1", port)) as s:
         started = time.perf_counter()
         while offset < end_offset:
@@ -182,8 +183,9 @@ def read_through_broker(port: int, topic: str, end_offset: int) -> tuple[float, 
             _, at = entity_reader(ResponseHeader)(frame, 0)
             response, _ = entity_reader(FetchResponse)(frame, at)
             partition = response.responses[0].partitions[0]
-            if partition.error_code == ErrorCode.request_timed_out:
-                continue  # the remote read goes on and serves the retry, as a consumer's would
+            if partition.error_code == ErrorCode.request_timed_out and timeouts < MAX_TIMEOUTS:
+                timeouts += 1  # the remote read goes on and serves the retry, as a consumer's
+                continue
             if partition.error_code != 0:
                 raise RuntimeError(f"fetch at {offset}: error {partition.error_code}")
             records = partition.records or b""
