@@ -1,4 +1,4 @@
-"""Fetch: record sets, local file slices or remote bytes, spliced into the response unread.
+"""Fetch: record sets (local file slices, or batches read from the remote tier) spliced in as bytes.
 
 Sessionless: every response is a full one (session id 0) and lists every requested
 partition, empty ones included, as Java and kafka-python clients require.
