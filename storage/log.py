@@ -168,9 +168,14 @@ class Log:
             self._add(self._new_segment(log_start_offset))
 
     def _load_producer_state(self) -> None:
-        """The newest snapshot, then the batch headers after it up to the log end offset."""
-        snapshot = self.producer_state.load(self.segments[0].base_offset, self.log_end_offset)
-        start = max(snapshot, self.log_start_offset)
+        """The newest snapshot, then the batch headers after it up to the log end offset.
+
+        Batches below a log start offset inside the first segment are still on disk and
+        replayed, so a snapshot and the replay after it never leave a gap.
+        """
+        first = self.segments[0].base_offset
+        snapshot = self.producer_state.load(first, self.log_end_offset)
+        start = snapshot if snapshot >= 0 else first
         for segment in self.segments[self._segment_for(start) :]:
             _, position = segment.offset_index.lookup(start)
             for _, batch in segment.headers_from(position):
@@ -493,8 +498,13 @@ class Log:
                 self.log_start_offset, self.segments[len(deletable)].base_offset
             )
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        first_kept = self.segments[len(deletable)].base_offset
+        # Unless a flush covered the segments deleted here, the snapshot their last roll
+        # took is not fsynced; a crash would lose the state of the producers they held.
+        if self.recovery_point < first_kept:
+            self.producer_state.flush_snapshot(first_kept)
         # A snapshot below the first kept segment cannot be replayed from: load ignores it.
-        self.producer_state.delete_snapshots_below(self.segments[len(deletable)].base_offset)
+        self.producer_state.delete_snapshots_below(first_kept)
         self._remove_segments(deletable)
         return deletable
 

@@ -206,8 +206,9 @@ class ProducerStateManager:
     def load(self, first_offset: int, log_end_offset: int) -> int:
         """Load the newest valid snapshot in [first_offset, log_end_offset]; its offset, or -1.
 
-        Snapshots outside the range are deleted, as in Kafka's truncateAndReload: one
-        above describes a lost tail, one below misses the batches of removed segments.
+        Snapshots outside the range are deleted, as in Kafka's truncateAndReload (which
+        bounds by the log start offset, not the first segment): one above describes a
+        lost tail, one below misses the batches of removed segments.
         """
         self.producers.clear()
         for offset in reversed(self.snapshot_offsets()):

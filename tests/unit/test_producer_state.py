@@ -454,9 +454,17 @@ def test_log_flush_fsyncs_the_snapshots_of_the_rolls_it_covers(
         log_.close()
 
 
-@pytest.mark.parametrize("kept", [True, False], ids=["snapshot-kept", "snapshot-lost"])
+def crash(log_: Log, synced: list[str]) -> None:
+    """Close without a clean shutdown, losing every snapshot that was never fsynced."""
+    log_.close()
+    for offset in log_.producer_state.snapshot_offsets():
+        path = log_.producer_state.snapshot_path(offset)
+        if str(path) not in synced:
+            path.unlink()
+
+
 def test_a_crash_after_retention_keeps_the_sequence_going(
-    tmp_path: Path, synced: list[str], kept: bool
+    tmp_path: Path, synced: list[str]
 ) -> None:
     directory, topic_id = tmp_path / "idem-0", uuid.uuid4()
     log_ = open_log(directory, topic_id)
@@ -469,17 +477,50 @@ def test_a_crash_after_retention_keeps_the_sequence_going(
     log_.roll()  # snapshot at 6, not fsynced
     log_.update_high_watermark(log_.log_end_offset)
     assert log_.maybe_increment_log_start_offset(6)
-    log_.delete_old_segments()
+    log_.delete_old_segments()  # the kept log starts at 6: its snapshot is fsynced now
     assert log_.producer_state.snapshot_offsets() == [6]
-    log_.close()
-    if not kept:  # the crash loses what was never fsynced
-        log_.producer_state.snapshot_path(6).unlink()
-    assert str(log_.producer_state.snapshot_path(6)) not in synced
+    crash(log_, synced)
 
     log_ = open_log(directory, topic_id)
     try:
-        # PID's last batch (sequence 3) is either in the snapshot or, lost with its
-        # segment, unknown (KIP-360): never the stale sequence 1 of the snapshot at 2.
+        # PID's last batch (sequence 3) comes from the snapshot at 6, never the stale
+        # sequence 1 of the snapshot at 2.
+        assert log_.producer_state.producers[PID].last_seq == 3
         assert log_.append_as_leader(bytearray(batch_bytes(4, 1)), 0).first_offset == 6
+    finally:
+        log_.close()
+
+
+def log_start_inside_the_first_segment(directory: Path, topic_id: uuid.UUID) -> Log:
+    """PID's sequences 0-1 before a roll (snapshot at 2), 2-3 after it; log start at 5."""
+    log_ = open_log(directory, topic_id)
+    log_.append_as_leader(bytearray(batch_bytes(0, 2)), 0)
+    log_.roll()
+    log_.append_as_leader(bytearray(batch_bytes(2, 2)), 0)  # offsets 2-3
+    log_.append_as_leader(bytearray(batch_bytes(0, 4, pid=PID + 1)), 0)  # offsets 4-7
+    log_.update_high_watermark(6)
+    log_.maybe_increment_log_start_offset(5)  # DeleteRecords: segment 0 goes
+    log_.delete_old_segments()
+    assert (log_.segments[0].base_offset, log_.log_start_offset) == (2, 5)
+    return log_
+
+
+@pytest.mark.parametrize("reload", ["truncation", "restart"])
+def test_a_log_start_inside_the_first_segment_loses_no_sequence(
+    tmp_path: Path, reload: str
+) -> None:
+    directory, topic_id = tmp_path / "idem-0", uuid.uuid4()
+    log_ = log_start_inside_the_first_segment(directory, topic_id)
+    if reload == "truncation":
+        log_.truncate_to(6)  # a follower's divergence: reloads from the snapshot at 2
+    else:
+        log_.flush()
+        log_.close()  # a crash: the checkpoints kept the log start and recovery point
+        log_ = Log(directory, TP, LogConfig(), topic_id, log_start_offset=5, recovery_point=8)
+    try:
+        # The batch at 2-3 is below the log start but on disk: replayed after the snapshot.
+        assert log_.producer_state.producers[PID].last_seq == 3
+        end = log_.log_end_offset
+        assert log_.append_as_leader(bytearray(batch_bytes(4, 1)), 0).first_offset == end
     finally:
         log_.close()
