@@ -6,8 +6,9 @@ requests, remote reads and their responses, which come and go at several MiB
 each, cost a page fault per 4 KiB: more CPU than the copies themselves.
 
 The threshold and trim limit apply per arena, and glibc gives threads arenas of
-their own; one arena bounds the free memory kept to the trim limit. Python holds
-the GIL across most allocations, so a single arena costs little contention.
+their own; with one arena, the free memory kept at the top of the heap is bounded
+by the trim limit. Python holds the GIL across most allocations, so a single
+arena costs little contention.
 """
 
 from __future__ import annotations
@@ -36,9 +37,22 @@ def is_glibc() -> bool:
         return False
 
 
+# glibc's environment variables for the same settings; GLIBC_TUNABLES has glibc.malloc.*.
+MALLOC_VARIABLES = (
+    "MALLOC_ARENA_MAX",
+    "MALLOC_ARENA_TEST",
+    "MALLOC_MMAP_MAX_",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_TRIM_THRESHOLD_",
+)
+
+
 def tuned_by_environment() -> bool:
-    """glibc reads MALLOC_*_ variables and GLIBC_TUNABLES at start: the user's choice wins."""
-    return "GLIBC_TUNABLES" in os.environ or any(name.startswith("MALLOC_") for name in os.environ)
+    """glibc reads its malloc settings from the environment at start: the user's choice wins."""
+    return "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "") or any(
+        name in os.environ for name in MALLOC_VARIABLES
+    )
 
 
 def reuse_large_buffers() -> bool:

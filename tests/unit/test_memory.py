@@ -8,15 +8,17 @@ import sys
 
 import pytest
 
-from broker.memory import SETTINGS, is_glibc
+from broker.memory import MALLOC_VARIABLES, SETTINGS, is_glibc
 
 pytestmark = pytest.mark.skipif(not is_glibc(), reason="mallopt is glibc's")
 
 MIB = 1 << 20
 SETUP = """
-import os, re, resource, sys
+import ctypes, os, re, resource, sys
 from concurrent.futures import ThreadPoolExecutor
 from broker.memory import reuse_large_buffers
+PR_SET_THP_DISABLE = 41  # 4 KiB pages, so faults count pages whatever the THP setting
+assert ctypes.CDLL(None).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
 if sys.argv[1] == "tuned":
     assert reuse_large_buffers()
 
@@ -49,8 +51,7 @@ print(rss_mib() - before)
 
 
 def run(script: str, mode: str) -> int:
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}
+    env = {k: v for k, v in os.environ.items() if k not in (*MALLOC_VARIABLES, "GLIBC_TUNABLES")}
     done = subprocess.run(
         [sys.executable, "-c", SETUP + script, mode],
         capture_output=True,
@@ -73,12 +74,23 @@ def test_threads_share_one_arena_so_free_memory_kept_is_bounded() -> None:
     assert run(THREADS, "tuned") < trim_mib + 32
 
 
-def test_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+@pytest.mark.parametrize(
+    ("name", "value", "applied"),
+    [
+        ("MALLOC_ARENA_MAX", "4", False),
+        ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1048576", False),
+        ("GLIBC_TUNABLES", "glibc.pthread.rseq=0", True),  # not about malloc
+        ("MALLOC_PERTURB_", "85", True),  # a debugging aid, not a setting of ours
+    ],
+)
+def test_the_environments_malloc_settings_win(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, applied: bool
+) -> None:
+    monkeypatch.setenv(name, value)
     done = subprocess.run(
         [sys.executable, "-c", "from broker.memory import reuse_large_buffers as r; print(r())"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert done.stdout.strip() == "False"
+    assert done.stdout.strip() == str(applied)
