@@ -88,8 +88,9 @@ class RemoteLogReader:
     def _read_ahead(self, tip: TopicIdPartition, served: bytes, max_bytes: int) -> None:
         """Start the read following `served` if it is in the remote tier and threads are idle.
 
-        A read ahead that fails is dropped like any unread result (its error counted),
-        and the fetch that wanted it reads again.
+        A fetch that asks for a read ahead still in flight shares its outcome, an error
+        included; one that failed before is forgotten (its error counted), and the
+        fetch that asks next reads again.
         """
         # One thread stays free for reads that a fetch is waiting on.
         if not served or len(self._inflight) >= self.config.reader_threads - 1:
