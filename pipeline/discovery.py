@@ -32,9 +32,8 @@ from dataclasses import dataclass
 
 from pipeline.storage import ObjectNotFoundError, ObjectStore
 from storage.checkpoints import topic_id_to_str
-from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
+from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata
-from storage.remote.storage_manager import IndexType
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +58,7 @@ class RemoteSegment:
     event_timestamp_ms: int
     size: int
     log_key: str
-    offset_index_key: str | None
-    time_index_key: str | None
+    indexes_key: str | None  # every index in one object (`storage.remote.index_bundle`)
     manifest_key: str
 
 
@@ -99,8 +97,7 @@ def parse_manifest(cluster: str, manifest_key: str, document: bytes) -> RemoteSe
         event_timestamp_ms=metadata.event_timestamp_ms,
         size=int(log_entry["size"]) or metadata.segment_size_bytes,
         log_key=str(log_entry["key"]),
-        offset_index_key=key(IndexType.OFFSET.value),
-        time_index_key=key(IndexType.TIMESTAMP.value),
+        indexes_key=key(INDEXES_SUFFIX),
         manifest_key=manifest_key,
     )
 

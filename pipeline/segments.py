@@ -1,12 +1,13 @@
 """Reading remote segments with range reads: index lookups, whole batches, timestamps.
 
 A segment's `.log` object holds RecordBatch v2 batches back to back, exactly as the
-broker wrote them. Its `.index` maps offsets to byte positions (8-byte entries:
-offset - segment start int32, position int32; tierbroker indexes a batch's base
-offset), its `.timeindex` maps largest timestamps so far to offsets (12-byte
-entries: timestamp int64, offset - segment start int32). Readers fetch the small
-index once, then only the byte range they need, a chunk at a time, and cut each
-chunk at the last whole batch (the rest is read again with the next chunk).
+broker wrote them. Its `.indexes` object holds its offset index, which maps offsets
+to byte positions (8-byte entries: offset - segment start int32, position int32;
+tierbroker indexes a batch's base offset), and its time index, which maps largest
+timestamps so far to offsets (12-byte entries: timestamp int64, offset - segment
+start int32). Readers fetch the small indexes once, then only the byte range they
+need, a chunk at a time, and cut each chunk at the last whole batch (the rest is
+read again with the next chunk).
 
 Every batch is CRC-checked before its records are used, as Kafka's consumers do.
 """
@@ -20,9 +21,11 @@ from dataclasses import dataclass
 
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from pipeline.discovery import SegmentRange
+from pipeline.discovery import RemoteSegment, SegmentRange
 from pipeline.storage import ObjectStore
 from protocol.records import BATCH_HEADER_SIZE, BatchView
+from storage.remote.index_bundle import unpack_indexes
+from storage.remote.storage_manager import IndexType
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -132,11 +135,17 @@ def iter_batches_from(
         position = next_position
 
 
+def load_indexes(store: ObjectStore, segment: RemoteSegment) -> dict[IndexType, bytes]:
+    """The segment's indexes, with one GET (none if the manifest lists none)."""
+    if segment.indexes_key is None:
+        return {}
+    return unpack_indexes(store.get(segment.indexes_key))
+
+
 def load_offset_index(store: ObjectStore, range_: SegmentRange) -> OffsetIndex | None:
     segment = range_.segment
-    if segment.offset_index_key is None:
-        return None
-    return parse_offset_index(store.get(segment.offset_index_key), segment.start_offset)
+    data = load_indexes(store, segment).get(IndexType.OFFSET)
+    return None if data is None else parse_offset_index(data, segment.start_offset)
 
 
 def start_position(store: ObjectStore, range_: SegmentRange, offset: int) -> int:
@@ -166,8 +175,9 @@ def offset_for_timestamp(
         if segment.max_timestamp_ms < timestamp_ms:
             continue
         lower = range_.first_offset
-        if segment.time_index_key is not None and segment.offset_index_key is not None:
-            entries = parse_time_index(store.get(segment.time_index_key), segment.start_offset)
+        time_index = load_indexes(store, segment).get(IndexType.TIMESTAMP)
+        if time_index is not None:
+            entries = parse_time_index(time_index, segment.start_offset)
             i = bisect.bisect_left(entries, (timestamp_ms, -1)) - 1
             if i >= 0:
                 lower = max(lower, entries[i][1] + 1)

@@ -226,7 +226,7 @@ def _split(store: ObjectStore, options: ReadOptions, range_: SegmentRange) -> li
         fail_on_data_loss=options.fail_on_data_loss,
     )
     limit = options.max_bytes_per_partition
-    if segment.size <= limit or segment.offset_index_key is None:
+    if segment.size <= limit or segment.indexes_key is None:
         return [base]
     index = load_offset_index(store, range_)
     if index is None or not index.offsets:

@@ -4,8 +4,8 @@
 
 (the start offset in 20 digits, ids in Kafka's base64url form)
 
-Suffixes: `log`, `index`, `timeindex`, `snapshot`, `leader-epoch-checkpoint`,
-`txnindex`, and `manifest.json` last. With `entropy_bits` N > 0, `<entropy>` is
+Suffixes: `log`, `indexes` (every index of the segment in one object, see
+`index_bundle`), and `manifest.json` last. With `entropy_bits` N > 0, `<entropy>` is
 the first N bits of MD5("<cluster>/<topic>/<partition>") as hex followed by `/`,
 so the request load of many partitions spreads over 2^N key prefixes (the
 Pinterest layout); every reader must use the same N.
@@ -24,11 +24,11 @@ from typing import Any
 
 from storage.checkpoints import topic_id_to_str
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
-from storage.remote.storage_manager import IndexType
 
 MANIFEST_SUFFIX = "manifest.json"
 LOG_SUFFIX = "log"
-MANIFEST_VERSION = 1
+INDEXES_SUFFIX = "indexes"
+MANIFEST_VERSION = 2  # 2: the indexes in one object
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +60,11 @@ class ObjectKeyLayout:
         base = f"{metadata.start_offset:020d}-{topic_id_to_str(segment.id)}"
         return f"{self.partition_prefix(segment.topic_id_partition)}{base}.{suffix}"
 
-    def index_key(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> str:
-        return self.segment_key(metadata, index_type.value)
-
     def all_keys(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
         """Every object of a segment, the manifest last (the order to write them in)."""
         return [
-            self.segment_key(metadata, LOG_SUFFIX),
-            *(self.index_key(metadata, t) for t in IndexType),
-            self.segment_key(metadata, MANIFEST_SUFFIX),
+            self.segment_key(metadata, suffix)
+            for suffix in (LOG_SUFFIX, INDEXES_SUFFIX, MANIFEST_SUFFIX)
         ]
 
 

@@ -15,7 +15,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout, manifest_json
+from storage.remote.index_bundle import index_from_bundle, read_index_bundle
+from storage.remote.key_layout import (
+    INDEXES_SUFFIX,
+    LOG_SUFFIX,
+    MANIFEST_SUFFIX,
+    ObjectKeyLayout,
+    manifest_json,
+)
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from storage.remote.storage_manager import (
     IndexType,
@@ -63,14 +70,11 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
         sizes = {
             LOG_SUFFIX: self._copy_file(
                 data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
-            )
+            ),
+            INDEXES_SUFFIX: self._write(
+                self.layout.segment_key(metadata, INDEXES_SUFFIX), read_index_bundle(data)
+            ),
         }
-        for index_type, source in data.indexes().items():
-            key = self.layout.index_key(metadata, index_type)
-            if isinstance(source, Path):
-                sizes[index_type.value] = self._copy_file(source, key)
-            else:
-                sizes[index_type.value] = self._write(key, source)
         self._write(
             self.layout.segment_key(metadata, MANIFEST_SUFFIX),
             manifest_json(metadata, self.layout, sizes),
@@ -114,7 +118,8 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
         )
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        return await self._run(self._read, self.layout.index_key(metadata, index_type), 0, None)
+        key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
+        return index_from_bundle(key, await self._run(self._read, key, 0, None), index_type)
 
     def _read(self, key: str, start: int, end: int | None) -> bytes:
         try:

@@ -1,13 +1,13 @@
 """`S3RemoteStorageManager`: the remote tier in an S3 bucket (AWS, MinIO, or any S3 endpoint).
 
-Objects are named by `ObjectKeyLayout` (see there): per segment `<base>.log`, one
-object per index present (`index`, `timeindex`, `snapshot`,
-`leader-epoch-checkpoint`, `txnindex`) and `<base>.manifest.json`, the commit marker.
+Objects are named by `ObjectKeyLayout` (see there): per segment `<base>.log`,
+`<base>.indexes` (every index, see `index_bundle`) and `<base>.manifest.json`,
+the commit marker.
 
 Copy: the log goes up with PutObject up to `storage.s3.multipart.upload.part.size`
 and with a multipart upload above it, read a part at a time in the default
 executor (at most one part in memory), concurrently with the indexes; then the
-manifest, last.
+manifest, last. An index is fetched by getting the segment's indexes object.
 If anything fails, unfinished multipart uploads are aborted and every object of
 the segment is deleted (no orphans) before `RemoteStorageError` is raised; a
 cancelled copy does the same clean-up in the background. Reads are (ranged) GETs;
@@ -55,7 +55,14 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout, manifest_json
+from storage.remote.index_bundle import index_from_bundle, read_index_bundle
+from storage.remote.key_layout import (
+    INDEXES_SUFFIX,
+    LOG_SUFFIX,
+    MANIFEST_SUFFIX,
+    ObjectKeyLayout,
+    manifest_json,
+)
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from storage.remote.storage_manager import (
     IndexType,
@@ -282,24 +289,16 @@ class S3RemoteStorageManager(RemoteStorageManager):
         data: LogSegmentData,
         uploads: dict[str, str | None],
     ) -> None:
-        # The log and the indexes go up together (each small PUT costs a round trip); a
-        # failure cancels the others before clean-up starts, so nothing is written after it.
+        # The log and the indexes go up together; a failure cancels the other before
+        # clean-up starts, so nothing is written after it.
+        log_key = self.layout.segment_key(metadata, LOG_SUFFIX)
+        indexes_key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
+        loop = asyncio.get_running_loop()
         async with asyncio.TaskGroup() as group:
-            tasks = {
-                LOG_SUFFIX: group.create_task(
-                    self._upload_file(
-                        data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX), uploads
-                    )
-                )
-            }
-            for index_type, source in data.indexes().items():
-                key = self.layout.index_key(metadata, index_type)
-                tasks[index_type.value] = group.create_task(
-                    self._upload_file(source, key, uploads)
-                    if isinstance(source, Path)
-                    else self._put(key, source)
-                )
-        sizes = {name: task.result() for name, task in tasks.items()}
+            log_size = group.create_task(self._upload_file(data.log_segment, log_key, uploads))
+            bundle = await loop.run_in_executor(None, read_index_bundle, data)
+            indexes_size = group.create_task(self._put(indexes_key, bundle))
+        sizes = {LOG_SUFFIX: log_size.result(), INDEXES_SUFFIX: indexes_size.result()}
         manifest = manifest_json(metadata, self.layout, sizes)
         await self._put(self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
 
@@ -410,7 +409,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
         return await self._get(key, f"bytes={start_position}-{end}")
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        return await self._get(self.layout.index_key(metadata, index_type), None)
+        key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
+        return index_from_bundle(key, await self._get(key, None), index_type)
 
     async def _get(self, key: str, byte_range: str | None) -> bytes:
         args = {"Key": key} if byte_range is None else {"Key": key, "Range": byte_range}

@@ -22,7 +22,8 @@ from protocol.records import build_batch
 from protocol.records.builder import RecordInput
 from storage.log import Log
 from storage.log_config import LogConfig
-from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
+from storage.remote.index_bundle import pack_indexes
+from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
 from storage.remote.local_fs import LocalFsRemoteStorageManager
 from storage.remote.segment_metadata import (
     RemoteLogSegmentId,
@@ -228,10 +229,11 @@ async def test_manifest_lists_every_object_with_its_size_and_is_written_last(
     stored = await backend.objects()
     assert manifest_key in stored
     document = json.loads(await backend.read(manifest_key))
-    assert document["version"] == 1
+    assert document["version"] == 2
     assert RemoteLogSegmentMetadata.from_json(document["segment"]) == metadata
-    expected_sizes = {LOG_SUFFIX: data.log_segment.stat().st_size} | {
-        t.value: len(b) for t, b in expected_indexes(data).items()
+    expected_sizes = {
+        LOG_SUFFIX: data.log_segment.stat().st_size,
+        INDEXES_SUFFIX: len(pack_indexes(expected_indexes(data))),
     }
     assert document["objects"] == {
         suffix: {"key": layout.segment_key(metadata, suffix), "size": size}
@@ -262,7 +264,7 @@ async def test_delete_removes_everything_and_deleting_again_succeeds(
     data, metadata = segment
     rsm = await backend.make({})
     await rsm.copy_log_segment_data(metadata, data)
-    assert len(await backend.objects()) == 1 + len(data.indexes()) + 1  # log, indexes, manifest
+    assert len(await backend.objects()) == 3  # log, indexes, manifest
 
     await rsm.delete_log_segment_data(metadata)
     assert await backend.objects() == {}

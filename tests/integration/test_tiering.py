@@ -177,8 +177,8 @@ def test_remote_objects_match_the_tier_status(env: Env) -> None:
     everything = env.tier.objects(TOPIC)
     manifests = [k for k in everything if k.endswith(".manifest.json")]
     assert len(manifests) == len(logs)  # every segment complete, none half-written
-    for suffix in (".index", ".timeindex", ".leader-epoch-checkpoint"):
-        assert sum(1 for k in everything if k.endswith(suffix)) == len(logs), suffix
+    assert sum(1 for k in everything if k.endswith(".indexes")) == len(logs)
+    assert len(everything) == 3 * len(logs)  # log, indexes, manifest: nothing else
 
     # Gauges are refreshed every task interval: poll until they show the settled state.
     def gauges_current() -> str | None:

@@ -11,6 +11,7 @@ import pytest
 
 from storage.checkpoints import topic_id_to_str
 from storage.remote.key_layout import (
+    INDEXES_SUFFIX,
     LOG_SUFFIX,
     MANIFEST_SUFFIX,
     MANIFEST_VERSION,
@@ -22,7 +23,6 @@ from storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from storage.remote.storage_manager import IndexType
 from storage.topic_partition import TopicPartition
 
 TOPIC_ID = uuid.UUID("0f3c6a2e-8d41-4b6f-9a57-3c2d1e0f4a5b")
@@ -57,11 +57,7 @@ def test_key_format_without_entropy() -> None:
     base = f"tiered/prod-1/orders-{topic_id_to_str(TOPIC_ID)}/3/00000000000000001234-"
     base += topic_id_to_str(SEGMENT_ID)
     assert layout.segment_key(m, LOG_SUFFIX) == base + ".log"
-    assert layout.index_key(m, IndexType.OFFSET) == base + ".index"
-    assert layout.index_key(m, IndexType.TIMESTAMP) == base + ".timeindex"
-    assert layout.index_key(m, IndexType.PRODUCER_SNAPSHOT) == base + ".snapshot"
-    assert layout.index_key(m, IndexType.LEADER_EPOCH) == base + ".leader-epoch-checkpoint"
-    assert layout.index_key(m, IndexType.TRANSACTION) == base + ".txnindex"
+    assert layout.segment_key(m, INDEXES_SUFFIX) == base + ".indexes"
     assert layout.segment_key(m, MANIFEST_SUFFIX) == base + ".manifest.json"
     # Ids are Kafka's base64url, unpadded (22 characters); the offset has 20 digits.
     assert len(topic_id_to_str(TOPIC_ID)) == 22 and "=" not in base
@@ -132,23 +128,23 @@ def test_entropy_bits_out_of_range_are_rejected(bits: int) -> None:
         ObjectKeyLayout(entropy_bits=bits)
 
 
-def test_all_keys_log_first_every_index_then_the_manifest_last() -> None:
+def test_all_keys_log_and_indexes_first_then_the_manifest_last() -> None:
     layout = ObjectKeyLayout(entropy_bits=4, cluster="c1")
     m = metadata()
-    keys = layout.all_keys(m)
-    assert keys[0] == layout.segment_key(m, LOG_SUFFIX)
-    assert keys[1:-1] == [layout.index_key(m, t) for t in IndexType]
-    assert keys[-1] == layout.segment_key(m, MANIFEST_SUFFIX)
-    assert len(set(keys)) == len(keys) == 2 + len(IndexType)
+    assert layout.all_keys(m) == [
+        layout.segment_key(m, LOG_SUFFIX),
+        layout.segment_key(m, INDEXES_SUFFIX),
+        layout.segment_key(m, MANIFEST_SUFFIX),
+    ]
 
 
 def test_manifest_json_holds_the_metadata_and_every_object() -> None:
     layout = ObjectKeyLayout(prefix="t/", entropy_bits=4, cluster="c1")
     m = metadata()
-    sizes = {LOG_SUFFIX: 4096, "index": 80, "timeindex": 120, "leader-epoch-checkpoint": 14}
+    sizes = {LOG_SUFFIX: 4096, INDEXES_SUFFIX: 240}
     raw = manifest_json(m, layout, sizes)
     document = json.loads(raw)
-    assert document["version"] == MANIFEST_VERSION == 1
+    assert document["version"] == MANIFEST_VERSION == 2
     assert RemoteLogSegmentMetadata.from_json(document["segment"]) == m
     assert document["segment"]["segment_leader_epochs"] == [[0, 0], [3, 1200]]
     assert document["objects"] == {

@@ -96,9 +96,7 @@ async def copy_segment(
 
 
 def segment(start: int, end: int, epoch: int, sid: str) -> RemoteSegment:
-    return RemoteSegment(
-        CLUSTER, TOPIC, 0, "id", sid, start, end, 0, epoch, 0, 0, "k", None, None, "m"
-    )
+    return RemoteSegment(CLUSTER, TOPIC, 0, "id", sid, start, end, 0, epoch, 0, 0, "k", None, "m")
 
 
 def spans(ranges: list) -> list[tuple[str, int, int]]:  # type: ignore[type-arg]

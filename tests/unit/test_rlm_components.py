@@ -29,7 +29,7 @@ from rlm.task_pool import TaskPool
 from rlm.tiered_partition import TieredPartition
 from storage.log import Log
 from storage.log_config import LogConfig
-from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX
+from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX
 from storage.remote.local_fs import LocalFsRemoteStorageManager
 from storage.remote.segment_metadata import (
     RemoteLogSegmentId,
@@ -834,9 +834,7 @@ class PartialCopyThenFail(LocalFsRemoteStorageManager):
         await self._run(
             self._copy_file, data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
         )
-        await self._run(
-            self._copy_file, data.offset_index, self.layout.index_key(metadata, IndexType.OFFSET)
-        )
+        await self._run(self._write, self.layout.segment_key(metadata, INDEXES_SUFFIX), b"partial")
         raise RemoteStorageError("injected: connection reset mid-copy")
 
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
