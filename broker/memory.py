@@ -29,14 +29,6 @@ SETTINGS = {
     "M_ARENA_MAX": (M_ARENA_MAX, 1),
 }
 
-
-def is_glibc() -> bool:
-    try:
-        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
-    except (ValueError, OSError):
-        return False
-
-
 # glibc's environment variables for the same settings; GLIBC_TUNABLES has glibc.malloc.*.
 MALLOC_VARIABLES = (
     "MALLOC_ARENA_MAX",
@@ -46,6 +38,13 @@ MALLOC_VARIABLES = (
     "MALLOC_TOP_PAD_",
     "MALLOC_TRIM_THRESHOLD_",
 )
+
+
+def is_glibc() -> bool:
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError):
+        return False
 
 
 def tuned_by_environment() -> bool:

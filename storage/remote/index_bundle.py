@@ -1,7 +1,7 @@
-"""The indexes of one remote segment packed in one object, as Aiven's plugin stores them.
+"""The indexes of one remote segment packed in one object, as Aiven's plugin does.
 
-A segment then costs three writes (log, indexes, manifest) instead of seven, and a
-reader gets every index of a segment with one GET. Layout (big-endian)::
+A segment then costs three writes (log, indexes, manifest), not one per index on
+top, and a reader gets every index of a segment with one GET. Layout (big-endian)::
 
     version int8 (1) | count int8 | count x (index type int8, size int32) | the indexes
 
