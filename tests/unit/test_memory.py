@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not is_glibc(), reason="mallopt is glibc's")
 
 MIB = 1 << 20
 SETUP = """
-import ctypes, os, re, resource, sys
+import ctypes, re, resource, sys
 from concurrent.futures import ThreadPoolExecutor
 from broker.memory import reuse_large_buffers
 PR_SET_THP_DISABLE = 41  # 4 KiB pages, so faults count pages whatever the THP setting
