@@ -1,4 +1,5 @@
-"""The indexes of one remote segment packed in one object, as Aiven's plugin does.
+"""The indexes of one remote segment packed in one object, as Aiven's plugin does (its
+format differs: it keeps each index's position in its manifest).
 
 A segment then costs three writes (log, indexes, manifest), not one per index on
 top, and a reader gets every index of a segment with one GET. Layout (big-endian)::
@@ -57,15 +58,23 @@ def unpack_indexes(bundle: bytes) -> dict[IndexType, bytes]:
     version, count = _HEADER.unpack_from(bundle)
     if version != VERSION:
         raise ValueError(f"index bundle version {version}, expected {VERSION}")
+    if count < 0:
+        raise ValueError(f"index bundle of {count} indexes")
     position = _HEADER.size + count * _ENTRY.size
-    if count < 0 or len(bundle) < position:
+    if len(bundle) < position:
         raise ValueError(f"index bundle of {len(bundle)} bytes is shorter than its table")
     indexes = {}
     for code, size in _ENTRY.iter_unpack(bundle[_HEADER.size : position]):
-        if code not in TYPES or size < 0 or position + size > len(bundle):
-            raise ValueError(f"index bundle entry (type {code}, {size} bytes) is out of range")
-        indexes[TYPES[code]] = bundle[position : position + size]
+        index_type = TYPES.get(code)
+        if index_type is None or index_type in indexes or size < 0:
+            raise ValueError(f"index bundle entry (type {code}, {size} bytes) is not valid")
+        if position + size > len(bundle):
+            raise ValueError(f"index bundle entry (type {code}, {size} bytes) is past its end")
+        indexes[index_type] = bundle[position : position + size]
         position += size
+    # The table accounts for every byte: anything after the last index is damage.
+    if position != len(bundle):
+        raise ValueError(f"index bundle has {len(bundle) - position} bytes after its indexes")
     return indexes
 
 

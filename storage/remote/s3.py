@@ -308,7 +308,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def _upload_file(self, path: Path, key: str, uploads: dict[str, str | None]) -> int:
         loop = asyncio.get_running_loop()
-        fd, size = await loop.run_in_executor(None, _open, path)
+        opening = loop.run_in_executor(None, _open, path)
+        try:
+            fd, size = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # The open goes on in its thread: close what it opens.
+            opening.add_done_callback(_close_opened)
+            raise
         try:
             if size <= self.part_size:
                 await self._put(key, await loop.run_in_executor(None, _read, fd, 0, size))
@@ -488,6 +494,11 @@ def _bool(configs: Mapping[str, str], name: str, default: bool) -> bool:
     if text in ("", "true", "false"):
         return default if text == "" else text == "true"
     raise ValueError(f"{name}={text!r} must be true or false")
+
+
+def _close_opened(opening: asyncio.Future[tuple[int, int]]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        os.close(opening.result()[0])
 
 
 def _open(path: Path) -> tuple[int, int]:

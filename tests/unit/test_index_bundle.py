@@ -44,8 +44,22 @@ def test_the_header_is_version_count_then_type_and_size_per_index() -> None:
         b"\x01\x01" + struct.pack(">bi", 9, 0),  # an unknown index type
         b"\x01\x01" + struct.pack(">bi", 0, 9) + b"short",  # past the end
         b"\x01\x01" + struct.pack(">bi", 0, -1),
+        b"\x01\xff",  # a negative count
+        b"\x01\x02" + struct.pack(">bi", 0, 1) * 2 + b"ab",  # the same index twice
+        b"\x01\x01" + struct.pack(">bi", 0, 1) + b"a" + b"trailing",
     ],
-    ids=["empty", "half-header", "version", "table", "type", "overrun", "negative"],
+    ids=[
+        "empty",
+        "half-header",
+        "version",
+        "table",
+        "type",
+        "overrun",
+        "negative-size",
+        "negative-count",
+        "duplicate",
+        "trailing",
+    ],
 )
 def test_a_damaged_bundle_is_refused(bundle: bytes) -> None:
     with pytest.raises(ValueError):
