@@ -5,7 +5,7 @@ broker wrote them. Its `.indexes` object holds its offset index, which maps offs
 to byte positions (8-byte entries: offset - segment start int32, position int32;
 tierbroker indexes a batch's base offset), and its time index, which maps largest
 timestamps so far to offsets (12-byte entries: timestamp int64, offset - segment
-start int32). Readers fetch the small indexes once, then only the byte range they
+start int32). Readers fetch that small object, then only the byte range they
 need, a chunk at a time, and cut each chunk at the last whole batch (the rest is
 read again with the next chunk).
 
@@ -15,6 +15,7 @@ Every batch is CRC-checked before its records are used, as Kafka's consumers do.
 from __future__ import annotations
 
 import bisect
+import logging
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from pipeline.storage import ObjectStore
 from protocol.records import BATCH_HEADER_SIZE, BatchView
 from storage.remote.index_bundle import unpack_indexes
 from storage.remote.storage_manager import IndexType
+
+log = logging.getLogger(__name__)
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -136,16 +139,27 @@ def iter_batches_from(
 
 
 def load_indexes(store: ObjectStore, segment: RemoteSegment) -> dict[IndexType, bytes]:
-    """The segment's indexes, with one GET (none if the manifest lists none)."""
+    """The segment's indexes, with one GET.
+
+    None if the manifest lists none or the object is damaged: the indexes only
+    save reading, so the segment is then read from its start.
+    """
     if segment.indexes_key is None:
         return {}
-    return unpack_indexes(store.get(segment.indexes_key))
+    try:
+        return unpack_indexes(store.get(segment.indexes_key))
+    except ValueError as e:
+        log.warning("%s: %s; reading the segment without its indexes", segment.indexes_key, e)
+        return {}
+
+
+def offset_index(indexes: dict[IndexType, bytes], segment: RemoteSegment) -> OffsetIndex | None:
+    data = indexes.get(IndexType.OFFSET)
+    return None if data is None else parse_offset_index(data, segment.start_offset)
 
 
 def load_offset_index(store: ObjectStore, range_: SegmentRange) -> OffsetIndex | None:
-    segment = range_.segment
-    data = load_indexes(store, segment).get(IndexType.OFFSET)
-    return None if data is None else parse_offset_index(data, segment.start_offset)
+    return offset_index(load_indexes(store, range_.segment), range_.segment)
 
 
 def start_position(store: ObjectStore, range_: SegmentRange, offset: int) -> int:
@@ -175,13 +189,15 @@ def offset_for_timestamp(
         if segment.max_timestamp_ms < timestamp_ms:
             continue
         lower = range_.first_offset
-        time_index = load_indexes(store, segment).get(IndexType.TIMESTAMP)
+        indexes = load_indexes(store, segment)  # both indexes, one GET
+        time_index = indexes.get(IndexType.TIMESTAMP)
         if time_index is not None:
             entries = parse_time_index(time_index, segment.start_offset)
             i = bisect.bisect_left(entries, (timestamp_ms, -1)) - 1
             if i >= 0:
                 lower = max(lower, entries[i][1] + 1)
-        position = start_position(store, range_, lower)
+        index = offset_index(indexes, segment)
+        position = 0 if index is None else index.position_for(lower)
         for batch in iter_batches_from(store, segment.log_key, position, None, chunk_bytes):
             if batch.base_offset > range_.last_offset:
                 break

@@ -293,7 +293,7 @@ async def test_a_failed_copy_leaves_nothing_behind(
 ) -> None:
     data, metadata = segment
     rsm = await backend.make({})
-    # The log and the offset index go up; the time index is gone (deleted under the copy).
+    # The time index is gone (deleted under the copy): the indexes object cannot be made.
     broken = LogSegmentData(
         data.log_segment,
         data.offset_index,

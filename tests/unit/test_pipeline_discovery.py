@@ -222,6 +222,22 @@ async def test_range_reads_indexes_and_timestamps(tmp_path: Path) -> None:
         store.get("c1/nothing-here.log")
 
 
+async def test_a_damaged_indexes_object_only_costs_the_index(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    remote, work = tmp_path / "remote", tmp_path / "work"
+    work.mkdir()
+    await copy_segment(rsm_for(remote), work, 0, 100, 249)
+    store = open_store(remote.as_uri())
+    [range_] = SegmentDiscovery(store).ranges(TOPIC, 0)
+    assert range_.segment.indexes_key is not None
+    (remote / range_.segment.indexes_key).write_bytes(b"\x01\x09garbage")
+    with caplog.at_level(logging.WARNING, logger="pipeline.segments"):
+        assert start_position(store, range_, 175) == 0  # read from the start instead
+        assert offset_for_timestamp(store, [range_], record_ts(123) - 5) == 123
+    assert "reading the segment without its indexes" in caplog.text
+
+
 async def test_fetcher_skips_segments_deleted_while_reading(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
