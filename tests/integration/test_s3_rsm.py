@@ -9,7 +9,9 @@ never answers.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -19,6 +21,7 @@ from typing import Any, Protocol
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
+from storage.remote import s3
 from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
 from storage.remote.s3 import MIB, S3RemoteStorageManager, backoff_s
 from storage.remote.segment_metadata import (
@@ -487,6 +490,41 @@ async def test_a_cancelled_copy_is_cleaned_up_in_the_background(
     checker = await make_rsm()
     assert await open_uploads(checker) == []
     assert await stored(checker) == {}
+
+
+async def test_a_copy_cancelled_while_its_log_opens_closes_the_file(
+    make_rsm: Maker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, metadata = synthetic_segment(tmp_path, 10_000)
+    rsm = await make_rsm()
+    release, opened = threading.Event(), []
+    open_file = s3._open
+
+    def slow_open(path: Path) -> tuple[int, int]:  # in the executor's thread
+        release.wait(10)
+        fd, size = open_file(path)
+        opened.append(fd)
+        return fd, size
+
+    monkeypatch.setattr(s3, "_open", slow_open)
+    copy = asyncio.create_task(rsm.copy_log_segment_data(metadata, data))
+    await asyncio.sleep(0.2)  # the copy waits on the open
+    copy.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await copy
+    release.set()
+    await rsm.close()  # waits for the clean-up; the open finished meanwhile
+    for _ in range(100):  # the close runs on the loop once the open is done
+        if opened:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.05)
+    [fd] = opened
+    try:
+        still = os.readlink(f"/proc/self/fd/{fd}")
+    except FileNotFoundError:
+        still = None  # closed, and the number not reused
+    assert still != str(data.log_segment), "the log file was left open"
 
 
 # Configuration ---------------------------------------------------------------------
