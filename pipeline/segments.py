@@ -141,7 +141,7 @@ def iter_batches_from(
 def load_indexes(store: ObjectStore, segment: RemoteSegment) -> dict[IndexType, bytes]:
     """The segment's indexes, with one GET.
 
-    None if the manifest lists none or the object is damaged: the indexes only
+    Empty if the manifest lists none or the object is damaged: the indexes only
     save reading, so the segment is then read from its start.
     """
     if segment.indexes_key is None:
