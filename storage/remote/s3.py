@@ -6,7 +6,8 @@ the commit marker.
 
 Copy: the log goes up with PutObject up to `storage.s3.multipart.upload.part.size`
 and with a multipart upload above it, read a part at a time in the default
-executor (at most one part in memory), concurrently with the indexes; then the
+executor (at most one part in memory) and hashed there for its signature
+(`s3_payload`), concurrently with the indexes; then the
 manifest, last. An index is fetched by getting the segment's indexes object.
 If anything fails, unfinished multipart uploads are aborted and every object of
 the segment is deleted (no orphans) before `RemoteStorageError` is raised; a
@@ -63,6 +64,7 @@ from storage.remote.key_layout import (
     ObjectKeyLayout,
     manifest_json,
 )
+from storage.remote.s3_payload import HashedBody, read_hashed, sign_prehashed_payloads
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from storage.remote.storage_manager import (
     IndexType,
@@ -186,8 +188,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 retries={"total_max_attempts": 1, "mode": "standard"},  # retried here
                 # Checksums only where S3 requires them, as botocore did before 1.36: its
                 # streamed CRC32 costs a third of an 8 MiB PUT on the event loop, and
-                # S3-compatible stores often refuse the new headers. SigV4's payload hash
-                # (HTTP) or TLS (HTTPS) still guards the bytes.
+                # S3-compatible stores often refuse the new headers. Without a checksum
+                # header botocore signs the payload's SHA-256, which guards the bytes.
                 request_checksum_calculation="when_required",
                 connect_timeout=self.call_timeout_s,
                 read_timeout=self.call_timeout_s,
@@ -213,8 +215,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
             async with self._client_lock:
                 if self._client is None:
                     context = _session().create_client("s3", **self._client_args)
-                    self._client = await context.__aenter__()
-                    self._client_context = context
+                    client = await context.__aenter__()
+                    sign_prehashed_payloads(client.meta.events)
+                    self._client, self._client_context = client, context
         return self._client
 
     async def _call(self, what: str, operation: Operation[T]) -> T:
@@ -297,14 +300,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
         async with asyncio.TaskGroup() as group:
             log_size = group.create_task(self._upload_file(data.log_segment, log_key, uploads))
             bundle = await loop.run_in_executor(None, read_index_bundle, data)
-            indexes_size = group.create_task(self._put(indexes_key, bundle))
-        sizes = {LOG_SUFFIX: log_size.result(), INDEXES_SUFFIX: indexes_size.result()}
+            group.create_task(self._put(indexes_key, bundle))
+        sizes = {LOG_SUFFIX: log_size.result(), INDEXES_SUFFIX: len(bundle)}
         manifest = manifest_json(metadata, self.layout, sizes)
         await self._put(self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
 
-    async def _put(self, key: str, body: bytes) -> int:
+    async def _put(self, key: str, body: bytes | HashedBody) -> None:
         await self._call(f"PutObject {key}", self._request("put_object", Key=key, Body=body))
-        return len(body)
 
     async def _upload_file(self, path: Path, key: str, uploads: dict[str, str | None]) -> int:
         loop = asyncio.get_running_loop()
@@ -317,7 +319,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             raise
         try:
             if size <= self.part_size:
-                await self._put(key, await loop.run_in_executor(None, _read, fd, 0, size))
+                await self._put(key, await loop.run_in_executor(None, read_hashed, fd, 0, size))
             else:
                 await self._multipart_upload(fd, size, key, uploads)
         finally:
@@ -338,7 +340,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
         uploads[key] = upload_id
         parts: list[dict[str, Any]] = []
         for number, start in enumerate(range(0, size, part_size), start=1):
-            body = await loop.run_in_executor(None, _read, fd, start, min(part_size, size - start))
+            length = min(part_size, size - start)
+            body = await loop.run_in_executor(None, read_hashed, fd, start, length)
             response = await self._call(
                 f"UploadPart {key} #{number}",
                 self._request(
@@ -509,14 +512,3 @@ def _open(path: Path) -> tuple[int, int]:
     except BaseException:
         os.close(fd)
         raise
-
-
-def _read(fd: int, start: int, length: int) -> bytes:
-    """Exactly `length` bytes at `start` (the file must not shrink meanwhile)."""
-    data = os.pread(fd, length, start)
-    while len(data) < length:  # a short read: rare, but allowed
-        more = os.pread(fd, length - len(data), start + len(data))
-        if not more:
-            raise OSError(f"file ended at {start + len(data)}, expected {start + length} bytes")
-        data += more
-    return data

@@ -9,6 +9,7 @@ never answers.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import socket
 import threading
@@ -24,6 +25,7 @@ from botocore.exceptions import EndpointConnectionError
 from storage.remote import s3
 from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
 from storage.remote.s3 import MIB, S3RemoteStorageManager, backoff_s
+from storage.remote.s3_payload import OPERATIONS, PREHASHED_S3V4, HashedBody
 from storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -154,6 +156,35 @@ async def test_multipart_upload_above_the_part_size(make_rsm: Maker, tmp_path: P
     boundary = 5 * MIB  # a range across the first part boundary
     part_range = await rsm.fetch_log_segment(metadata, boundary - 10, boundary + 9)
     assert part_range == content[boundary - 10 : boundary + 10]
+
+
+async def test_uploads_are_signed_with_the_hash_taken_where_they_were_read(
+    make_rsm: Maker, tmp_path: Path
+) -> None:
+    large, large_metadata = synthetic_segment(tmp_path / "large", 7 * MIB)  # two parts
+    small, small_metadata = synthetic_segment(tmp_path / "small", 2 * MIB)  # one PutObject
+    rsm = await make_rsm()
+    signers: list[tuple[str, str]] = []
+    sent: list[Any] = []
+    events = (await rsm.raw()).meta.events
+    events.register(
+        "before-sign.s3",
+        lambda operation_name, signature_version, **_: signers.append(
+            (operation_name, signature_version)
+        ),
+    )
+    events.register("before-send.s3", lambda request, **_: sent.append(request))
+    await rsm.copy_log_segment_data(large_metadata, large)
+    await rsm.copy_log_segment_data(small_metadata, small)
+
+    uploads = {op: {s for o, s in signers if o == op} for op in OPERATIONS}
+    assert uploads == {"PutObject": {PREHASHED_S3V4}, "UploadPart": {PREHASHED_S3V4}}
+    logs = [r for r in sent if isinstance(r.body, HashedBody)]
+    assert sorted(len(r.body.getvalue()) for r in logs) == [2 * MIB, 2 * MIB, 5 * MIB]
+    for request in logs:  # what S3 checks: the hash of the bytes sent
+        digest = hashlib.sha256(request.body.getvalue()).hexdigest()
+        assert request.headers["X-Amz-Content-SHA256"] == digest.encode()
+    assert await rsm.fetch_log_segment(large_metadata, 0) == large.log_segment.read_bytes()
 
 
 async def test_a_file_up_to_the_part_size_is_one_put(make_rsm: Maker, tmp_path: Path) -> None:
