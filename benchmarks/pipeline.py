@@ -8,7 +8,11 @@ tier) is read three ways:
 
 - backfill through the broker: `TieredConsumer` in KAFKA_ONLY (aiokafka);
 - backfill from the object store: `TieredConsumer` in REMOTE_ONLY;
-- Spark (`local[N]`) through the `tierbroker` source, summing value lengths.
+- Spark (`local[N]`) through the `tierbroker` source, summing value lengths;
+
+and, for scale, the same Spark query over `benchmarks.spark_floor`, a source that
+reads nothing and yields prebuilt Arrow batches of as many bytes: Spark's own
+cost for a Python data source.
 
 Reported: MB/s, the broker's and the reader's CPU seconds, and MB per CPU second
 of every process involved. Per core, Spark is compared with the broker's fetch
@@ -27,6 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +169,15 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-def spark_read(storage: str, ends: dict[int, int], cores: int) -> dict[str, float]:
-    from pyspark.sql import SparkSession
+def spark_read(
+    storage: str, ends: dict[int, int], cores: int, value_size: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Spark reading the tier through the `tierbroker` source, then the floor source
+    (`benchmarks.spark_floor`, which reads nothing) for as many bytes, each timed
+    after a warm-up run of the same query."""
+    from pyspark.sql import DataFrame, SparkSession
 
+    from benchmarks.spark_floor import FloorDataSource
     from pipeline.spark import register
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -181,31 +192,51 @@ def spark_read(storage: str, ends: dict[int, int], cores: int) -> dict[str, floa
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.dataSource.register(FloorDataSource)
     jvm = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[union-attr]
     ending = json.dumps({TOPIC: {str(p): end for p, end in ends.items()}})
 
-    def query() -> Any:
-        reader = spark.read.format("tierbroker").options(
-            storage=storage, topic=TOPIC, endingOffsets=ending
-        )
-        return reader.load().selectExpr("sum(length(value))", "count(*)")
+    def timed(label: str, frame: Callable[[], DataFrame]) -> dict[str, float]:
+        def query() -> tuple[int, int]:
+            read, rows = frame().selectExpr("sum(length(value))", "count(*)").collect()[0]
+            return int(read), int(rows)
 
-    query().collect()  # warm-up: JVM code paths and Python workers started
-    cpu, started = tree_cpu_seconds(jvm) + time.process_time(), time.monotonic()
-    read, rows = query().collect()[0]
-    seconds = time.monotonic() - started
-    cpu_s = tree_cpu_seconds(jvm) + time.process_time() - cpu
-    assert rows == sum(ends.values()), (rows, ends)
-    spark.stop()
-    result = {"mb": read / 1e6, "seconds": seconds, "spark_cpu_s": cpu_s}
-    result["mb_per_s"] = result["mb"] / seconds
-    result["mb_per_cpu_s"] = result["mb"] / cpu_s
-    print(
-        f"{'Spark local[' + str(cores) + '] from the tier':<28} {result['mb_per_s']:8.1f} MB/s"
-        f"  broker   0.00 CPU s  spark {cpu_s:7.2f} CPU s  {result['mb_per_cpu_s']:7.1f} MB/CPU s",
-        flush=True,
-    )
-    return result
+        query()  # warm-up: JVM code paths and Python workers started
+        cpu, started = tree_cpu_seconds(jvm) + time.process_time(), time.monotonic()
+        read, rows = query()
+        seconds = time.monotonic() - started
+        cpu_s = tree_cpu_seconds(jvm) + time.process_time() - cpu
+        result = {"mb": read / 1e6, "rows": rows, "seconds": seconds, "spark_cpu_s": cpu_s}
+        result["mb_per_s"] = result["mb"] / seconds
+        result["mb_per_cpu_s"] = result["mb"] / cpu_s
+        print(
+            f"{label:<28} {result['mb_per_s']:8.1f} MB/s  broker   0.00 CPU s"
+            f"  spark {cpu_s:7.2f} CPU s  {result['mb_per_cpu_s']:7.1f} MB/CPU s",
+            flush=True,
+        )
+        return result
+
+    try:
+        tier = timed(
+            f"Spark local[{cores}] from the tier",
+            lambda: (
+                spark.read.format("tierbroker")
+                .options(storage=storage, topic=TOPIC, endingOffsets=ending)
+                .load()
+            ),
+        )
+        assert tier["rows"] == sum(ends.values()), (tier, ends)
+        floor = timed(
+            "Spark floor (reads nothing)",
+            lambda: (
+                spark.read.format("tierbroker-floor")
+                .options(bytes=str(int(tier["mb"] * 1e6)), valueSize=str(value_size))
+                .load()
+            ),
+        )
+    finally:
+        spark.stop()
+    return tier, floor
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,20 +266,26 @@ def main(argv: list[str] | None = None) -> int:
                     "backfill REMOTE_ONLY",
                     lambda: asyncio.run(backfill(broker, storage, "REMOTE_ONLY", ends)),
                 ),
-                "spark": spark_read(storage, ends, args.spark_cores),
             }
+            results["spark"], results["spark_floor"] = spark_read(
+                storage, ends, args.spark_cores, args.value_size
+            )
         finally:
             stop(broker)
     kafka, remote, spark = results["kafka_only"], results["remote_only"], results["spark"]
     ratios = {
         "remote_only_vs_kafka_only_mb_per_s": remote["mb_per_s"] / kafka["mb_per_s"],
         "spark_vs_broker_path_mb_per_cpu_s": spark["mb_per_cpu_s"] / kafka["mb_per_cpu_s"],
+        "spark_floor_vs_broker_path_mb_per_cpu_s": (
+            results["spark_floor"]["mb_per_cpu_s"] / kafka["mb_per_cpu_s"]
+        ),
     }
     print(
         f"REMOTE_ONLY / KAFKA_ONLY: {ratios['remote_only_vs_kafka_only_mb_per_s']:.2f}x MB/s, "
         f"broker CPU {remote['broker_cpu_s']:.2f} s vs {kafka['broker_cpu_s']:.2f} s\n"
         f"Spark / broker path, MB per CPU second: "
-        f"{ratios['spark_vs_broker_path_mb_per_cpu_s']:.2f}x",
+        f"{ratios['spark_vs_broker_path_mb_per_cpu_s']:.2f}x "
+        f"(a source reading nothing: {ratios['spark_floor_vs_broker_path_mb_per_cpu_s']:.2f}x)",
         flush=True,
     )
     if args.json:
