@@ -8,7 +8,9 @@ Copy: the log goes up with PutObject up to `storage.s3.multipart.upload.part.siz
 and with a multipart upload above it, read a part at a time in the default
 executor (at most one part in memory) and hashed there for its signature
 (`s3_payload`), concurrently with the indexes; then the
-manifest, last. An index is fetched by getting the segment's indexes object.
+manifest, last. An index is fetched by getting the segment's indexes object; the
+GET is shared by concurrent fetches and its answer kept for the last few
+segments, since indexes are asked for one type at a time.
 If anything fails, unfinished multipart uploads are aborted and every object of
 the segment is deleted (no orphans) before `RemoteStorageError` is raised; a
 cancelled copy does the same clean-up in the background. Reads are (ranged) GETs;
@@ -46,6 +48,7 @@ import logging
 import math
 import os
 import random
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,6 +87,7 @@ DEFAULT_PART_BYTES = 8 * MIB
 MIN_PART_BYTES = 5 * MIB  # S3's minimum for every part but the last
 MAX_PART_BYTES = 5 * 1024 * MIB
 MAX_PARTS = 10_000
+INDEXES_OBJECTS_KEPT = 4  # the last few segments' indexes objects (each at most a few MiB)
 
 # Error codes worth another attempt (besides HTTP 429, 5xx and anything named Throttl*).
 RETRIABLE_CODES = frozenset(
@@ -148,6 +152,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._client: Any = None
         self._client_lock: asyncio.Lock | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
+        self._indexes_objects: OrderedDict[str, asyncio.Task[bytes]] = OrderedDict()
 
     def configure(self, configs: Mapping[str, str]) -> None:
         bucket = configs.get("storage.s3.bucket.name", "")
@@ -296,6 +301,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         # clean-up starts, so nothing is written after it.
         log_key = self.layout.segment_key(metadata, LOG_SUFFIX)
         indexes_key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
+        self._indexes_objects.pop(indexes_key, None)
         loop = asyncio.get_running_loop()
         async with asyncio.TaskGroup() as group:
             log_size = group.create_task(self._upload_file(data.log_segment, log_key, uploads))
@@ -419,7 +425,27 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
-        return index_from_bundle(key, await self._get(key, None), index_type)
+        return index_from_bundle(key, await self._indexes_object(key), index_type)
+
+    async def _indexes_object(self, key: str) -> bytes:
+        """The indexes object at `key`, from one GET for all its indexes: a lookup by
+        timestamp asks for the time index, then for the offset index. A failed GET is
+        forgotten; one a fetch stopped waiting for goes on and is kept."""
+        getting = self._indexes_objects.get(key)
+        if getting is None:
+            getting = asyncio.get_running_loop().create_task(self._get(key, None))
+            getting.add_done_callback(functools.partial(self._indexes_object_done, key))
+            self._indexes_objects[key] = getting
+            while len(self._indexes_objects) > INDEXES_OBJECTS_KEPT:
+                self._indexes_objects.popitem(last=False)
+        else:
+            self._indexes_objects.move_to_end(key)
+        return await asyncio.shield(getting)
+
+    def _indexes_object_done(self, key: str, getting: asyncio.Task[bytes]) -> None:
+        if getting.cancelled() or getting.exception() is not None:
+            if self._indexes_objects.get(key) is getting:
+                del self._indexes_objects[key]
 
     async def _get(self, key: str, byte_range: str | None) -> bytes:
         args = {"Key": key} if byte_range is None else {"Key": key, "Range": byte_range}
@@ -441,6 +467,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
     # Delete --------------------------------------------------------------------------
 
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._indexes_objects.pop(self.layout.segment_key(metadata, INDEXES_SUFFIX), None)
         *rest, manifest = self.layout.all_keys(metadata)
         # The manifest first: readers stop trusting the segment before its data goes.
         await self._call(f"DeleteObject {manifest}", self._request("delete_object", Key=manifest))
@@ -458,6 +485,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def close(self) -> None:
         """Let background clean-ups finish (within the call timeout), then close the client."""
+        gets = list(self._indexes_objects.values())
+        self._indexes_objects.clear()
+        for get in gets:
+            get.cancel()
+        await asyncio.gather(*gets, return_exceptions=True)
         if self._cleanups:
             _, pending = await asyncio.wait(self._cleanups, timeout=self.call_timeout_s)
             for task in pending:

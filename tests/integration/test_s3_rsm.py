@@ -371,6 +371,50 @@ async def test_other_errors_fail_at_once_and_not_retriable(
     assert faulty(rsm).count("get_object") == 1
 
 
+async def test_one_get_serves_every_index_of_a_recent_segment(
+    make_rsm: Maker, tmp_path: Path
+) -> None:
+    rsm = await make_rsm()
+    segments = [
+        synthetic_segment(tmp_path / str(i), 10_000) for i in range(s3.INDEXES_OBJECTS_KEPT + 1)
+    ]
+    for data, metadata in segments:
+        await rsm.copy_log_segment_data(metadata, data)
+    (data, first), (other_data, other) = segments[0], segments[1]
+
+    def gets(metadata: RemoteLogSegmentMetadata) -> int:
+        return faulty(rsm).calls.count(("get_object", LAYOUT.segment_key(metadata, INDEXES_SUFFIX)))
+
+    offsets, times = await asyncio.gather(
+        rsm.fetch_index(first, IndexType.OFFSET), rsm.fetch_index(first, IndexType.TIMESTAMP)
+    )
+    assert (offsets, times) == (data.offset_index.read_bytes(), data.time_index.read_bytes())
+    assert await rsm.fetch_index(first, IndexType.OFFSET) == offsets
+    assert gets(first) == 1
+    # Only the last few segments' objects are kept.
+    for _, metadata in segments[1:]:
+        await rsm.fetch_index(metadata, IndexType.OFFSET)
+    await rsm.fetch_index(first, IndexType.OFFSET)
+    assert gets(first) == 2
+
+    # A failed GET is not kept: the next fetch tries again.
+    failures = [client_error("AccessDenied", 403, "GetObject")]
+
+    async def hook(method: str, kwargs: dict[str, Any]) -> None:
+        if method == "get_object" and failures:
+            raise failures.pop()
+
+    await hooked(rsm, hook)
+    with pytest.raises(RemoteStorageError, match="AccessDenied"):
+        await rsm.fetch_index(other, IndexType.OFFSET)  # evicted above
+    assert await rsm.fetch_index(other, IndexType.OFFSET) == other_data.offset_index.read_bytes()
+    assert gets(other) == 3
+    # A deleted segment's indexes are not answered from memory.
+    await rsm.delete_log_segment_data(first)
+    with pytest.raises(RemoteResourceNotFoundError):
+        await rsm.fetch_index(first, IndexType.TIMESTAMP)
+
+
 def test_backoff_is_exponential_with_full_jitter() -> None:
     for attempt in range(1, 10):
         cap = min(5.0, 0.1 * 2 ** (attempt - 1))
