@@ -23,6 +23,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from benchmarks.tiering import Moto
+from broker.config import BrokerConfig
 from broker.memory import reuse_large_buffers
 from storage.remote.s3 import S3RemoteStorageManager
 from storage.remote.segment_metadata import (
@@ -59,9 +60,7 @@ def metadata(i: int) -> RemoteLogSegmentMetadata:
 
 
 async def run(moto: Moto, data: LogSegmentData, segments: int, rounds: int) -> None:
-    settings = moto.overrides()
-    prefix = "rsm.config."
-    configs = {k[len(prefix) :]: v for k, v in settings.items() if k.startswith(prefix)}
+    configs = BrokerConfig.model_validate(moto.overrides()).rsm_configs  # as the broker passes them
     client_args = {
         "region_name": "us-east-1",
         "endpoint_url": configs["storage.s3.endpoint.url"],

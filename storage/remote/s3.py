@@ -7,10 +7,10 @@ the commit marker.
 Copy: the log goes up with PutObject up to `storage.s3.multipart.upload.part.size`
 and with a multipart upload above it, read a part at a time in the default
 executor (at most one part in memory) and hashed there for its signature
-(`s3_payload`), concurrently with the indexes; then the
-manifest, last. An index is fetched by getting the segment's indexes object; the
-GET is shared by concurrent fetches and its answer kept for the last few
-segments, since indexes are asked for one type at a time.
+(`s3_payload`), concurrently with the indexes; then the manifest, last. An index
+is fetched by getting the segment's indexes object; the GET is shared by
+concurrent fetches and its answer kept for the last few segments, since indexes
+are asked for one type at a time.
 If anything fails, unfinished multipart uploads are aborted and every object of
 the segment is deleted (no orphans) before `RemoteStorageError` is raised; a
 cancelled copy does the same clean-up in the background. Reads are (ranged) GETs;
