@@ -12,6 +12,8 @@ calls and inject faults; `InstrumentedS3` is the plugin with that wrapper.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import http.client
 import subprocess
 import tempfile
@@ -161,33 +163,50 @@ def client_error(code: str, status: int, operation: str = "PutObject") -> Client
 
 
 class FaultyClient:
-    """An aiobotocore S3 client wrapper: records every call, and runs `hooks` before each.
+    """Wraps the plugin's S3 clients: records every call, and runs `hooks` before each.
 
     A hook gets the method name and arguments; it may raise (an injected failure),
     sleep (a slow call) or do anything else (stop the server) before the real call.
+    `wrap` wraps the aiobotocore client; `wrap_reader` botocore's client of the
+    reader threads, whose calls run the hooks on the event loop and wait for them.
     """
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
+    def __init__(self) -> None:
         self.hooks: list[Hook] = []
         self.calls: list[tuple[str, str]] = []  # (method, key) of every call, in order
         self.completed: list[tuple[str, str]] = []  # (method, key) of the calls that succeeded
+        self.clients: dict[str, Any] = {}  # the real clients wrapped: "aio", "reader"
 
-    def __getattr__(self, method: str) -> Any:
-        real = getattr(self.client, method)
-        if method not in self.client.meta.method_to_api_mapping:  # not an S3 operation
-            return real
+    def wrap(self, client: Any) -> Any:
+        self.clients["aio"] = client
 
-        async def call(**kwargs: Any) -> Any:
-            key = str(kwargs.get("Key", ""))
-            self.calls.append((method, key))
+        async def call(method: str, real: Any, **kwargs: Any) -> Any:
+            key = self._called(method, kwargs)
             for hook in list(self.hooks):
                 await hook(method, kwargs)
             result = await real(**kwargs)
             self.completed.append((method, key))
             return result
 
-        return call
+        return _Wrapped(client, call)
+
+    def wrap_reader(self, client: Any, loop: asyncio.AbstractEventLoop) -> Any:
+        self.clients["reader"] = client
+
+        def call(method: str, real: Any, **kwargs: Any) -> Any:
+            key = self._called(method, kwargs)
+            for hook in list(self.hooks):
+                asyncio.run_coroutine_threadsafe(hook(method, kwargs), loop).result(30)
+            result = real(**kwargs)
+            self.completed.append((method, key))
+            return result
+
+        return _Wrapped(client, call)
+
+    def _called(self, method: str, kwargs: dict[str, Any]) -> str:
+        key = str(kwargs.get("Key", ""))
+        self.calls.append((method, key))
+        return key
 
     def count(self, method: str) -> int:
         return sum(1 for m, _ in self.calls if m == method)
@@ -201,19 +220,38 @@ class FaultyClient:
         ]
 
 
+class _Wrapped:
+    """A client whose S3 operations go through `call(method, real, **kwargs)`."""
+
+    def __init__(self, client: Any, call: Callable[..., Any]) -> None:
+        self._client = client
+        self._call = call
+
+    def __getattr__(self, method: str) -> Any:
+        real = getattr(self._client, method)
+        if method not in self._client.meta.method_to_api_mapping:  # not an S3 operation
+            return real
+        return functools.partial(self._call, method, real)
+
+
 class InstrumentedS3(S3RemoteStorageManager):
-    """The S3 plugin with its client wrapped in a `FaultyClient` (`self.faulty`)."""
+    """The S3 plugin with its clients wrapped by one `FaultyClient` (`self.faulty`)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.faulty: FaultyClient | None = None
+        self.faulty = FaultyClient()
 
     async def client(self) -> Any:
-        real = await super().client()
-        if self.faulty is None or self.faulty.client is not real:
-            self.faulty = FaultyClient(real)
-        return self.faulty
+        return self.faulty.wrap(await super().client())
+
+    async def reader(self) -> Any:
+        real = await super().reader()
+        return self.faulty.wrap_reader(real, asyncio.get_running_loop())
 
     async def raw(self) -> Any:
-        """The real client (for test set-up and inspection, not recorded)."""
+        """The real aiobotocore client (for test set-up and inspection, not recorded)."""
         return await super().client()
+
+    async def raw_reader(self) -> Any:
+        """The real client of the reader threads (for inspection, not recorded)."""
+        return await super().reader()

@@ -1,8 +1,8 @@
 """S3RemoteStorageManager against moto's standalone server: multipart uploads and their abort,
 orphan clean-up, retries with back-off, timeouts, outages, cancellation, configuration.
 
-Faults are injected by `FaultyClient` around the plugin's real aiobotocore client
-(the calls still go over HTTP to moto), or by stopping moto, or by a socket that
+Faults are injected by `FaultyClient` around the plugin's real S3 clients (the
+calls still go over HTTP to moto), or by stopping moto, or by a socket that
 never answers.
 """
 
@@ -121,15 +121,13 @@ async def open_uploads(plugin: InstrumentedS3) -> list[Any]:
 
 
 def faulty(plugin: InstrumentedS3) -> FaultyClient:
-    assert plugin.faulty is not None
     return plugin.faulty
 
 
 async def hooked(
     plugin: InstrumentedS3, hook: Callable[[str, dict[str, Any]], Awaitable[None]]
 ) -> None:
-    """Install `hook` on the plugin's (wrapped) client."""
-    await plugin.client()
+    """Install `hook` on the plugin's (wrapped) clients."""
     faulty(plugin).hooks.append(hook)
 
 
@@ -185,6 +183,21 @@ async def test_uploads_are_signed_with_the_hash_taken_where_they_were_read(
         digest = hashlib.sha256(request.body.getvalue()).hexdigest()
         assert request.headers["X-Amz-Content-SHA256"] == digest.encode()
     assert await rsm.fetch_log_segment(large_metadata, 0) == large.log_segment.read_bytes()
+
+
+async def test_gets_run_in_the_reader_threads_not_on_the_event_loop(
+    make_rsm: Maker, tmp_path: Path
+) -> None:
+    data, metadata = synthetic_segment(tmp_path, 10_000)
+    rsm = await make_rsm()
+    await rsm.copy_log_segment_data(metadata, data)
+    getters: list[str] = []
+    (await rsm.raw_reader()).meta.events.register(
+        "before-send.s3.GetObject", lambda **_: getters.append(threading.current_thread().name)
+    )
+    assert await rsm.fetch_log_segment(metadata, 10, 99) == data.log_segment.read_bytes()[10:100]
+    assert await rsm.fetch_index(metadata, IndexType.OFFSET) == data.offset_index.read_bytes()
+    assert len(getters) == 2 and all(name.startswith("s3-reader") for name in getters), getters
 
 
 async def test_a_file_up_to_the_part_size_is_one_put(make_rsm: Maker, tmp_path: Path) -> None:
