@@ -1,0 +1,42 @@
+"""`SocketServer`: a large response part is written a slice at a time, as the client reads."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+
+from broker.server import WRITE_SLICE_BYTES, SocketServer
+
+MIB = 1 << 20
+
+
+async def test_a_large_part_waits_for_the_client_a_slice_at_a_time_and_arrives_whole() -> None:
+    payload = os.urandom(16 * MIB)
+
+    async def handler(frame: bytes | memoryview, peer: str) -> list[bytes]:
+        return [struct.pack(">i", len(payload)), payload]
+
+    server = SocketServer(handler, max_request_bytes=MIB, max_queued_bytes=MIB)
+    await server.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(struct.pack(">i", 4) + b"ping")
+        # The client reads no more than its stream's buffer: the sockets fill up, and
+        # the server's transport holds at most one slice of what is left, besides what it
+        # held when the slice was written (below its high-water mark, or it would wait).
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            (connection,) = server.connections or (None,)
+            if connection is not None and connection.transport is not None:
+                if connection.transport.get_write_buffer_size() > 0:
+                    break
+        await asyncio.sleep(0.2)
+        assert connection is not None and connection.transport is not None
+        _, high_water = connection.transport.get_write_buffer_limits()
+        assert 0 < connection.transport.get_write_buffer_size() <= high_water + WRITE_SLICE_BYTES
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        assert size == len(payload) and await reader.readexactly(size) == payload
+        writer.close()
+    finally:
+        await server.stop(1)
