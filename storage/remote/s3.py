@@ -232,14 +232,15 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 self._client_lock = asyncio.Lock()
             async with self._client_lock:
                 if self._client is None:
+                    reader = _reader_session().create_client(
+                        "s3", config=Config(**self._client_config), **self._client_args
+                    )
                     context = _session().create_client(
                         "s3", config=AioConfig(**self._client_config), **self._client_args
                     )
                     client = await context.__aenter__()
                     sign_prehashed_payloads(client.meta.events)
-                    self._reader = _reader_session().create_client(
-                        "s3", config=Config(**self._client_config), **self._client_args
-                    )
+                    self._reader = reader
                     self._reader_threads = ThreadPoolExecutor(
                         self.max_connections, thread_name_prefix="s3-reader"
                     )
@@ -520,16 +521,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
             with contextlib.suppress(Exception):
                 await context.__aexit__(None, None, None)
         # A GET still in a reader thread ends within the read timeout; nothing awaits it.
-        reader, threads, self._reader, self._reader_threads = (
-            self._reader,
-            self._reader_threads,
-            None,
-            None,
-        )
-        if threads is not None:
-            threads.shutdown(wait=False, cancel_futures=True)
-        if reader is not None:
-            reader.close()
+        if self._reader_threads is not None:
+            self._reader_threads.shutdown(wait=False, cancel_futures=True)
+            self._reader.close()
+        self._reader, self._reader_threads = None, None
 
 
 @functools.cache
