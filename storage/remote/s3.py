@@ -16,7 +16,7 @@ the segment is deleted (no orphans) before `RemoteStorageError` is raised; a
 cancelled copy does the same clean-up in the background. Reads are (ranged) GETs
 made by botocore's synchronous client in the plugin's reader threads, which receive
 a body into one buffer with the GIL released; aiohttp would hand it to the event
-loop in 256 KiB callbacks, copy each and join them, which cost the broker about 30%
+loop in 256 KiB callbacks, copy each and join them, which cost the broker about 40%
 more CPU per remote read of 8 MiB. A missing object raises
 `RemoteResourceNotFoundError`. Delete removes the manifest first, so readers stop
 trusting the segment, then the rest in one DeleteObjects; missing objects are not

@@ -6,7 +6,7 @@ keeps its state in memory, so buckets must then be created again.
 
 Fixtures: `moto_endpoint` (one server per test module, its URL) and `moto` (a
 fresh `MotoServer` per test, for tests that stop or restart it). Import them into
-a test module to use them. `FaultyClient` wraps the plugin's S3 client to record
+a test module to use them. `FaultyClient` wraps the plugin's S3 clients to record
 calls and inject faults; `InstrumentedS3` is the plugin with that wrapper.
 """
 
@@ -175,11 +175,8 @@ class FaultyClient:
         self.hooks: list[Hook] = []
         self.calls: list[tuple[str, str]] = []  # (method, key) of every call, in order
         self.completed: list[tuple[str, str]] = []  # (method, key) of the calls that succeeded
-        self.clients: dict[str, Any] = {}  # the real clients wrapped: "aio", "reader"
 
     def wrap(self, client: Any) -> Any:
-        self.clients["aio"] = client
-
         async def call(method: str, real: Any, **kwargs: Any) -> Any:
             key = self._called(method, kwargs)
             for hook in list(self.hooks):
@@ -191,8 +188,6 @@ class FaultyClient:
         return _Wrapped(client, call)
 
     def wrap_reader(self, client: Any, loop: asyncio.AbstractEventLoop) -> Any:
-        self.clients["reader"] = client
-
         def call(method: str, real: Any, **kwargs: Any) -> Any:
             key = self._called(method, kwargs)
             for hook in list(self.hooks):
