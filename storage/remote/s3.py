@@ -520,7 +520,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
         if context is not None:
             with contextlib.suppress(Exception):
                 await context.__aexit__(None, None, None)
-        # A GET still in a reader thread ends within the read timeout; nothing awaits it.
+        # Nothing awaits a GET still in a reader thread: it ends on its own, or once it
+        # has received nothing for the read timeout.
         if self._reader_threads is not None:
             self._reader_threads.shutdown(wait=False, cancel_futures=True)
             self._reader.close()
