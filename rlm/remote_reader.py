@@ -132,10 +132,10 @@ class RemoteLogReader:
     async def _read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> bytes:
         async with self._slots:
             try:
-                data = await asyncio.wait_for(
-                    self._read_batches(tip, offset, max_bytes),
-                    self.config.remote_call_timeout_ms / 1000,
-                )
+                # A timeout scope, not wait_for: no extra task, so a read ahead reaches the
+                # remote tier before the loop turns to writing the response it follows.
+                async with asyncio.timeout(self.config.remote_call_timeout_ms / 1000):
+                    data = await self._read_batches(tip, offset, max_bytes)
             except Exception:
                 self.metrics.fetch_errors.labels(tip.topic_partition.topic).inc()
                 raise

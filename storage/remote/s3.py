@@ -258,7 +258,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
         while True:
             error: BaseException
             try:
-                return await asyncio.wait_for(operation(), self.call_timeout_s)
+                async with asyncio.timeout(self.call_timeout_s):  # in this task: no hop per call
+                    return await operation()
             except ClientError as e:
                 code, status = error_code(e)
                 if code in NOT_FOUND_CODES:
