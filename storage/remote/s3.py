@@ -537,8 +537,11 @@ def _session() -> Any:
 
 @functools.cache
 def _reader_session() -> botocore.session.Session:
-    """One botocore session for every plugin's reader client, likewise."""
-    return botocore.session.get_session()
+    """One botocore session for every plugin's reader client, likewise; it reads the model
+    through the aiobotocore session's loader, so that the model is loaded once."""
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _session().get_component("data_loader"))
+    return session
 
 
 def _get_object(s3: Any, args: dict[str, str]) -> bytes:
