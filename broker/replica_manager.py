@@ -51,7 +51,7 @@ class FetchResultPartition:
     error: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: FileSlice | bytes | None = None  # bytes: read from the remote tier
+    records: FileSlice | memoryview | None = None  # a view: read from the remote tier
 
     @property
     def size(self) -> int:
@@ -268,7 +268,7 @@ class ReplicaManager:
         )
         for read, outcome in zip(reads, outcomes, strict=True):
             lg = read.partition.log
-            if isinstance(outcome, bytes):
+            if isinstance(outcome, memoryview):
                 results[read.index] = FetchResultPartition(
                     ErrorCode.none, lg.high_watermark, lg.log_start_offset, outcome
                 )

@@ -57,7 +57,7 @@ class FileRegion(Protocol):
     def length(self) -> int: ...
 
 
-ResponsePart = bytes | FileRegion
+ResponsePart = bytes | memoryview | FileRegion
 
 
 class UnsupportedVersionError(KafkaError):
@@ -153,7 +153,7 @@ def _splice(
     size = 0
     last = 0
     for position, region in cuts:
-        length = len(region) if isinstance(region, bytes) else region.length
+        length = len(region) if isinstance(region, (bytes, memoryview)) else region.length
         head = encoded[last : position - prefix_bytes] + _records_length(length, flexible)
         parts += [head, region]
         size += len(head) + length

@@ -144,7 +144,7 @@ class RemoteLogManager:
 
     # Reads ---------------------------------------------------------------------------
 
-    async def read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> bytes:
+    async def read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> memoryview:
         """Whole batches from `offset` in the remote tier.
 
         Raises TimeoutError after remote.fetch.max.wait.ms (the read goes on)."""

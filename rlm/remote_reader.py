@@ -57,8 +57,8 @@ class RemoteLogReader:
         self.metrics = metrics
         self.limiter = ByteRateLimiter(config.fetch_max_bytes_per_second)
         self._slots = asyncio.Semaphore(config.reader_threads)
-        self._inflight: dict[ReadKey, asyncio.Task[bytes]] = {}
-        self._results: OrderedDict[ReadKey, bytes] = OrderedDict()
+        self._inflight: dict[ReadKey, asyncio.Task[memoryview]] = {}
+        self._results: OrderedDict[ReadKey, memoryview] = OrderedDict()
         self._results_bytes = 0
 
     @property
@@ -67,12 +67,12 @@ class RemoteLogReader:
 
     async def read(
         self, tip: TopicIdPartition, offset: int, max_bytes: int, timeout_s: float
-    ) -> bytes:
-        """Batches from `offset`; raises TimeoutError if not read within `timeout_s`."""
+    ) -> memoryview:
+        """Batches from `offset`, a view into the range read (not a copy); raises
+        TimeoutError if not read within `timeout_s`."""
         key = (tip, offset, max_bytes)
-        done = self._results.pop(key, None)
+        done = self._take(key)
         if done is not None:
-            self._results_bytes -= len(done)
             self._read_ahead(tip, done, max_bytes)
             return done
         task = self._inflight.get(key)
@@ -81,11 +81,11 @@ class RemoteLogReader:
                 raise KafkaError(ErrorCode.request_timed_out, "remote read queue is full")
             task = self._start(key)
         result = await asyncio.wait_for(asyncio.shield(task), timeout_s)
-        self._forget(key)
+        self._take(key)
         self._read_ahead(tip, result, max_bytes)
         return result
 
-    def _read_ahead(self, tip: TopicIdPartition, served: bytes, max_bytes: int) -> None:
+    def _read_ahead(self, tip: TopicIdPartition, served: memoryview, max_bytes: int) -> None:
         """Start the read following `served` if it is in the remote tier and threads are idle.
 
         A fetch that asks for a read ahead still in flight shares its outcome, an error
@@ -107,29 +107,30 @@ class RemoteLogReader:
         except Exception:  # a guess never fails the fetch it follows, which was served
             log.warning("%s: no read ahead after offset %d", tip, last, exc_info=True)
 
-    def _start(self, key: ReadKey) -> asyncio.Task[bytes]:
+    def _start(self, key: ReadKey) -> asyncio.Task[memoryview]:
         task = asyncio.get_running_loop().create_task(self._read(*key))
         self._inflight[key] = task
         task.add_done_callback(lambda t: self._read_done(key, t))
         return task
 
-    def _read_done(self, key: ReadKey, task: asyncio.Task[bytes]) -> None:
+    def _read_done(self, key: ReadKey, task: asyncio.Task[memoryview]) -> None:
         self._inflight.pop(key, None)
         if task.cancelled() or task.exception() is not None:
             return
         data = task.result()
         self._results[key] = data  # taken by `read`, or kept for the retry of a timed-out fetch
-        self._results_bytes += len(data)
+        self._results_bytes += _held_bytes(data)
         while self._results_bytes > RESULT_CACHE_BYTES and self._results:
             _, old = self._results.popitem(last=False)
-            self._results_bytes -= len(old)
+            self._results_bytes -= _held_bytes(old)
 
-    def _forget(self, key: ReadKey) -> None:
+    def _take(self, key: ReadKey) -> memoryview | None:
         data = self._results.pop(key, None)
         if data is not None:
-            self._results_bytes -= len(data)
+            self._results_bytes -= _held_bytes(data)
+        return data
 
-    async def _read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> bytes:
+    async def _read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> memoryview:
         async with self._slots:
             try:
                 # A timeout scope, not wait_for: no extra task, so a read ahead reaches the
@@ -143,7 +144,7 @@ class RemoteLogReader:
             self.metrics.fetch_bytes.labels(tip.topic_partition.topic).inc(len(data))
             return data
 
-    async def _read_batches(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> bytes:
+    async def _read_batches(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> memoryview:
         metadata = self.rlmm.remote_log_segment_metadata(tip, offset)
         if metadata is None:
             raise KafkaError(
@@ -179,8 +180,9 @@ class RemoteLogReader:
             end += size
         if end == start:  # the first batch is larger than the chunk: at least one batch
             first = BatchView(chunk, start).size_in_bytes
-            return await self._fetch(metadata, position + start, first)
-        return chunk[start:end]
+            return memoryview(await self._fetch(metadata, position + start, first))
+        # A view, not a slice: a slice would copy the range on the event loop.
+        return memoryview(chunk)[start:end]
 
     async def _fetch(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> bytes:
         end = min(position + length, metadata.segment_size_bytes) - 1
@@ -235,3 +237,8 @@ class RemoteLogReader:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.index_cache.close()
+
+
+def _held_bytes(result: memoryview) -> int:
+    """What a cached result keeps alive: the whole range read, not only its view."""
+    return memoryview(result.obj).nbytes

@@ -451,13 +451,30 @@ class SlowLocalFs(LocalFsRemoteStorageManager):
         self.configure({"dir": str(root)})
         self.delay_s = delay_s
         self.reads: list[tuple[int, int]] = []  # (segment base offset, start position)
+        self.returned: list[bytes] = []
 
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
     ) -> bytes:
         self.reads.append((metadata.start_offset, start))
         await asyncio.sleep(self.delay_s)
-        return await super().fetch_log_segment(metadata, start, end)
+        data = await super().fetch_log_segment(metadata, start, end)
+        self.returned.append(data)
+        return data
+
+
+async def test_a_remote_read_is_a_view_into_the_range_read_not_a_copy(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0")
+    table = batches_of(lg)
+    rsm = SlowLocalFs(tmp_path / "remote", 0)
+    reader, _ = await tiered_reader(tmp_path, lg, rsm, reader_threads=1)  # no read ahead
+    got = await reader.read(TIP, 10, 5000, 5)
+    assert got == expected_read(table[:-1], 10, 5000)
+    [data] = rsm.returned
+    assert len(got) < len(data)  # the range read ends past the fetch's last whole batch
+    assert got.obj is data  # the payload was not copied on the event loop
+    await reader.close()
+    lg.close()
 
 
 async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_path: Path) -> None:
