@@ -288,6 +288,7 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
         # copies run while it is produced and finish before plain goes again.
         seconds = {"plain": 0.0, "tiered": 0.0}
         for topic in PRODUCE_ORDER:
+            recycle_page_cache(mib)  # a phase writes its log, and its copies if tiered
             seconds[topic] += produce(broker.bootstrap, topic, mib // 2)
             while status(metrics, "tiered").get("copy_lag_segments", 0) != 0:
                 time.sleep(0.05)
@@ -305,6 +306,7 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
         # Timed from the first segment seen copied to the last: the wait for the copy
         # task's next run (remote.log.manager.task.interval.ms) is latency, not rate.
         # Each poll costs the broker about 0.2 ms: fine-grained only before the timing.
+        recycle_page_cache(mib)
         admin.incremental_alter_configs([release])[release].result(15)
         while (row := status(metrics, "held")).get("remote_bytes", 0) == 0:
             time.sleep(0.005)
@@ -324,6 +326,7 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
             remote_read = max(remote_read, read_bytes / 1e6 / read_s)
             direct_read = max(direct_read, raw_read(objects, moto))
         peak_rss, rss = broker.peak_rss_mib(), broker.rss_mib()
+        recycle_page_cache(mib)
         direct_write = raw_write(objects, moto, workdir)
         # Each cold fetch after a restart (an empty index cache): at the first segment's
         # first offset, which needs no index, and one past it, which fetches the index.
@@ -357,12 +360,13 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
 
 
 def recycle_page_cache(mib: int) -> None:
-    """Write and delete `mib` MiB, so that the run writes into pages the kernel has used.
+    """Write and delete `mib` MiB just before a timed phase, so that it writes into
+    pages the kernel has just freed, as a busy broker does.
 
-    A long-running broker writes into recycled page cache. On a virtual machine a page
-    the guest has never touched can cost several times more to write into (1 GiB took
-    1.4 to 2.5 s into new pages and 0.2 s into freed ones on the README's machine), at
-    random moments of a run: that would weigh on whichever side it fell on.
+    A virtual machine may hand free pages back to its host within seconds (free page
+    reporting); a page written after that costs as a new one. On the README's machine
+    1 GiB took 0.2 s to write into pages freed at once, 0.5 s after 1 s idle, and 2 s
+    after 10 s: which kind a phase drew would weigh on whichever side it fell on.
     """
     chunk = bytes(8 * MIB)
     with tempfile.NamedTemporaryFile(prefix="bench-tiering-recycle-") as f:
@@ -379,7 +383,6 @@ def main() -> None:
     parser.add_argument("--tiers", default="localfs,s3")
     parser.add_argument("--json")
     args = parser.parse_args()
-    recycle_page_cache(4 * args.mib)
     results = {tier: run_tier(tier, args.mib) for tier in args.tiers.split(",")}
     print(f"{'':8} {'measure':34} {'tierbroker':>11} {'baseline':>9} {'ratio':>6} {'goal':>6}")
     for tier, r in results.items():
