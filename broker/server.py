@@ -25,7 +25,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import cast
 
-from protocol.codec import FileRegion, ResponsePart
+from protocol.codec import FileRegion, ResponseBytes, ResponsePart
 from protocol.framing import FrameError, FrameReader
 
 log = logging.getLogger(__name__)
@@ -131,14 +131,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         for part in parts:
             if transport.is_closing():
                 return False
-            if isinstance(part, (bytes, memoryview)):
+            if isinstance(part, ResponseBytes):
                 await self._write(transport, part)
             else:
                 await self._send_file(transport, part)
         await self._can_write.wait()
         return not transport.is_closing()
 
-    async def _write(self, transport: asyncio.Transport, data: bytes | memoryview) -> None:
+    async def _write(self, transport: asyncio.Transport, data: ResponseBytes) -> None:
         """Write `data`, a large part a slice at a time once the socket has drained: the
         transport copies what the socket does not take at once (twice, before Python 3.12)."""
         if len(data) <= WRITE_SLICE_BYTES:

@@ -57,7 +57,8 @@ class FileRegion(Protocol):
     def length(self) -> int: ...
 
 
-ResponsePart = bytes | memoryview | FileRegion
+ResponseBytes = bytes | memoryview  # a response part in memory, written as it is
+ResponsePart = ResponseBytes | FileRegion
 
 
 class UnsupportedVersionError(KafkaError):
@@ -153,7 +154,7 @@ def _splice(
     size = 0
     last = 0
     for position, region in cuts:
-        length = len(region) if isinstance(region, (bytes, memoryview)) else region.length
+        length = len(region) if isinstance(region, ResponseBytes) else region.length
         head = encoded[last : position - prefix_bytes] + _records_length(length, flexible)
         parts += [head, region]
         size += len(head) + length
