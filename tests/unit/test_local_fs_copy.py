@@ -1,0 +1,56 @@
+"""LocalFs's segment copy around the page cache: exact bytes at every size, with or
+without O_DIRECT."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from storage.remote.local_fs import COPY_CHUNK, DIRECT_ALIGNMENT, copy_around_page_cache
+
+SIZES = [
+    0,
+    1,
+    DIRECT_ALIGNMENT - 1,
+    DIRECT_ALIGNMENT,
+    COPY_CHUNK,
+    COPY_CHUNK + 1,
+    3 * COPY_CHUNK + 123,
+]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_copy_has_the_source_bytes_and_size(tmp_path: Path, size: int) -> None:
+    data = os.urandom(size)
+    (tmp_path / "source").write_bytes(data)
+    assert copy_around_page_cache(tmp_path / "source", tmp_path / "target") == size
+    assert (tmp_path / "target").read_bytes() == data
+
+
+def test_a_file_system_refusing_o_direct_gets_the_same_copy_through_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_open = os.open
+    refused = []
+
+    def no_direct(path: Path, flags: int, mode: int = 0o777) -> int:
+        if flags & getattr(os, "O_DIRECT", 0):
+            refused.append(path)
+            raise OSError(errno.EINVAL, "O_DIRECT not supported")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", no_direct)
+    data = os.urandom(2 * COPY_CHUNK + 5)
+    (tmp_path / "source").write_bytes(data)
+    assert copy_around_page_cache(tmp_path / "source", tmp_path / "target") == len(data)
+    assert (tmp_path / "target").read_bytes() == data
+    assert refused == [tmp_path / "target"]
+
+
+def test_a_copy_into_a_missing_directory_fails(tmp_path: Path) -> None:
+    (tmp_path / "source").write_bytes(b"x")
+    with pytest.raises(FileNotFoundError):
+        copy_around_page_cache(tmp_path / "source", tmp_path / "missing" / "target")
