@@ -3,15 +3,15 @@
     python -m benchmarks.tiering [--mib 64] [--tiers localfs,s3]
 
 Per tier: produce throughput to a tiered topic (copies running meanwhile) vs an
-untiered one, alternating plain, tiered, tiered, plain, twice, into recycled page
-cache; tiering MB/s (segments held back with remote.log.copy.disable while
+untiered one, alternating plain, tiered, tiered, plain, four times, into recycled
+page cache; tiering MB/s (segments held back with remote.log.copy.disable while
 produced, then released and timed from the first one copied to a copy lag of 0) vs
 raw writes of the same segment files to the same tier; remote sequential read MB/s
-through the broker (a lean Fetch client from offset 0 to the local log start) vs
-raw reads of the same objects, each twice in turn, the faster pass counting; time
-to first byte of a cold remote fetch (after a restart empties the index cache),
-inside a segment (its offset index fetched first) and at a segment's first offset
-(no index needed).
+through the broker (a lean Fetch client from offset 0 to the local log start) vs raw
+reads of the same objects, each twice in turn, the faster pass counting; time to
+first byte of a cold remote fetch (after a restart empties the index cache), inside
+a segment (its offset index fetched first) and at a segment's first offset (no index
+needed).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from protocol.records import iter_batches
 MIB = 1 << 20
 TOPIC_CONFIG = {"segment.bytes": str(8 * MIB), "local.retention.bytes": str(16 * MIB)}
 FAST = {"remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "300"}
-PRODUCE_ORDER = ("plain", "tiered", "tiered", "plain") * 2
+PRODUCE_ORDER = ("plain", "tiered", "tiered", "plain") * 4
 MAX_TIMEOUTS = 20  # fetches in a row that outlive remote.fetch.max.wait.ms: give up
 
 
@@ -260,7 +260,7 @@ def raw_read(objects: list[tuple[str, int]], moto: Moto | None) -> float:
     return sum(size for _, size in objects) / 1e6 / (time.perf_counter() - started)
 
 
-def run_tier(tier: str, mib: int) -> dict[str, float]:
+def run_tier(tier: str, mib: int) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-tiering-{tier}-"))
     moto = Moto() if tier == "s3" else None
     metrics = str(free_port())
@@ -283,13 +283,15 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
                 "remote.log.copy.disable": paused,
             }
             admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
-        # Half the MiB a phase, twice in the order plain, tiered, tiered, plain, so that a
-        # drift in the machine's write speed weighs on both alike; the tiered topic's
-        # copies run while it is produced and finish before plain goes again.
-        seconds = {"plain": 0.0, "tiered": 0.0}
+        # Half the MiB a phase, four times in the order plain, tiered, tiered, plain, so
+        # that a drift in the machine's write speed weighs on both alike; the tiered
+        # topic's copies run while it is produced and finish before plain goes again.
+        # Single phases of either topic vary by a factor of two or more on a small
+        # machine: four rounds, not two, so that one draw weighs less on the ratio.
+        phases: dict[str, list[float]] = {"plain": [], "tiered": []}
         for topic in PRODUCE_ORDER:
             recycle_page_cache(mib)  # a phase writes its log, and its copies if tiered
-            seconds[topic] += produce(broker.bootstrap, topic, mib // 2)
+            phases[topic].append(produce(broker.bootstrap, topic, mib // 2))
             while status(metrics, "tiered").get("copy_lag_segments", 0) != 0:
                 time.sleep(0.05)
         # Tiering MB/s: segments held back while produced, then released and timed alone.
@@ -337,10 +339,12 @@ def run_tier(tier: str, mib: int) -> dict[str, float]:
         broker = start_tierbroker(workdir, overrides)
         cold_inside = fetch_ttfb_ms(broker.port, "tiered", 1)
         warm = fetch_ttfb_ms(broker.port, "tiered", 1)
-        produced_mb = PRODUCE_ORDER.count("plain") * (mib // 2) * MIB / 1e6  # per topic
+        phase_mb = (mib // 2) * MIB / 1e6
         return {
-            "produce_tiered_mb_s": produced_mb / seconds["tiered"],
-            "produce_plain_mb_s": produced_mb / seconds["plain"],
+            "produce_tiered_mb_s": phase_mb * len(phases["tiered"]) / sum(phases["tiered"]),
+            "produce_plain_mb_s": phase_mb * len(phases["plain"]) / sum(phases["plain"]),
+            "produce_tiered_phases_mb_s": [phase_mb / s for s in phases["tiered"]],
+            "produce_plain_phases_mb_s": [phase_mb / s for s in phases["plain"]],
             "tiering_mb_s": (row["remote_bytes"] - first_bytes) / 1e6 / tiering_s,
             "raw_write_mb_s": direct_write,
             "remote_read_mb_s": remote_read,
@@ -398,6 +402,11 @@ def main() -> None:
         ]
         for name, ours, base, goal in rows:
             print(f"{tier:8} {name:34} {ours:>11.1f} {base:>9.1f} {ours / base:>6.2f} {goal:>6.2f}")
+        tiered, plain = (
+            f"{min(r[k]):.0f}-{max(r[k]):.0f}"
+            for k in ("produce_tiered_phases_mb_s", "produce_plain_phases_mb_s")
+        )
+        print(f"{tier:8} {'produce MB/s, phases on (off)':34} {tiered:>11} {plain:>9}")
         cold, inside, warm = r["cold_fetch_ms"], r["cold_inside_fetch_ms"], r["warm_fetch_ms"]
         print(f"{tier:8} {'cold fetch ms, at a segment start':34} {cold:>11.1f}")
         print(
