@@ -398,10 +398,18 @@ def main() -> None:
                 0.9,
             ),
             ("tiering MB/s vs raw writes", r["tiering_mb_s"], r["raw_write_mb_s"], 0.8),
-            ("remote read MB/s vs raw reads", r["remote_read_mb_s"], r["raw_read_mb_s"], 0.7),
+            # The goal is against GETs from an object store; LocalFs's raw reads are
+            # of the page cache, which no network path comes near.
+            (
+                "remote read MB/s vs raw reads",
+                r["remote_read_mb_s"],
+                r["raw_read_mb_s"],
+                0.7 if tier == "s3" else None,
+            ),
         ]
         for name, ours, base, goal in rows:
-            print(f"{tier:8} {name:34} {ours:>11.1f} {base:>9.1f} {ours / base:>6.2f} {goal:>6.2f}")
+            target = "" if goal is None else f"{goal:.2f}"
+            print(f"{tier:8} {name:34} {ours:>11.1f} {base:>9.1f} {ours / base:>6.2f} {target:>6}")
         tiered, plain = (
             f"{min(r[k]):.0f}-{max(r[k]):.0f}"
             for k in ("produce_tiered_phases_mb_s", "produce_plain_phases_mb_s")
