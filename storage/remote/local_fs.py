@@ -153,8 +153,7 @@ def copy_around_page_cache(source: Path, target: Path) -> int:
 
     Where the file system refuses O_DIRECT, the same writes go through the page cache.
     """
-    buffer = mmap.mmap(-1, COPY_CHUNK)  # page-aligned, as O_DIRECT needs
-    view = memoryview(buffer)
+    view = memoryview(mmap.mmap(-1, COPY_CHUNK))  # page-aligned, as O_DIRECT needs
     src = os.open(source, os.O_RDONLY)
     try:
         dst = _open_direct(target)
@@ -163,7 +162,9 @@ def copy_around_page_cache(source: Path, target: Path) -> int:
             while got := _fill(src, view):
                 # Every write is whole blocks from a block-aligned offset; the last one's
                 # padding is cut off below.
-                os.write(dst, view[: -(-got // DIRECT_ALIGNMENT) * DIRECT_ALIGNMENT])
+                length = -(-got // DIRECT_ALIGNMENT) * DIRECT_ALIGNMENT
+                if os.write(dst, view[:length]) != length:
+                    raise OSError(errno.EIO, f"short write to {target}")
                 size += got
                 if got < COPY_CHUNK:
                     break
@@ -173,8 +174,6 @@ def copy_around_page_cache(source: Path, target: Path) -> int:
             os.close(dst)
     finally:
         os.close(src)
-        view.release()
-        buffer.close()
 
 
 def _open_direct(path: Path) -> int:

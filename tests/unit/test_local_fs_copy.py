@@ -54,3 +54,15 @@ def test_a_copy_into_a_missing_directory_fails(tmp_path: Path) -> None:
     (tmp_path / "source").write_bytes(b"x")
     with pytest.raises(FileNotFoundError):
         copy_around_page_cache(tmp_path / "source", tmp_path / "missing" / "target")
+
+
+def test_a_short_write_fails_the_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_write = os.write
+
+    def one_block(fd: int, data: memoryview) -> int:
+        return real_write(fd, data[:DIRECT_ALIGNMENT])
+
+    monkeypatch.setattr(os, "write", one_block)
+    (tmp_path / "source").write_bytes(os.urandom(COPY_CHUNK))
+    with pytest.raises(OSError, match="short write"):
+        copy_around_page_cache(tmp_path / "source", tmp_path / "target")
