@@ -7,6 +7,11 @@ Stop: stop coordinating groups (answering waiting joins and syncs), stop
 listening and finish requests in hand (with a timeout), stop background jobs and
 the metrics endpoint, stop the remote tier (its pools, then a metadata snapshot),
 then flush and checkpoint every log and mark a clean shutdown.
+
+A log dir that fails (an I/O error) goes offline and its partitions answer
+KAFKA_STORAGE_ERROR; when no log dir is left online the broker asks to be stopped
+(`stop_requested`, with `fatal_error` saying which dir failed and why), as Kafka
+halts, and stops in the same order, leaving the offline dirs untouched.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -33,11 +39,16 @@ from broker.server import SocketServer
 from broker.topic_metrics import BrokerTopicMetrics
 from rlm.remote_log_manager import RemoteLogManager
 from storage.log import now_ms
+from storage.log_dir_failure import describe
 from storage.log_manager import LogManager
 from storage.remote.segment_metadata import TopicIdPartition
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+class LogDirsOffline(Exception):
+    """No log dir is online: the broker cannot serve a partition and must stop."""
 
 
 class BrokerServer:
@@ -92,15 +103,25 @@ class BrokerServer:
             config.queued_max_request_bytes,
         )
         self._stopped = False
+        self.stop_requested = asyncio.Event()  # set by signals, or when every log dir failed
+        self.fatal_error: str | None = None
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         return tp in self.replicas.partitions
 
     async def start(self) -> None:
+        """Raises `LogDirsOffline` if no log dir could be loaded."""
         loop = asyncio.get_running_loop()
+        self.log_manager.failure_channel.listeners.append(
+            lambda log_dir, error: loop.call_soon_threadsafe(
+                self._on_log_dir_offline, log_dir, error
+            )
+        )
         await loop.run_in_executor(
             None, partial(self.log_manager.load_logs, self.controller.config_for)
         )
+        if self.fatal_error is not None or not self.log_manager.online_log_dirs:
+            raise LogDirsOffline(self.fatal_error or "no log dir is online")
         self.controller.start()
         c = self.config
         if c.remote_log_storage_system_enable:
@@ -149,6 +170,14 @@ class BrokerServer:
         assert self.remote is not None
         self.remote.update_metrics()
         self.remote.rlmm_snapshot()
+
+    def _on_log_dir_offline(self, log_dir: Path, error: OSError) -> None:
+        """Answer waiting fetches of the dir's partitions; stop if no log dir is left."""
+        self.replicas.on_log_dir_offline(log_dir)
+        if not self.log_manager.online_log_dirs and self.fatal_error is None:
+            self.fatal_error = f"every log dir is offline; {log_dir} failed with {describe(error)}"
+            log.error("stopping: %s", self.fatal_error)
+            self.stop_requested.set()
 
     async def _cleanup_logs(self) -> None:
         self.log_manager.cleanup_logs()

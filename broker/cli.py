@@ -52,22 +52,28 @@ def serve(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     reuse_large_buffers()
-    asyncio.run(_serve(broker_config))
+    fatal_error = asyncio.run(_serve(broker_config))
+    if fatal_error is not None:
+        typer.echo(f"error: {fatal_error}", err=True)
+        raise typer.Exit(1)
 
 
-async def _serve(config: BrokerConfig) -> None:
-    from broker.broker_server import BrokerServer  # here: `tier status` needs none of it
+async def _serve(config: BrokerConfig) -> str | None:
+    """Serve until a signal (None) or until no log dir is left online (what failed)."""
+    from broker.broker_server import BrokerServer, LogDirsOffline  # `tier status` needs none
 
     server = BrokerServer(config)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, server.stop_requested.set)
     try:
         await server.start()
-        await stop.wait()
+        await server.stop_requested.wait()
+    except LogDirsOffline as e:
+        return str(e)
     finally:
         await server.stop()
+    return server.fatal_error
 
 
 tier = typer.Typer(no_args_is_help=True, help="The remote tier of a running broker.")

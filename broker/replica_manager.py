@@ -12,6 +12,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from broker.partition import OffsetAndEpoch, Partition
 from broker.purgatory import Purgatory
@@ -111,6 +112,12 @@ class ReplicaManager:
             self.log_manager.delete_log(tp)
         self.fetch_purgatory.notify(tp)
 
+    def on_log_dir_offline(self, log_dir: Path) -> None:
+        """Wake fetches waiting on the dir's partitions: they now answer KAFKA_STORAGE_ERROR."""
+        for tp, partition in self.partitions.items():
+            if partition.log.dir.parent == log_dir:
+                self.fetch_purgatory.notify(tp)
+
     def update_config(self, tp: TopicPartition, config: LogConfig) -> None:
         partition = self.partitions.get(tp)
         if partition is not None:
@@ -119,9 +126,15 @@ class ReplicaManager:
                 self.remote.config_changed(TopicIdPartition(partition.topic_id, tp))
 
     def partition_or_error(self, tp: TopicPartition) -> Partition:
+        """The partition, if hosted here and its log dir is online (else KAFKA_STORAGE_ERROR)."""
         partition = self.partitions.get(tp)
         if partition is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{tp} is not hosted here")
+        if not self.log_manager.is_online(partition.log):
+            raise KafkaError(
+                ErrorCode.kafka_storage_error,
+                f"{tp}: log dir {partition.log.dir.parent} is offline",
+            )
         return partition
 
     # Produce -------------------------------------------------------------------------
@@ -129,12 +142,20 @@ class ReplicaManager:
     def append_records(
         self, entries: dict[TopicPartition, bytes]
     ) -> dict[TopicPartition, ProduceResult]:
-        """Append to each partition as leader; errors stay per partition."""
+        """Append to each partition as leader; errors stay per partition.
+
+        An append that fails on I/O (ENOSPC, EIO) left nothing behind; it is answered
+        KAFKA_STORAGE_ERROR and takes its log dir offline.
+        """
         results = {}
         for tp, records in entries.items():
             try:
                 partition = self.partition_or_error(tp)
                 info = partition.append_records_to_leader(bytearray(records))
+            except OSError as e:
+                error = self.log_manager.storage_error(partition.log, e, f"appending to {tp}")
+                results[tp] = ProduceResult(error.code, error_message=str(error))
+                continue
             except InvalidRecordError as e:
                 log.info("produce to %s refused: %s", tp, e)
                 results[tp] = ProduceResult(e.code, error_message=str(e))

@@ -19,6 +19,8 @@ import os
 import struct
 from pathlib import Path
 
+from storage.file_io import write_fully
+
 
 class _IndexFile:
     """An append-only file of fixed-size entries; entries also kept as parallel lists."""
@@ -55,7 +57,13 @@ class _IndexFile:
         return len(self.keys) * self.entry.size
 
     def _append(self, key: int, value: int, raw: bytes) -> None:
-        os.write(self._fd, raw)
+        # The entry reaches the file whole or not at all (cut back on an error).
+        size = self.size_in_bytes
+        try:
+            write_fully(self._fd, raw)
+        except OSError:
+            os.ftruncate(self._fd, size)
+            raise
         self.keys.append(key)
         self.values.append(value)
 

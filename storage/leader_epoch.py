@@ -37,10 +37,8 @@ class LeaderEpochCache:
         if self._entries and epoch <= self._entries[-1][0]:
             return
         # Entries of older epochs starting at or after this offset were never written.
-        while self._entries and self._entries[-1][1] >= start_offset:
-            self._entries.pop()
-        self._entries.append((epoch, start_offset))
-        self._flush()
+        kept = [e for e in self._entries if e[1] < start_offset]
+        self._replace([*kept, (epoch, start_offset)])
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= `epoch`, its end offset), as OffsetsForLeaderEpoch answers.
@@ -67,8 +65,7 @@ class LeaderEpochCache:
         """Drop epochs that start at or after `end_offset` (the log was truncated there)."""
         kept = [e for e in self._entries if e[1] < end_offset]
         if kept != self._entries:
-            self._entries = kept
-            self._flush()
+            self._replace(kept)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Move the first kept epoch's start to `start_offset` (the log start moved)."""
@@ -77,12 +74,12 @@ class LeaderEpochCache:
             return
         kept = self._entries[i:]
         kept[0] = (kept[0][0], start_offset)
-        self._entries = kept
-        self._flush()
+        self._replace(kept)
 
     def clear(self) -> None:
-        self._entries = []
-        self._flush()
+        self._replace([])
 
-    def _flush(self) -> None:
-        write_epoch_entries(self.path, self._entries)
+    def _replace(self, entries: list[tuple[int, int]]) -> None:
+        """Write `entries`, then hold them: a failed write (OSError) changes nothing."""
+        write_epoch_entries(self.path, entries)
+        self._entries = entries

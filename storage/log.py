@@ -28,7 +28,7 @@ from storage.checkpoints import read_partition_metadata, write_partition_metadat
 from storage.leader_epoch import LeaderEpochCache
 from storage.log_config import LogConfig
 from storage.producer_state import BatchMetadata, ProducerStateManager
-from storage.segment import FileSlice, LogSegment
+from storage.segment import FileSlice, LogSegment, file_name
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -321,8 +321,17 @@ class Log:
         # Not fsynced here, on the produce path (KAFKA-15046): the flush of the rolled
         # segment fsyncs it before the recovery point passes it.
         self.producer_state.take_snapshot(self.log_end_offset, sync=False)
-        self._add(self._new_segment(self.log_end_offset))
+        self._add(self._create_segment(self.log_end_offset))
         return old
+
+    def _create_segment(self, base_offset: int) -> LogSegment:
+        """A new empty segment; if creating its files fails (ENOSPC), none of them is left."""
+        try:
+            return self._new_segment(base_offset)
+        except OSError:
+            for suffix in (".log", ".index", ".timeindex"):
+                (self.dir / file_name(base_offset, suffix)).unlink(missing_ok=True)
+            raise
 
     # Reads ---------------------------------------------------------------------------
 

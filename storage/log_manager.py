@@ -3,9 +3,12 @@
 Each log dir holds one directory per partition and three checkpoint files, each
 written atomically: `recovery-point-offset-checkpoint`,
 `log-start-offset-checkpoint` and `replication-offset-checkpoint` (high
-watermarks). A clean shutdown leaves `.kafka_cleanshutdown`; without it, logs are
-recovered from their recovery points on the next start. Not shared between tasks:
-the broker calls it from the event loop.
+watermarks). A clean shutdown leaves `.kafka_cleanshutdown`, written only for a
+log dir that was loaded whole, then flushed and checkpointed whole; without it,
+logs are recovered from their recovery points on the next start. An I/O error in
+a log dir takes it offline (`LogDirFailureChannel`): its logs are not written,
+flushed or checkpointed again by this process. Not shared between tasks: the
+broker calls it from the event loop (loading runs in one thread before that).
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ import asyncio
 import logging
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from protocol.errors import ErrorCode, KafkaError
 from storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
 from storage.log import Log, flush_segments, now_ms
 from storage.log_config import LogConfig
+from storage.log_dir_failure import LogDirFailureChannel, describe
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -34,8 +40,33 @@ class LogManager:
     def __init__(self, log_dirs: list[Path]) -> None:
         self.log_dirs = log_dirs
         self.logs: dict[TopicPartition, Log] = {}
+        self.failure_channel = LogDirFailureChannel()
+        self._loaded_dirs: set[Path] = set()  # every partition directory opened
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def online_log_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
+
+    def is_online(self, lg: Log) -> bool:
+        return not self.failure_channel.is_offline(lg.dir.parent)
+
+    @contextmanager
+    def _io_guard(self, log_dir: Path, action: str) -> Iterator[None]:
+        """Take `log_dir` offline on an OSError in the block, and carry on (the error is logged)."""
+        try:
+            yield
+        except OSError as e:
+            self.failure_channel.maybe_add_offline_log_dir(log_dir, e, action)
+
+    def storage_error(self, lg: Log, error: OSError, action: str) -> KafkaError:
+        """Take `lg`'s log dir offline after `error`; the KAFKA_STORAGE_ERROR its client gets."""
+        self.failure_channel.maybe_add_offline_log_dir(lg.dir.parent, error, action)
+        return KafkaError(
+            ErrorCode.kafka_storage_error,
+            f"{lg.topic_partition}: log dir {lg.dir.parent} is offline: {describe(error)}",
+        )
 
     def load_logs(self, config_for: Callable[[TopicPartition], LogConfig | None]) -> None:
         """Open (and if needed recover) every partition directory of known topics.
@@ -43,66 +74,89 @@ class LogManager:
         Directories of topics `config_for` does not know (deleted while down) are removed.
         """
         for log_dir in self.log_dirs:
-            clean_marker = log_dir / CLEAN_SHUTDOWN_FILE
-            clean = clean_marker.exists()
-            recovery = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
-            starts = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
-            watermarks = OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read()
-            for path in sorted(p for p in log_dir.iterdir() if p.is_dir()):
-                try:
-                    tp = TopicPartition.from_dir_name(path.name)
-                except ValueError:
-                    continue
-                config = config_for(tp)
-                topic_id = read_partition_metadata(path / "partition.metadata")
-                if config is None or topic_id is None:
-                    log.info("removing %s: its topic no longer exists", path)
-                    shutil.rmtree(path)
-                    continue
-                self.logs[tp] = Log(
-                    path,
-                    tp,
-                    config,
-                    topic_id,
-                    recovery_point=recovery.get(tp, 0),
-                    log_start_offset=starts.get(tp, 0),
-                    high_watermark=watermarks.get(tp, 0),
-                    had_clean_shutdown=clean,
-                )
-            clean_marker.unlink(missing_ok=True)
+            with self._io_guard(log_dir, "loading its logs"):
+                self._load_dir(log_dir, config_for)
+                self._loaded_dirs.add(log_dir)
+
+    def _load_dir(
+        self, log_dir: Path, config_for: Callable[[TopicPartition], LogConfig | None]
+    ) -> None:
+        clean_marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = clean_marker.exists()
+        recovery = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
+        starts = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
+        watermarks = OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read()
+        for path in sorted(p for p in log_dir.iterdir() if p.is_dir()):
+            try:
+                tp = TopicPartition.from_dir_name(path.name)
+            except ValueError:
+                continue
+            config = config_for(tp)
+            topic_id = read_partition_metadata(path / "partition.metadata")
+            if config is None or topic_id is None:
+                log.info("removing %s: its topic no longer exists", path)
+                shutil.rmtree(path)
+                continue
+            self.logs[tp] = Log(
+                path,
+                tp,
+                config,
+                topic_id,
+                recovery_point=recovery.get(tp, 0),
+                log_start_offset=starts.get(tp, 0),
+                high_watermark=watermarks.get(tp, 0),
+                had_clean_shutdown=clean,
+            )
+        clean_marker.unlink(missing_ok=True)
 
     def get_or_create_log(self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig) -> Log:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
+        online = self.online_log_dirs
+        # A partition of an offline dir must not come back empty in another one.
+        offline = [d for d in self.failure_channel.offline if (d / str(tp)).exists()]
+        if offline or not online:
+            where = f"its log dir {offline[0]} is" if offline else "no log dir is"
+            raise KafkaError(ErrorCode.kafka_storage_error, f"{tp}: {where} offline")
         log_dir = min(
-            self.log_dirs, key=lambda d: sum(1 for lg in self.logs.values() if lg.dir.parent == d)
+            online, key=lambda d: sum(1 for lg in self.logs.values() if lg.dir.parent == d)
         )
-        created = Log(log_dir / str(tp), tp, config, topic_id)
+        try:
+            created = Log(log_dir / str(tp), tp, config, topic_id)
+        except OSError as e:
+            self.failure_channel.maybe_add_offline_log_dir(log_dir, e, f"creating {tp}")
+            raise KafkaError(
+                ErrorCode.kafka_storage_error,
+                f"{tp}: log dir {log_dir} is offline: {describe(e)}",
+            ) from e
         self.logs[tp] = created
         return created
 
     def delete_log(self, tp: TopicPartition) -> None:
         removed = self.logs.pop(tp, None)
         if removed is not None:
-            removed.delete()
+            # Files left by an I/O error are removed at the next start (topic unknown).
+            with self._io_guard(removed.dir.parent, f"deleting {tp}"):
+                removed.delete()
 
     # Periodic work -------------------------------------------------------------------
 
     def cleanup_logs(self) -> int:
-        """Apply local retention to every log; returns the number of segments removed."""
+        """Apply local retention to every online log; returns the number of segments removed."""
         removed = 0
-        for lg in list(self.logs.values()):
-            deleted = lg.delete_old_segments()
-            if deleted:
-                log.info(
-                    "%s: retention removed %d segments; log start %d, local log start %d",
-                    lg.topic_partition,
-                    len(deleted),
-                    lg.log_start_offset,
-                    lg.local_log_start_offset,
-                )
-            removed += len(deleted)
+        for lg in self._online_logs():
+            with self._io_guard(lg.dir.parent, f"retention of {lg.topic_partition}"):
+                deleted = lg.delete_old_segments()
+                if deleted:
+                    log.info(
+                        "%s: retention removed %d segments; log start %d, local log start %d",
+                        lg.topic_partition,
+                        len(deleted),
+                        lg.log_start_offset,
+                        lg.local_log_start_offset,
+                    )
+                removed += len(deleted)
             lg.close_deleted(now_ms() - lg.config.file_delete_delay_ms)
         return removed
 
@@ -117,35 +171,54 @@ class LogManager:
         Only the fsync leaves the event loop; log state is read and set on the loop.
         """
         loop = asyncio.get_running_loop()
-        for lg in list(self.logs.values()):
+        for lg in self._online_logs():
             target = lg.active_segment.base_offset
             segments = lg.segments_to_flush(target)
             if not segments:
                 continue
-            await loop.run_in_executor(None, flush_segments, segments, lg.producer_state)
-            lg.recovery_point = max(lg.recovery_point, target)
+            with self._io_guard(lg.dir.parent, f"flushing {lg.topic_partition}"):
+                await loop.run_in_executor(None, flush_segments, segments, lg.producer_state)
+                lg.recovery_point = max(lg.recovery_point, target)
 
     def checkpoint(self) -> None:
         """Write recovery points, log start offsets and high watermarks of every log dir."""
-        for log_dir in self.log_dirs:
-            logs = {tp: lg for tp, lg in self.logs.items() if lg.dir.parent == log_dir}
-            OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
-                {tp: lg.recovery_point for tp, lg in logs.items()}
-            )
-            OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
-                {tp: lg.log_start_offset for tp, lg in logs.items()}
-            )
-            OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).write(
-                {tp: lg.high_watermark for tp, lg in logs.items()}
-            )
+        for log_dir in self._writable_log_dirs():
+            with self._io_guard(log_dir, "writing checkpoints"):
+                self._checkpoint_dir(log_dir)
+
+    def _checkpoint_dir(self, log_dir: Path) -> None:
+        logs = {tp: lg for tp, lg in self.logs.items() if lg.dir.parent == log_dir}
+        OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
+            {tp: lg.recovery_point for tp, lg in logs.items()}
+        )
+        OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
+            {tp: lg.log_start_offset for tp, lg in logs.items()}
+        )
+        OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).write(
+            {tp: lg.high_watermark for tp, lg in logs.items()}
+        )
+
+    def _online_logs(self) -> list[Log]:
+        return [lg for lg in self.logs.values() if self.is_online(lg)]
+
+    def _writable_log_dirs(self) -> list[Path]:
+        """Online log dirs whose every partition was loaded: only their checkpoints are whole."""
+        return [d for d in self.online_log_dirs if d in self._loaded_dirs]
 
     def shutdown(self) -> None:
-        """Flush everything, checkpoint, close, and mark each log dir cleanly shut down."""
-        for lg in self.logs.values():
-            lg.flush()
-            lg.take_producer_snapshot()
-        self.checkpoint()
+        """Flush, checkpoint and mark cleanly shut down each log dir that can be; close all.
+
+        The marker says the next start may skip recovery, so it is written only for a
+        dir loaded whole (not after a start that failed while loading it) and only
+        after its flush and checkpoints succeeded; an offline dir is not touched.
+        """
+        for log_dir in self._writable_log_dirs():
+            with self._io_guard(log_dir, "shutting down"):
+                for lg in self.logs.values():
+                    if lg.dir.parent == log_dir:
+                        lg.flush()
+                        lg.take_producer_snapshot()
+                self._checkpoint_dir(log_dir)
+                (log_dir / CLEAN_SHUTDOWN_FILE).touch()
         for lg in self.logs.values():
             lg.close()
-        for log_dir in self.log_dirs:
-            (log_dir / CLEAN_SHUTDOWN_FILE).touch()

@@ -185,12 +185,16 @@ class ProducerStateManager:
         body = struct.pack(">i", len(self.producers)) + entries
         data = struct.pack(">hI", _VERSION, crc32c(body)) + body
         tmp = self.snapshot_path(offset).with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, self.snapshot_path(offset))
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, self.snapshot_path(offset))
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk keeps no half snapshot
+            raise
 
     def flush_snapshot(self, offset: int) -> None:
         """fsync the snapshot at `offset`, if there is one."""

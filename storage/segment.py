@@ -6,7 +6,8 @@ offset index entry is added every `index_interval_bytes` of appended data and a
 time index entry whenever the largest timestamp grows past the last entry.
 
 After a crash the tail may be torn or unchecked: `recover` re-reads every batch,
-checks its CRC, truncates at the first bad one and rebuilds both indexes. Not safe
+checks its CRC, truncates at the first bad one and rebuilds both indexes. An
+append that fails (ENOSPC, EIO) is cut off again before the error is raised. Not safe
 to share between tasks: the owning `Log` serialises appends; reads only need
 positions that appends have published.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from protocol.records import BATCH_HEADER_SIZE, BatchView, InvalidRecordError, Record, decode_batch
+from storage.file_io import write_fully
 from storage.indexes import OffsetIndex, TimeIndex
 
 _READ_CHUNK_BYTES = 1 << 20
@@ -54,6 +56,19 @@ class BatchLocation:
     max_timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class _TailState:
+    """What an append changes in a segment's memory, kept to undo an append that failed."""
+
+    next_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    first_batch_timestamp: int | None
+    bytes_since_index_entry: int
+    offset_index_entries: int
+    time_index_entries: int
+
+
 class LogSegment:
     def __init__(
         self,
@@ -85,13 +100,48 @@ class LogSegment:
     # Appends -------------------------------------------------------------------------
 
     def append(self, batches: list[BatchView], data: bytes | bytearray | memoryview) -> None:
-        """Append whole batches (already validated and stamped), given also as one buffer."""
-        position = self.size
-        os.write(self.file.fileno(), data)
-        for batch in batches:
-            self._index_batch(batch, position)
-            position += batch.size_in_bytes
+        """Append whole batches (already validated and stamped), given also as one buffer.
+
+        All or nothing: on an OSError (ENOSPC, EIO) the file is cut back to where the
+        append started, indexes and in-memory state are as before, and the error is raised.
+        """
+        start = position = self.size
+        before = self._tail_state()
+        try:
+            write_fully(self.file.fileno(), data)
+            for batch in batches:
+                self._index_batch(batch, position)
+                position += batch.size_in_bytes
+        except OSError:
+            self._undo_append(start, before)
+            raise
         self.size = position
+
+    def _tail_state(self) -> _TailState:
+        return _TailState(
+            self.next_offset,
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+            self.first_batch_timestamp,
+            self._bytes_since_index_entry,
+            self.offset_index.entries,
+            self.time_index.entries,
+        )
+
+    def _undo_append(self, position: int, state: _TailState) -> None:
+        """Cut the file and indexes back to `position` and restore the in-memory `state`.
+
+        Shrinking a file needs no space, so this works on a full disk; if it fails too
+        (EIO), the log dir goes offline and the recovery at the next start cuts the tail.
+        """
+        os.ftruncate(self.file.fileno(), position)
+        self.offset_index.truncate_entries(state.offset_index_entries)
+        self.time_index.truncate_entries(state.time_index_entries)
+        self.next_offset = state.next_offset
+        self.max_timestamp = state.max_timestamp
+        self.offset_of_max_timestamp = state.offset_of_max_timestamp
+        self.first_batch_timestamp = state.first_batch_timestamp
+        self._bytes_since_index_entry = state.bytes_since_index_entry
 
     def _index_batch(self, batch: BatchView | BatchLocation, position: int) -> None:
         """Advance the in-memory state and the sparse indexes past one batch at `position`."""

@@ -128,10 +128,22 @@ class Controller:
         return topic
 
     def delete_topic(self, name: str) -> TopicRecord:
+        """Delete the topic's logs, then its record: the data goes first, so deleting frees
+        space even on a full disk before the metadata write needs some. If that write
+        fails (KAFKA_STORAGE_ERROR), a restart sees the topic again with empty logs and a
+        retried delete completes."""
         topic = self.topic_or_error(name)
-        self.store.remove(name)
         for p in range(topic.partitions):
             self.replicas.stop_replica(TopicPartition(name, p), delete=True)
+        try:
+            self.store.remove(name)
+        except OSError as e:
+            self.replicas.log_manager.failure_channel.maybe_add_offline_log_dir(
+                self.store.path.parent, e, f"deleting topic {name}"
+            )
+            raise KafkaError(
+                ErrorCode.kafka_storage_error, f"deleting topic {name}: {self.store.path}: {e}"
+            ) from e
         log.info("deleted topic %s (%s)", name, topic.topic_id)
         return topic
 

@@ -77,15 +77,23 @@ class LocalMetadataStore:
         write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True))
 
     def put(self, topic: TopicRecord) -> None:
-        self.topics[topic.name] = topic
-        self._names_by_id[topic.topic_id] = topic.name
+        self._remember(topic)
         self._save()
 
+    def _remember(self, topic: TopicRecord) -> None:
+        self.topics[topic.name] = topic
+        self._names_by_id[topic.topic_id] = topic.name
+
     def remove(self, name: str) -> None:
+        """Forget the topic; if the write fails (OSError) it is still known, as on disk."""
         removed = self.topics.pop(name, None)
         if removed is not None:
             del self._names_by_id[removed.topic_id]
-            self._save()
+            try:
+                self._save()
+            except OSError:
+                self._remember(removed)
+                raise
 
     def allocate_producer_id_block(self, size: int) -> int:
         """Reserve `size` producer ids durably; returns the first of them."""

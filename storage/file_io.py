@@ -1,0 +1,20 @@
+"""Whole writes: a write(2) may store fewer bytes than asked, so appends loop until done.
+
+A short count is not an error in itself (a signal, a nearly full disk); the next
+write of the rest then stores more or raises the OSError (ENOSPC, EIO) that says why.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def write_fully(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write all of `data` at the file's current position, or raise the OSError that stopped it.
+
+    On an error, an unknown prefix of `data` may be in the file: the caller cuts it off.
+    """
+    view = memoryview(data).cast("B")
+    written = 0
+    while written < len(view):
+        written += os.write(fd, view[written:])
