@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from storage.file_io import write_file
 from storage.topic_partition import TopicPartition
 
 VERSION = 0
@@ -28,10 +29,7 @@ def write_atomically(path: Path, text: str) -> None:
     """Replace `path` with `text`; on an OSError the old file stays and no temp file is left."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write_file(tmp, text.encode(), sync=True)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)

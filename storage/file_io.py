@@ -7,6 +7,7 @@ write of the rest then stores more or raises the OSError (ENOSPC, EIO) that says
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def write_fully(fd: int, data: bytes | bytearray | memoryview) -> None:
@@ -18,3 +19,14 @@ def write_fully(fd: int, data: bytes | bytearray | memoryview) -> None:
     written = 0
     while written < len(view):
         written += os.write(fd, view[written:])
+
+
+def write_file(path: Path, data: bytes, *, sync: bool) -> None:
+    """Create or overwrite `path` with all of `data` (fsynced if `sync`), or raise the OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_fully(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)

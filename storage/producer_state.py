@@ -30,6 +30,7 @@ from crc32c import crc32c
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchView
+from storage.file_io import write_file
 
 log = logging.getLogger(__name__)
 
@@ -186,11 +187,7 @@ class ProducerStateManager:
         data = struct.pack(">hI", _VERSION, crc32c(body)) + body
         tmp = self.snapshot_path(offset).with_suffix(".tmp")
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if sync:
-                    f.flush()
-                    os.fsync(f.fileno())
+            write_file(tmp, data, sync=sync)
             os.replace(tmp, self.snapshot_path(offset))
         except OSError:
             tmp.unlink(missing_ok=True)  # a full disk keeps no half snapshot
