@@ -4,6 +4,7 @@ leaves files and in-memory state as before, and the log goes on once space retur
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import uuid
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.replica_manager import ReplicaManager
+from broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
 from protocol.errors import ErrorCode
 from protocol.records import build_batch, decode_records
 from storage.checkpoints import OffsetCheckpointFile
@@ -222,6 +223,10 @@ def test_storage_error_takes_the_log_dir_offline(tmp_path: Path, faults: DiskFau
     faults.heal()
     again = replicas.append_records({TP: bytes(batch(1))})[TP]
     assert again.error == ErrorCode.kafka_storage_error  # offline until a restart
+    fetched = asyncio.run(
+        replicas.fetch_messages(FetchParams(0, 1, 1 << 20), [FetchRequestPartition(TP, 0, 1 << 20)])
+    )
+    assert [r.error for r in fetched] == [ErrorCode.kafka_storage_error]
     manager.shutdown()
     assert not list(tmp_path.glob("*/" + CLEAN_SHUTDOWN_FILE))
 
