@@ -185,6 +185,29 @@ def test_failed_roll_leaves_no_segment(tmp_path: Path, faults: DiskFaults) -> No
     assert len(values_after_restart(log, clean=False)) == 6
 
 
+# LogSegment.__init__ does not close the files it opened when a later one fails; the
+# garbage collector does. Only this failure path opens files that way.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_failed_segment_creation_leaves_no_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = Log(tmp_path / str(TP), TP, CONFIG, TOPIC_ID)
+    log.append_as_leader(batch(0), 0)
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr("storage.segment.TimeIndex", no_space)  # .log and .index already created
+        with pytest.raises(OSError):
+            log.roll()
+    assert len(log.segments) == 1
+    assert sorted(p.suffix for p in log.dir.glob(f"{3:020d}.*")) == [".snapshot"]
+    log.append_as_leader(batch(1), 0)
+    assert len(values_after_restart(log, clean=False)) == 6
+
+
 def test_failed_checkpoint_keeps_the_old_file(tmp_path: Path, faults: DiskFaults) -> None:
     checkpoint = OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint")
     checkpoint.write({TP: 5})
