@@ -15,10 +15,12 @@ def write_fully(fd: int, data: bytes | bytearray | memoryview) -> None:
 
     On an error, an unknown prefix of `data` may be in the file: the caller cuts it off.
     """
-    view = memoryview(data).cast("B")
-    written = 0
-    while written < len(view):
-        written += os.write(fd, view[written:])
+    written = os.write(fd, data)
+    size = data.nbytes if isinstance(data, memoryview) else len(data)
+    if written < size:
+        view = memoryview(data).cast("B")
+        while written < size:
+            written += os.write(fd, view[written:])
 
 
 def write_file(path: Path, data: bytes, *, sync: bool) -> None:

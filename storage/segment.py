@@ -56,19 +56,6 @@ class BatchLocation:
     max_timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class _TailState:
-    """What an append changes in a segment's memory, kept to undo an append that failed."""
-
-    next_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    first_batch_timestamp: int | None
-    bytes_since_index_entry: int
-    offset_index_entries: int
-    time_index_entries: int
-
-
 class LogSegment:
     def __init__(
         self,
@@ -102,46 +89,30 @@ class LogSegment:
     def append(self, batches: list[BatchView], data: bytes | bytearray | memoryview) -> None:
         """Append whole batches (already validated and stamped), given also as one buffer.
 
-        All or nothing: on an OSError (ENOSPC, EIO) the file is cut back to where the
-        append started, indexes and in-memory state are as before, and the error is raised.
+        All or nothing: on an OSError (ENOSPC, EIO) the file, the indexes and the
+        in-memory state are cut back to where the append started, and the error is raised.
         """
         start = position = self.size
-        before = self._tail_state()
         try:
             write_fully(self.file.fileno(), data)
             for batch in batches:
                 self._index_batch(batch, position)
                 position += batch.size_in_bytes
         except OSError:
-            self._undo_append(start, before)
+            self._undo_append(start)
             raise
         self.size = position
 
-    def _tail_state(self) -> _TailState:
-        return _TailState(
-            self.next_offset,
-            self.max_timestamp,
-            self.offset_of_max_timestamp,
-            self.first_batch_timestamp,
-            self._bytes_since_index_entry,
-            self.offset_index.entries,
-            self.time_index.entries,
-        )
-
-    def _undo_append(self, position: int, state: _TailState) -> None:
-        """Cut the file and indexes back to `position` and restore the in-memory `state`.
+    def _undo_append(self, position: int) -> None:
+        """Cut the file and indexes back to `position`; recompute the state from the file.
 
         Shrinking a file needs no space, so this works on a full disk; if it fails too
         (EIO), the log dir goes offline and the recovery at the next start cuts the tail.
+        A failure path only: it reads every batch header of the segment.
         """
         os.ftruncate(self.file.fileno(), position)
-        self.offset_index.truncate_entries(state.offset_index_entries)
-        self.time_index.truncate_entries(state.time_index_entries)
-        self.next_offset = state.next_offset
-        self.max_timestamp = state.max_timestamp
-        self.offset_of_max_timestamp = state.offset_of_max_timestamp
-        self.first_batch_timestamp = state.first_batch_timestamp
-        self._bytes_since_index_entry = state.bytes_since_index_entry
+        self.offset_index.truncate_to_position(position)
+        self._rebuild_tail_state()
 
     def _index_batch(self, batch: BatchView | BatchLocation, position: int) -> None:
         """Advance the in-memory state and the sparse indexes past one batch at `position`."""
