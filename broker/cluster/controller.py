@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from broker.cluster.metadata_store import LocalMetadataStore, TopicRecord
 from broker.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode, KafkaError
 from storage.log_config import LogConfig, check_overrides
+from storage.log_dir_failure import describe
 from storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -122,7 +124,8 @@ class Controller:
         topic = TopicRecord(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
         if validate_only:
             return topic
-        self.store.put(topic)
+        with self._metadata_write(f"creating topic {name}"):
+            self.store.put(topic)
         self._lead(topic, range(partitions))
         log.info("created topic %s (%s) with %d partitions", name, topic.topic_id, partitions)
         return topic
@@ -135,15 +138,8 @@ class Controller:
         topic = self.topic_or_error(name)
         for p in range(topic.partitions):
             self.replicas.stop_replica(TopicPartition(name, p), delete=True)
-        try:
+        with self._metadata_write(f"deleting topic {name}"):
             self.store.remove(name)
-        except OSError as e:
-            self.replicas.log_manager.failure_channel.maybe_add_offline_log_dir(
-                self.store.path.parent, e, f"deleting topic {name}"
-            )
-            raise KafkaError(
-                ErrorCode.kafka_storage_error, f"deleting topic {name}: {self.store.path}: {e}"
-            ) from e
         log.info("deleted topic %s (%s)", name, topic.topic_id)
         return topic
 
@@ -156,7 +152,8 @@ class Controller:
             )
         if validate_only:
             return
-        self.store.put(topic.with_changes(partitions=count))
+        with self._metadata_write(f"adding partitions to {name}"):
+            self.store.put(topic.with_changes(partitions=count))
         self._lead(self.store.topics[name], range(topic.partitions, count))
 
     def alter_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
@@ -166,10 +163,24 @@ class Controller:
         if validate_only:
             return
         updated = topic.with_changes(configs=dict(configs))
-        self.store.put(updated)
+        with self._metadata_write(f"altering the configs of {name}"):
+            self.store.put(updated)
         config = self.log_config(updated)
         for p in range(updated.partitions):
             self.replicas.update_config(TopicPartition(name, p), config)
+
+    @contextmanager
+    def _metadata_write(self, action: str) -> Iterator[None]:
+        """A metadata-store write that fails (OSError) changed nothing: it takes its log dir
+        offline, as any write there, and is answered KAFKA_STORAGE_ERROR."""
+        try:
+            yield
+        except OSError as e:
+            log_dir = self.store.path.parent
+            self.replicas.log_manager.failure_channel.maybe_add_offline_log_dir(log_dir, e, action)
+            raise KafkaError(
+                ErrorCode.kafka_storage_error, f"{action}: {self.store.path}: {describe(e)}"
+            ) from e
 
     def _check_tiering(self, overrides: Mapping[str, Any], current: LogConfig | None) -> None:
         """remote.storage.enable needs the broker's remote tier; turning it off needs

@@ -77,18 +77,30 @@ class LocalMetadataStore:
         write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True))
 
     def put(self, topic: TopicRecord) -> None:
+        """Add or replace the topic; if the write fails (OSError) nothing changed."""
+        previous = self.topics.get(topic.name)
         self._remember(topic)
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            self._forget(topic)
+            if previous is not None:
+                self._remember(previous)
+            raise
 
     def _remember(self, topic: TopicRecord) -> None:
         self.topics[topic.name] = topic
         self._names_by_id[topic.topic_id] = topic.name
 
+    def _forget(self, topic: TopicRecord) -> None:
+        del self.topics[topic.name]
+        del self._names_by_id[topic.topic_id]
+
     def remove(self, name: str) -> None:
         """Forget the topic; if the write fails (OSError) it is still known, as on disk."""
-        removed = self.topics.pop(name, None)
+        removed = self.topics.get(name)
         if removed is not None:
-            del self._names_by_id[removed.topic_id]
+            self._forget(removed)
             try:
                 self._save()
             except OSError:
@@ -99,7 +111,11 @@ class LocalMetadataStore:
         """Reserve `size` producer ids durably; returns the first of them."""
         start = self.producer_id_block_end
         self.producer_id_block_end += size
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            self.producer_id_block_end = start
+            raise
         return start
 
     def by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:

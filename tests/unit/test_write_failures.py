@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from broker.cluster.controller import Controller
+from broker.cluster.metadata_store import LocalMetadataStore
 from broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.records import build_batch, decode_records
 from storage.checkpoints import OffsetCheckpointFile
 from storage.log import Log
@@ -290,3 +292,24 @@ def test_failed_load_writes_no_clean_shutdown_marker(tmp_path: Path) -> None:
     restarted.shutdown()
     assert not (log_dir / CLEAN_SHUTDOWN_FILE).exists()
     assert (log_dir / "log-start-offset-checkpoint").read_text() == "garbage\n"
+
+
+def test_failed_metadata_write_changes_nothing(tmp_path: Path, faults: DiskFaults) -> None:
+    """Topic deletion removes the logs first (freeing space) and answers a failed metadata
+    write with KAFKA_STORAGE_ERROR; the store then still holds what its file holds."""
+    manager = LogManager([tmp_path])
+    manager.load_logs(lambda tp: CONFIG)
+    store = LocalMetadataStore(tmp_path)
+    controller = Controller(0, store, ReplicaManager(0, manager), {}, 1, 1)
+    controller.create_topic("kept", 1, 1, {})
+    faults.suffix, faults.bytes_left = ".json.tmp", 0
+    with pytest.raises(KafkaError) as created:
+        controller.create_topic("new", 1, 1, {})
+    assert created.value.code == ErrorCode.kafka_storage_error
+    with pytest.raises(KafkaError) as deleted:
+        controller.delete_topic("kept")
+    assert deleted.value.code == ErrorCode.kafka_storage_error
+    assert not (tmp_path / "kept-0").exists()  # the data went first
+    assert set(store.topics) == set(LocalMetadataStore(tmp_path).topics) == {"kept"}
+    assert manager.online_log_dirs == []
+    manager.shutdown()
