@@ -313,3 +313,45 @@ def test_failed_metadata_write_changes_nothing(tmp_path: Path, faults: DiskFault
     assert set(store.topics) == set(LocalMetadataStore(tmp_path).topics) == {"kept"}
     assert manager.online_log_dirs == []
     manager.shutdown()
+
+
+def test_failed_flush_takes_only_its_dir_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background fsync that fails raises nothing: its dir goes offline and keeps its
+    recovery point; the other dir's rolled segments are flushed."""
+    manager = LogManager([tmp_path / "a", tmp_path / "b"])
+    manager.load_logs(lambda tp: CONFIG)
+    first = manager.get_or_create_log(TP, TOPIC_ID, CONFIG)
+    second = manager.get_or_create_log(TopicPartition("w", 1), TOPIC_ID, CONFIG)
+    for lg in (first, second):
+        lg.append_as_leader(batch(0), 0)
+        lg.roll()
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "a")):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    asyncio.run(manager.flush_rolled_segments())
+    assert (first.recovery_point, second.recovery_point) == (0, 3)
+    assert manager.online_log_dirs == [tmp_path / "b"]
+    manager.shutdown()
+
+
+def test_failed_checkpoint_takes_only_its_dir_offline(tmp_path: Path, faults: DiskFaults) -> None:
+    manager = LogManager([tmp_path / "a", tmp_path / "b"])
+    manager.load_logs(lambda tp: CONFIG)
+    manager.get_or_create_log(TP, TOPIC_ID, CONFIG)
+    second = manager.get_or_create_log(TopicPartition("w", 1), TOPIC_ID, CONFIG)
+    second.append_as_leader(batch(0), 0)
+    second.flush()
+    faults.suffix, faults.bytes_left = "a/recovery-point-offset-checkpoint.tmp", 0
+    manager.checkpoint()
+    assert manager.online_log_dirs == [tmp_path / "b"]
+    assert not list((tmp_path / "a").glob("*checkpoint*"))
+    written = OffsetCheckpointFile(tmp_path / "b" / "recovery-point-offset-checkpoint").read()
+    assert written == {TopicPartition("w", 1): 3}
+    manager.shutdown()
