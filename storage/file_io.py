@@ -6,6 +6,7 @@ write of the rest then stores more or raises the OSError (ENOSPC, EIO) that says
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -20,7 +21,10 @@ def write_fully(fd: int, data: bytes | bytearray | memoryview) -> None:
     if written < size:
         view = memoryview(data).cast("B")
         while written < size:
-            written += os.write(fd, view[written:])
+            stored = os.write(fd, view[written:])
+            if stored == 0:  # not seen on Linux for a regular file; would loop forever
+                raise OSError(errno.EIO, f"write of {size - written} bytes stored none")
+            written += stored
 
 
 def write_file(path: Path, data: bytes, *, sync: bool) -> None:
