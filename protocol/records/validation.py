@@ -22,6 +22,7 @@ attributes int8, timestampDelta varlong, offsetDelta varint, key (varint length,
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 
 import cramjam
@@ -43,6 +44,9 @@ MIN_RECORD_BODY_BYTES = 6  # attributes, timestampDelta, offsetDelta, key, value
 _VARINT_BYTES = 5
 _VARLONG_BYTES = 10
 _FIRST_GUESS_RATIO = 4  # decompression starts with a buffer this many times the input
+_KEEP_SCRATCH_BYTES = 8 << 20
+_XERIAL_HEADER_BYTES = 16
+_INT32 = struct.Struct(">i")
 
 
 class MalformedRecords(ValueError):
@@ -194,43 +198,75 @@ def max_uncompressed_bytes(batch_bytes: int) -> int:
     return 64 * max(batch_bytes, 1 << 20)
 
 
-def _decompress_bounded(codec: Compression, data: memoryview, limit: int) -> memoryview:
-    """Decompress a records section into at most `limit` bytes, else MESSAGE_TOO_LARGE."""
-    too_large = InvalidRecordError(
-        ErrorCode.message_too_large,
-        f"{codec.name.lower()} records section expands past {limit} bytes",
-    )
-    if codec is Compression.SNAPPY:
-        # Raw snappy and xerial blocks state their uncompressed size up front.
-        if bytes(data[:8]) != XERIAL_MAGIC:
-            try:
-                if int(cramjam.snappy.decompress_raw_len(data)) > limit:
-                    raise too_large
-            except cramjam.DecompressionError as exc:
-                raise InvalidRecordError(
-                    ErrorCode.corrupt_message, f"snappy payload does not decompress: {exc}"
-                ) from exc
-        decoded = decompress(codec, data)
-        if len(decoded) > limit:
-            raise too_large
-        return memoryview(decoded)
-    module = {Compression.GZIP: cramjam.gzip, Compression.LZ4: cramjam.lz4}.get(codec, cramjam.zstd)
-    size = min(limit, max(_FIRST_GUESS_RATIO * len(data), 1 << 16))
-    while True:
-        out = bytearray(size)
+def _snappy_size(data: memoryview) -> int:
+    """The uncompressed size raw snappy (one block) or xerial framing (blocks) states."""
+    if bytes(data[:8]) != XERIAL_MAGIC:
+        return int(cramjam.snappy.decompress_raw_len(data))
+    position, end, total = _XERIAL_HEADER_BYTES, len(data), 0
+    while position < end:
+        (length,) = _INT32.unpack_from(data, position) if end - position >= 4 else (-1,)
+        if length < 0 or position + 4 + length > end:
+            raise cramjam.DecompressionError(f"xerial block at byte {position} overruns")
+        total += int(cramjam.snappy.decompress_raw_len(data[position + 4 : position + 4 + length]))
+        position += 4 + length
+    return total
+
+
+class _Scratch:
+    """One reusable buffer that compressed records sections are decompressed into.
+
+    Reused so a decompression neither allocates nor zero-fills its output; above
+    `_KEEP_SCRATCH_BYTES` it is dropped after use, so a rare large batch does not
+    hold memory. Not shared between threads: appends run on the event loop.
+    """
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def decompress(self, codec: Compression, data: memoryview, limit: int) -> memoryview:
+        """The records section, at most `limit` bytes (else MESSAGE_TOO_LARGE), as a view
+        valid until the next call."""
+        too_large = InvalidRecordError(
+            ErrorCode.message_too_large,
+            f"{codec.name.lower()} records section expands past {limit} bytes",
+        )
         try:
-            written = int(module.decompress_into(data, out))
+            if codec is Compression.SNAPPY:  # snappy states its size up front
+                if _snappy_size(data) > limit:
+                    raise too_large
+                return memoryview(decompress(codec, data))
+            module = _CODECS[codec]
+            size = min(limit, max(_FIRST_GUESS_RATIO * len(data), len(self.buffer)))
+            while True:
+                if len(self.buffer) < size:
+                    self.buffer = bytearray(size)
+                try:
+                    with memoryview(self.buffer) as whole:
+                        written = int(module.decompress_into(data, whole[:size]))
+                    return memoryview(self.buffer)[:written]
+                except cramjam.DecompressionError as exc:
+                    if "whole buffer" not in str(exc):  # cramjam's words for a full output
+                        raise
+                    if size >= limit:
+                        raise too_large from exc
+                    size = min(limit, size * 4)
         except cramjam.DecompressionError as exc:
-            if size < limit and "whole buffer" in str(exc):
-                size = min(limit, size * 4)
-                continue
-            if "whole buffer" in str(exc):
-                raise too_large from exc
             raise InvalidRecordError(
                 ErrorCode.corrupt_message,
                 f"{codec.name.lower()} payload does not decompress: {exc}",
             ) from exc
-        return memoryview(out)[:written]
+
+    def maybe_release(self) -> None:
+        if len(self.buffer) > _KEEP_SCRATCH_BYTES:
+            self.buffer = bytearray()
+
+
+_SCRATCH = _Scratch()
+_CODECS = {
+    Compression.GZIP: cramjam.gzip,
+    Compression.LZ4: cramjam.lz4,
+    Compression.ZSTD: cramjam.zstd,
+}
 
 
 def validate_records(
@@ -257,12 +293,16 @@ def validate_records(
         if compression is Compression.NONE:
             min_delta, max_delta = walk(view.buffer, start, end, view.record_count)
         else:
-            records = _decompress_bounded(
+            records = _SCRATCH.decompress(
                 compression,
                 memoryview(view.buffer)[start:end],
                 max_uncompressed_bytes(view.size_in_bytes),
             )
-            min_delta, max_delta = walk(records, 0, len(records), view.record_count)
+            try:
+                min_delta, max_delta = walk(records, 0, len(records), view.record_count)
+            finally:
+                records.release()
+                _SCRATCH.maybe_release()
     except (ValueError, IndexError) as exc:  # the C walk raises ValueError, ours a subclass
         reason = "a record runs past the records section" if isinstance(exc, IndexError) else exc
         raise InvalidRecordError(

@@ -25,6 +25,7 @@ from protocol.records import (
     validation,
 )
 from protocol.records.builder import RecordInput, _write_varint
+from protocol.records.codecs import XERIAL_MAGIC
 from protocol.records.validation import walk_records
 from storage.log import Log, now_ms
 from storage.log_config import LogConfig
@@ -296,15 +297,27 @@ def test_a_corrupt_compressed_payload_is_corrupt() -> None:
     assert refused(batch) == ErrorCode.corrupt_message
 
 
-@pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])
+def _xerial(data: bytes) -> bytes:
+    """Snappy in xerial framing, as the Java client writes it: two blocks."""
+    half = len(data) // 2
+    blocks = (bytes(cramjam.snappy.compress_raw(part)) for part in (data[:half], data[half:]))
+    return XERIAL_MAGIC + bytes(8) + b"".join(len(b).to_bytes(4, "big") + b for b in blocks)
+
+
+@pytest.mark.parametrize(
+    "codec", [*(c for c in Compression if c is not Compression.NONE), "xerial"]
+)
 def test_a_compressed_batch_may_not_expand_past_its_bound(
-    codec: Compression, monkeypatch: pytest.MonkeyPatch
+    codec: Compression | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    values = [(None, bytes(2000), [], NOW_MS)] * 20
-    batch = build_batch(values, compression=codec)
-    monkeypatch.setattr(validation, "max_uncompressed_bytes", lambda _size: 30_000)
+    body = section([(None, bytes(2000), [], NOW_MS)] * 20)
+    if codec == "xerial":
+        batch = rebuild(b"", count=20, compression=Compression.SNAPPY, raw_payload=_xerial(body))
+    else:
+        batch = rebuild(body, count=20, compression=Compression(codec))
+    monkeypatch.setattr(validation, "max_uncompressed_bytes", lambda _size: len(body) - 1)
     assert refused(batch) == ErrorCode.message_too_large
-    monkeypatch.setattr(validation, "max_uncompressed_bytes", lambda _size: 50_000)
+    monkeypatch.setattr(validation, "max_uncompressed_bytes", lambda _size: len(body))
     check(batch)
 
 
