@@ -17,8 +17,13 @@
 
 /* One zig-zag varint of at most max_bytes bytes, all before limit. A varint must fit
  * 32 bits and a varlong 64, as in the Python walker. Returns 0, or -1 if malformed. */
-static int read_varint(const uint8_t *data, Py_ssize_t *position, Py_ssize_t limit,
-                       int max_bytes, int64_t *value) {
+static inline int read_varint(const uint8_t *data, Py_ssize_t *position, Py_ssize_t limit,
+                              int max_bytes, int64_t *value) {
+    if (*position < limit && data[*position] < 0x80) { /* most deltas and short lengths */
+        uint64_t raw = data[(*position)++];
+        *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+        return 0;
+    }
     uint64_t raw = 0;
     int shift = 0;
     Py_ssize_t index = *position;
