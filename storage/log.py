@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BatchView, iter_batches
+from protocol.records import BatchView, iter_batches, validate_records
 from storage.checkpoints import read_partition_metadata, write_partition_metadata
 from storage.leader_epoch import LeaderEpochCache
 from storage.log_config import LogConfig
@@ -223,8 +223,20 @@ class Log:
         batches = list(iter_batches(records))
         if not batches:
             raise KafkaError(ErrorCode.corrupt_message, f"{self.topic_partition}: empty records")
+        # Every batch is checked, records included, before anything is written.
+        validated_ms = now_ms()
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
         for batch in batches:
-            batch.validate(self.config.max_message_bytes)
+            batch.validate(self.config.max_message_bytes, from_client=True)
+            max_timestamp = validate_records(
+                batch,
+                now_ms=validated_ms,
+                log_append_time=log_append_time,
+                timestamp_before_max_ms=self.config.message_timestamp_before_max_ms,
+                timestamp_after_max_ms=self.config.message_timestamp_after_max_ms,
+            )
+            if not log_append_time and batch.max_timestamp != max_timestamp:
+                batch.set_max_timestamp(max_timestamp)  # as Kafka: the records' own maximum
         duplicate = self._check_producer_state(batches)
         if duplicate is not None:
             return LogAppendInfo(

@@ -113,6 +113,24 @@ _CONFIGS = (
         ConfigType.STRING,
     ),
     ConfigDef(
+        "message.timestamp.before.max.ms",
+        int,
+        9_223_372_036_854_775_807,
+        "log.message.timestamp.before.max.ms",
+        _at_least(0),
+        ">= 0",
+        ConfigType.LONG,
+    ),
+    ConfigDef(
+        "message.timestamp.after.max.ms",
+        int,
+        3_600_000,
+        "log.message.timestamp.after.max.ms",
+        _at_least(0),
+        ">= 0",
+        ConfigType.LONG,
+    ),
+    ConfigDef(
         "remote.storage.enable",
         bool,
         False,
@@ -225,6 +243,9 @@ class LogConfig:
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1_048_588
     message_timestamp_type: str = "CreateTime"
+    # CreateTime only: how far a record's timestamp may lie before / after the broker's clock.
+    message_timestamp_before_max_ms: int = 9_223_372_036_854_775_807
+    message_timestamp_after_max_ms: int = 3_600_000
     file_delete_delay_ms: int = 60_000
     remote_storage_enable: bool = False
     local_retention_ms: int = -2  # -2: follow retention.ms

@@ -1,7 +1,8 @@
 """Record batches (magic 2).
 
 `BatchView` reads and patches batch headers in place and is what the produce and
-fetch hot paths use; `decoder` and `builder` handle whole records for the readers
+fetch hot paths use; on produce, `validation` walks a batch's records without
+decoding them (compiled in `_walk.c`); `decoder` and `builder` handle whole records for the readers
 that need them (pipeline, tests), never the hot paths; `codecs` holds the
 compression codecs they share.
 """
@@ -17,6 +18,7 @@ from protocol.records.batch import (
 from protocol.records.builder import build_batch
 from protocol.records.codecs import compress, decompress
 from protocol.records.decoder import DecodedBatch, Header, Record, decode_batch, decode_records
+from protocol.records.validation import validate_records
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -33,4 +35,5 @@ __all__ = [
     "decode_records",
     "decompress",
     "iter_batches",
+    "validate_records",
 ]

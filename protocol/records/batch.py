@@ -54,7 +54,7 @@ class TimestampType(enum.IntEnum):
 
 
 class InvalidRecordError(KafkaError):
-    """A batch that cannot be stored: bad size, bad CRC, old magic."""
+    """A batch that cannot be stored: bad size, bad CRC, old magic, malformed records."""
 
 
 class BatchView:
@@ -115,6 +115,11 @@ class BatchView:
             self.base_sequence,
             self.record_count,
         ) = _HEADER.unpack_from(buf, position)
+
+    @property
+    def buffer(self) -> memoryview | bytes | bytearray:
+        """The buffer the batch lies in, at `position`."""
+        return self._buf
 
     @property
     def size_in_bytes(self) -> int:
@@ -190,8 +195,21 @@ class BatchView:
         self.crc = self.compute_crc()
         _UINT32.pack_into(self._buf, self.position + CRC_OFFSET, self.crc)
 
-    def validate(self, max_batch_bytes: int | None = None) -> None:
-        """Check magic, size and CRC32C; raise `InvalidRecordError` with Kafka's code."""
+    def set_max_timestamp(self, timestamp_ms: int) -> None:
+        """Rewrite maxTimestamp in place; it is CRC'd, so re-checksum."""
+        _INT64.pack_into(self._buf, self.position + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+        self.max_timestamp = timestamp_ms
+        self.crc = self.compute_crc()
+        _UINT32.pack_into(self._buf, self.position + CRC_OFFSET, self.crc)
+
+    def validate(self, max_batch_bytes: int | None = None, *, from_client: bool = False) -> None:
+        """Check magic, size and CRC32C; raise `InvalidRecordError` with Kafka's code.
+
+        `from_client` adds what Kafka's LogValidator checks of a client's batch header
+        (INVALID_RECORD): an offset range that matches recordsCount, no control batch,
+        a sequence for an idempotent producer. The records themselves are checked by
+        `validation.validate_records`.
+        """
         if self.magic != 2:
             raise InvalidRecordError(
                 ErrorCode.unsupported_for_message_format,
@@ -213,17 +231,38 @@ class BatchView:
                 ErrorCode.message_too_large,
                 f"batch of {self.size_in_bytes} bytes exceeds max.message.bytes {max_batch_bytes}",
             )
-        if self.record_count <= 0 or self.last_offset_delta < 0:
-            raise InvalidRecordError(
-                ErrorCode.corrupt_message,
-                f"batch at position {self.position} has recordsCount {self.record_count} "
-                f"and lastOffsetDelta {self.last_offset_delta}",
-            )
         if not self.is_valid():
             raise InvalidRecordError(
                 ErrorCode.corrupt_message,
                 f"CRC32C mismatch at position {self.position}: "
                 f"stored {self.crc:#010x}, computed {self.compute_crc():#010x}",
+            )
+        if from_client:
+            self._validate_client_header()
+        elif self.record_count <= 0 or self.last_offset_delta < 0:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"batch at position {self.position} has recordsCount {self.record_count} "
+                f"and lastOffsetDelta {self.last_offset_delta}",
+            )
+
+    def _validate_client_header(self) -> None:
+        where = f"batch at position {self.position}"
+        if self.record_count <= 0 or self.last_offset_delta != self.record_count - 1:
+            # The log end offset moves by lastOffsetDelta + 1: it must be the record count.
+            raise InvalidRecordError(
+                ErrorCode.invalid_record,
+                f"{where}: offset range [0, {self.last_offset_delta}] does not match "
+                f"recordsCount {self.record_count}",
+            )
+        if self.is_control:
+            raise InvalidRecordError(
+                ErrorCode.invalid_record, f"{where}: clients may not write control batches"
+            )
+        if self.has_producer_id and self.base_sequence < 0:
+            raise InvalidRecordError(
+                ErrorCode.invalid_record,
+                f"{where}: producerId {self.producer_id} with baseSequence {self.base_sequence}",
             )
 
 

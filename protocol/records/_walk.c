@@ -1,0 +1,140 @@
+/* The record walk of `validation.walk_records`, compiled: the produce path runs it on
+ * every record, where the Python loop costs about 2.5 us a record and this about 20 ns.
+ *
+ * walk_records(buffer, start, end, count) -> (min timestampDelta, max timestampDelta)
+ * raises ValueError (message: which record, which byte, what is wrong) where the Python
+ * version raises MalformedRecords, on exactly the same inputs: the property tests hold the
+ * two to that. No read goes past `end`, nor past the end of the record being read; keys,
+ * values and headers are skipped, never copied.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define VARINT_BYTES 5
+#define VARLONG_BYTES 10
+#define MIN_RECORD_BODY_BYTES 6
+
+/* One zig-zag varint of at most max_bytes bytes, all before limit. A varint must fit
+ * 32 bits and a varlong 64, as in the Python walker. Returns 0, or -1 if malformed. */
+static inline int read_varint(const uint8_t *data, Py_ssize_t *position, Py_ssize_t limit,
+                              int max_bytes, int64_t *value) {
+    if (*position < limit && data[*position] < 0x80) { /* most deltas and short lengths */
+        uint64_t raw = data[(*position)++];
+        *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+        return 0;
+    }
+    uint64_t raw = 0;
+    int shift = 0;
+    Py_ssize_t index = *position;
+    for (int i = 0; i < max_bytes; i++, index++, shift += 7) {
+        if (index >= limit)
+            return -1;
+        uint64_t byte = data[index];
+        if (shift == 63 && (byte & 0x7E))
+            return -1; /* bits past 64 */
+        raw |= (byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            if (max_bytes == VARINT_BYTES && (raw >> 32))
+                return -1;
+            *position = index + 1;
+            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static PyObject *malformed(Py_ssize_t record, Py_ssize_t at, const char *what) {
+    PyErr_Format(PyExc_ValueError, "record %zd at byte %zd: %s", record, at, what);
+    return NULL;
+}
+
+static PyObject *walk(const uint8_t *data, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count) {
+    Py_ssize_t position = start;
+    int64_t min_delta = INT64_MAX, max_delta = INT64_MIN, value;
+    if (count == 0) {
+        if (start != end)
+            return malformed(0, 0, "bytes in the records section of 0 records");
+        return Py_BuildValue("(LL)", (long long)0, (long long)0);
+    }
+    for (Py_ssize_t expected = 0; expected < count; expected++) {
+        Py_ssize_t at = position - start;
+        if (position >= end)
+            return malformed(expected, at, "the records section ends before it");
+        if (read_varint(data, &position, end, VARINT_BYTES, &value))
+            return malformed(expected, at, "bad length varint");
+        if (value < MIN_RECORD_BODY_BYTES || value > end - position)
+            return malformed(expected, at, "length does not fit the records section");
+        Py_ssize_t record_end = position + (Py_ssize_t)value;
+        position += 1; /* attributes: unused in magic 2 */
+        if (read_varint(data, &position, record_end, VARLONG_BYTES, &value))
+            return malformed(expected, at, "bad timestampDelta");
+        if (value < min_delta)
+            min_delta = value;
+        if (value > max_delta)
+            max_delta = value;
+        if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
+            return malformed(expected, at, "bad offsetDelta");
+        if (value != expected)
+            return malformed(expected, at, "offsetDelta out of sequence");
+        for (int field = 0; field < 2; field++) { /* key, value */
+            if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
+                return malformed(expected, at, "bad key or value length");
+            if (value < -1 || value > record_end - position)
+                return malformed(expected, at, "key or value length does not fit the record");
+            if (value > 0)
+                position += (Py_ssize_t)value;
+        }
+        if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
+            return malformed(expected, at, "bad header count");
+        if (value < 0 || 2 * value > record_end - position)
+            return malformed(expected, at, "header count does not fit the record");
+        for (int64_t header = 0, headers = value; header < headers; header++) {
+            for (int minimum = 0; minimum >= -1; minimum--) { /* key, then value */
+                if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
+                    return malformed(expected, at, "bad header length");
+                if (value < minimum || value > record_end - position)
+                    return malformed(expected, at, "header length does not fit the record");
+                if (value > 0)
+                    position += (Py_ssize_t)value;
+            }
+        }
+        if (position != record_end)
+            return malformed(expected, at, "its fields do not end where its length says");
+    }
+    if (position != end) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes left in the records section after %zd records",
+                     end - position, count);
+        return NULL;
+    }
+    return Py_BuildValue("(LL)", (long long)min_delta, (long long)max_delta);
+}
+
+static PyObject *walk_records(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start, end, count;
+    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &end, &count))
+        return NULL;
+    PyObject *result;
+    if (start < 0 || end < start || end > view.len || count < 0) {
+        PyErr_Format(PyExc_IndexError, "records section [%zd, %zd) outside a %zd-byte buffer",
+                     start, end, view.len);
+        result = NULL;
+    } else {
+        result = walk((const uint8_t *)view.buf, start, end, count);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"walk_records", walk_records, METH_VARARGS,
+     "walk_records(buffer, start, end, count) -> (min timestampDelta, max timestampDelta)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_walk", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__walk(void) { return PyModule_Create(&module); }

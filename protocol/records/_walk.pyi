@@ -1,0 +1,3 @@
+def walk_records(
+    data: bytes | bytearray | memoryview, start: int, end: int, count: int, /
+) -> tuple[int, int]: ...

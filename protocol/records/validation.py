@@ -1,0 +1,332 @@
+"""Record-level validation of a client's batch, as Kafka's LogValidator does it.
+
+A batch with a valid CRC can still lie about its records: a lastOffsetDelta that
+moves the log end offset past its records, a record length that does not match
+the record, bytes after the last record, offset deltas out of order. Stored, such
+a batch stalls every consumer that reaches it. `validate_records` walks the
+records section and refuses these with INVALID_RECORD, and timestamps outside the
+topic's bounds with INVALID_TIMESTAMP.
+
+The walk reads varints only (lengths, deltas, counts) and never copies or decodes
+keys, values or headers. An uncompressed batch is walked where it lies in the
+request buffer; a compressed one is decompressed first, as Kafka does, into a
+buffer of bounded size (`max_uncompressed_bytes`), because its offsets and
+timestamps are inside the compressed stream.
+
+Record layout (after the 61-byte batch header, see `decoder`): length varint,
+attributes int8, timestampDelta varlong, offsetDelta varint, key (varint length,
+-1 for null), value (likewise), header count varint, then per header a key
+(length >= 0) and a value (length >= -1).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+
+import cramjam
+
+from protocol.errors import ErrorCode
+from protocol.records.batch import (
+    BATCH_HEADER_SIZE,
+    BatchView,
+    Compression,
+    InvalidRecordError,
+    TimestampType,
+)
+from protocol.records.codecs import XERIAL_MAGIC, decompress
+
+log = logging.getLogger(__name__)
+
+NO_TIMESTAMP = -1
+MIN_RECORD_BODY_BYTES = 6  # attributes, timestampDelta, offsetDelta, key, value, header count
+_VARINT_BYTES = 5
+_VARLONG_BYTES = 10
+_FIRST_GUESS_RATIO = 4  # decompression starts with a buffer this many times the input
+_KEEP_SCRATCH_BYTES = 8 << 20
+_XERIAL_HEADER_BYTES = 16
+_INT32 = struct.Struct(">i")
+
+
+class MalformedRecords(ValueError):
+    """The records section does not hold what the batch header says; the message says where."""
+
+
+def _varint(data: bytes | bytearray | memoryview, position: int, max_bytes: int) -> tuple[int, int]:
+    """One zig-zag varint of more than one byte: its value and the position after it."""
+    raw = shift = 0
+    for index in range(position, position + max_bytes):
+        byte = data[index]
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if raw >> (32 if max_bytes == _VARINT_BYTES else 64):
+                raise MalformedRecords(f"varint at byte {position} overflows")
+            return (raw >> 1) ^ -(raw & 1), index + 1
+        shift += 7
+    raise MalformedRecords(f"varint at byte {position} is longer than {max_bytes} bytes")
+
+
+def walk_records(
+    data: bytes | bytearray | memoryview, start: int, end: int, count: int
+) -> tuple[int, int]:
+    """Check that `data[start:end]` holds exactly `count` well-formed records whose offset
+    deltas are 0, 1, ..., count - 1; return their smallest and largest timestampDelta.
+
+    Raises `MalformedRecords` naming the record and the byte (from `start`) at fault,
+    or `IndexError` if a record runs past the end of `data`. Lengths are checked
+    against the end of their record before they are skipped; a field that runs past
+    its record only ever leads to a refusal, as each record must end exactly where
+    its length says. Single-byte varints (most deltas and short lengths) are decoded
+    inline.
+    """
+    if count == 0:
+        if start != end:
+            raise MalformedRecords(f"{end - start} bytes in the records section of 0 records")
+        return 0, 0
+    varint = _varint
+    position = start
+    min_delta, max_delta = 1 << 63, -(1 << 63)
+    for expected_offset_delta in range(count):
+        record_start = position
+        if position >= end:
+            raise MalformedRecords(
+                f"record {expected_offset_delta} at byte {position - start}: "
+                f"the records section ends after {expected_offset_delta} of {count} records"
+            )
+        byte = data[position]
+        if byte < 0x80:
+            length, position = (byte >> 1) ^ -(byte & 1), position + 1
+        else:
+            length, position = varint(data, position, _VARINT_BYTES)
+        record_end = position + length
+        if length < MIN_RECORD_BODY_BYTES or record_end > end:
+            raise MalformedRecords(
+                f"record {expected_offset_delta} at byte {record_start - start}: length "
+                f"{length} does not fit the {end - start}-byte records section"
+            )
+        position += 1  # attributes: unused in magic 2
+        byte = data[position]
+        if byte < 0x80:
+            timestamp_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+        else:
+            timestamp_delta, position = varint(data, position, _VARLONG_BYTES)
+        if timestamp_delta < min_delta:
+            min_delta = timestamp_delta
+        if timestamp_delta > max_delta:
+            max_delta = timestamp_delta
+        byte = data[position]
+        if byte < 0x80:
+            offset_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+        else:
+            offset_delta, position = varint(data, position, _VARINT_BYTES)
+        if offset_delta != expected_offset_delta:
+            raise MalformedRecords(
+                f"record {expected_offset_delta} at byte {record_start - start}: "
+                f"offsetDelta {offset_delta}, expected {expected_offset_delta}"
+            )
+        for what in ("key", "value"):
+            byte = data[position]
+            if byte < 0x80:
+                size, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                size, position = varint(data, position, _VARINT_BYTES)
+            if size < -1 or position + size > record_end:
+                raise MalformedRecords(
+                    f"record {expected_offset_delta} at byte {record_start - start}: "
+                    f"{what} length {size} does not fit the record"
+                )
+            if size > 0:
+                position += size
+        byte = data[position]
+        if byte < 0x80:
+            header_count, position = (byte >> 1) ^ -(byte & 1), position + 1
+        else:
+            header_count, position = varint(data, position, _VARINT_BYTES)
+        if header_count:
+            position = _walk_headers(data, position, record_end, header_count)
+        if position != record_end:
+            raise MalformedRecords(
+                f"record {expected_offset_delta} at byte {record_start - start}: its fields "
+                f"end at byte {position - start}, its length says {record_end - start}"
+            )
+    if position != end:
+        raise MalformedRecords(
+            f"{end - position} bytes left in the records section after {count} records"
+        )
+    return min_delta, max_delta
+
+
+Walker = Callable[[bytes | bytearray | memoryview, int, int, int], tuple[int, int]]
+
+
+def _compiled_walker() -> Walker:
+    """The compiled walk (`_walk.c`), or `walk_records` where it was not built."""
+    try:
+        from protocol.records._walk import walk_records as compiled
+    except ImportError:
+        log.warning(
+            "record validation runs in pure Python, several times slower on produce: "
+            "build the extension with `pip install -e .`"
+        )
+        return walk_records
+    return compiled
+
+
+def _walk_headers(
+    data: bytes | bytearray | memoryview, position: int, record_end: int, count: int
+) -> int:
+    """Skip `count` headers (key length >= 0, value length >= -1) within the record."""
+    if count < 0 or 2 * count > record_end - position:
+        raise MalformedRecords(f"header count {count} does not fit the record")
+    for _ in range(count):
+        for minimum in (0, -1):  # the key, then the value
+            size, position = _varint(data, position, _VARINT_BYTES)
+            if size < minimum or position + size > record_end:
+                raise MalformedRecords(f"header length {size} does not fit the record")
+            if size > 0:
+                position += size
+    return position
+
+
+def max_uncompressed_bytes(batch_bytes: int) -> int:
+    """The most a compressed batch may expand to: 64 times its size, at least 64 MiB.
+
+    Kafka streams decompression; here the records section is decompressed into one
+    buffer, so a small batch of zeros must not become gigabytes of memory.
+    """
+    return 64 * max(batch_bytes, 1 << 20)
+
+
+def _snappy_size(data: memoryview) -> int:
+    """The uncompressed size raw snappy (one block) or xerial framing (blocks) states."""
+    if bytes(data[:8]) != XERIAL_MAGIC:
+        return int(cramjam.snappy.decompress_raw_len(data))
+    position, end, total = _XERIAL_HEADER_BYTES, len(data), 0
+    while position < end:
+        (length,) = _INT32.unpack_from(data, position) if end - position >= 4 else (-1,)
+        if length < 0 or position + 4 + length > end:
+            raise cramjam.DecompressionError(f"xerial block at byte {position} overruns")
+        total += int(cramjam.snappy.decompress_raw_len(data[position + 4 : position + 4 + length]))
+        position += 4 + length
+    return total
+
+
+class _Scratch:
+    """One reusable buffer that compressed records sections are decompressed into.
+
+    Reused so a decompression neither allocates nor zero-fills its output; above
+    `_KEEP_SCRATCH_BYTES` it is dropped after use, so a rare large batch does not
+    hold memory. Not shared between threads: appends run on the event loop.
+    """
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def decompress(self, codec: Compression, data: memoryview, limit: int) -> memoryview:
+        """The records section, at most `limit` bytes (else MESSAGE_TOO_LARGE), as a view
+        valid until the next call."""
+        too_large = InvalidRecordError(
+            ErrorCode.message_too_large,
+            f"{codec.name.lower()} records section expands past {limit} bytes",
+        )
+        try:
+            if codec is Compression.SNAPPY:  # snappy states its size up front
+                if _snappy_size(data) > limit:
+                    raise too_large
+                return memoryview(decompress(codec, data))
+            module = _CODECS[codec]
+            size = min(limit, max(_FIRST_GUESS_RATIO * len(data), len(self.buffer)))
+            while True:
+                if len(self.buffer) < size:
+                    self.buffer = bytearray(size)
+                try:
+                    with memoryview(self.buffer) as whole:
+                        written = int(module.decompress_into(data, whole[:size]))
+                    return memoryview(self.buffer)[:written]
+                except cramjam.DecompressionError as exc:
+                    if "whole buffer" not in str(exc):  # cramjam's words for a full output
+                        raise
+                    if size >= limit:
+                        raise too_large from exc
+                    size = min(limit, size * 4)
+        except cramjam.DecompressionError as exc:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message,
+                f"{codec.name.lower()} payload does not decompress: {exc}",
+            ) from exc
+
+    def maybe_release(self) -> None:
+        if len(self.buffer) > _KEEP_SCRATCH_BYTES:
+            self.buffer = bytearray()
+
+
+_SCRATCH = _Scratch()
+_CODECS = {
+    Compression.GZIP: cramjam.gzip,
+    Compression.LZ4: cramjam.lz4,
+    Compression.ZSTD: cramjam.zstd,
+}
+
+
+def validate_records(
+    view: BatchView,
+    *,
+    now_ms: int,
+    log_append_time: bool,
+    timestamp_before_max_ms: int,
+    timestamp_after_max_ms: int,
+) -> int:
+    """Walk a validated batch header's records; return their largest timestamp.
+
+    Structure and offsets: INVALID_RECORD. Timestamps, as Kafka's LogValidator:
+    with CreateTime (`log_append_time` false) every record's timestamp must lie in
+    [now - before.max.ms, now + after.max.ms] (records without one, -1, are exempt);
+    a producer may not set LogAppendTime on a batch: INVALID_TIMESTAMP. Call
+    `view.validate(from_client=True)` first: it checks the header, sizes and CRC.
+    """
+    walk = _WALK
+    compression = view.compression
+    start = view.position + BATCH_HEADER_SIZE
+    end = view.position + view.size_in_bytes
+    try:
+        if compression is Compression.NONE:
+            min_delta, max_delta = walk(view.buffer, start, end, view.record_count)
+        else:
+            records = _SCRATCH.decompress(
+                compression,
+                memoryview(view.buffer)[start:end],
+                max_uncompressed_bytes(view.size_in_bytes),
+            )
+            try:
+                min_delta, max_delta = walk(records, 0, len(records), view.record_count)
+            finally:
+                records.release()
+                _SCRATCH.maybe_release()
+    except (ValueError, IndexError) as exc:  # the C walk raises ValueError, ours a subclass
+        reason = "a record runs past the records section" if isinstance(exc, IndexError) else exc
+        raise InvalidRecordError(
+            ErrorCode.invalid_record, f"batch at position {view.position}: {reason}"
+        ) from exc
+    if view.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        timestamps = (view.max_timestamp, view.max_timestamp)  # every record's timestamp
+    else:
+        timestamps = (view.base_timestamp + min_delta, view.base_timestamp + max_delta)
+    if log_append_time or timestamps == (NO_TIMESTAMP, NO_TIMESTAMP):
+        if view.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            raise InvalidRecordError(
+                ErrorCode.invalid_timestamp,
+                f"batch at position {view.position}: a producer may not set LogAppendTime",
+            )
+        return timestamps[1]
+    lowest, highest = now_ms - timestamp_before_max_ms, now_ms + timestamp_after_max_ms
+    if timestamps[0] < lowest or timestamps[1] > highest:
+        raise InvalidRecordError(
+            ErrorCode.invalid_timestamp,
+            f"batch at position {view.position}: timestamps [{timestamps[0]}, {timestamps[1]}] "
+            f"are out of range: they must lie within [{lowest}, {highest}]",
+        )
+    return timestamps[1]
+
+
+_WALK = _compiled_walker()

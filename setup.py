@@ -1,0 +1,13 @@
+"""The C extension of the produce path's record walk; everything else is in pyproject.toml.
+
+Optional: where it cannot be built, `protocol.records.validation` walks records in
+Python instead (several times slower on produce) and logs a warning.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension("protocol.records._walk", ["protocol/records/_walk.c"], optional=True),
+    ]
+)
