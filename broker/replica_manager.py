@@ -18,7 +18,7 @@ from broker.purgatory import Purgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import InvalidRecordError
 from rlm.remote_log_manager import RemoteLogManager
-from storage.log import OffsetMovedToTieredStorage
+from storage.log import LogStartOffsetIncrementReason, OffsetMovedToTieredStorage
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.remote.segment_metadata import TopicIdPartition
@@ -156,7 +156,9 @@ class ReplicaManager:
             raise KafkaError(
                 ErrorCode.offset_out_of_range, f"{tp}: cannot delete records below {offset}"
             )
-        log_.maybe_increment_log_start_offset(target)
+        log_.maybe_increment_log_start_offset(
+            target, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
+        )
         log_.delete_old_segments()
         return log_.log_start_offset
 

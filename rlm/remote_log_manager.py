@@ -30,7 +30,7 @@ from rlm.quota import ByteRateLimiter
 from rlm.remote_reader import RemoteLogReader
 from rlm.task_pool import TaskPool
 from rlm.tiered_partition import TieredPartition
-from storage.log import Log
+from storage.log import Log, LogStartOffsetIncrementReason
 from storage.remote.metadata_manager import RemoteLogMetadataManager
 from storage.remote.segment_metadata import TopicIdPartition
 from storage.remote.storage_manager import RemoteStorageManager
@@ -97,7 +97,8 @@ class RemoteLogManager:
             ),
             default=-1,
         )
-        lg.highest_offset_in_remote_storage = highest
+        lg.update_highest_offset_in_remote_storage(highest)
+        self._restore_log_start_offset(tip, lg)
         partition = TieredPartition(tip, lg)
         old = self.partitions.get(tip)
         if old is not None:
@@ -119,6 +120,20 @@ class RemoteLogManager:
             tip, ExpirationTask(partition, self.config, self.rlmm, self.deleter, self.metrics)
         )
         self.rlmm.on_partition_leadership_changes([tip], [])
+
+    def _restore_log_start_offset(self, tip: TopicIdPartition, lg: Log) -> None:
+        """As Kafka's leader does: the log starts no lower than the remote tier's earliest
+        segment, or the local log when the remote tier holds nothing.
+
+        A lost or stale log-start-offset-checkpoint leaves the log start offset below
+        what remote retention already deleted; reads there would find nothing."""
+        if not lg.config.remote_storage_enable:
+            return
+        remote = self.rlmm.readable_segments(tip)
+        earliest = remote[0].start_offset if remote else lg.local_log_start_offset
+        lg.maybe_increment_log_start_offset(
+            min(earliest, lg.high_watermark), LogStartOffsetIncrementReason.REMOTE_TIER_RESTORED
+        )
 
     def on_stop(self, tip: TopicIdPartition, delete: bool) -> None:
         """The partition is no longer led here; with `delete`, its remote data goes too."""
