@@ -79,6 +79,7 @@ class RemoteLogManager:
         deleted partitions' data."""
         await self.rlmm.start()
         await self.rsm.start()
+        await self.index_cache.load()
         self.copier.start()
         self.expirer.start()
         for tip in self.rlmm.partitions():

@@ -21,7 +21,7 @@ from protocol.records import BatchView, build_batch, iter_batches
 from rlm.config import UNLIMITED, RemoteLogManagerConfig
 from rlm.copy_task import CopyTask
 from rlm.expiration_task import ExpirationTask, SegmentDeleter
-from rlm.index_cache import RemoteIndexCache
+from rlm.index_cache import CACHE_DIR, RemoteIndexCache, parse_index
 from rlm.metrics import RemoteStorageMetrics
 from rlm.quota import ByteRateLimiter
 from rlm.remote_reader import RemoteLogReader
@@ -658,7 +658,7 @@ async def test_a_failed_index_download_is_not_cached(tmp_path: Path) -> None:
         assert attempts == expected_attempts
     assert await cache.lookup_offset(m, 2) == 200 and attempts == 3
     assert await cache.lookup_offset(m, 3) == 300 and attempts == 3
-    assert cache.size_bytes == 32
+    assert (tmp_path / CACHE_DIR / f"{m.segment_id.id}.index").stat().st_size == 32
     await cache.close()
 
 
@@ -669,7 +669,8 @@ async def test_index_cache_evicts_the_least_recently_used_by_total_bytes(tmp_pat
         downloads.append(m.start_offset)
         return offset_index_bytes(100)  # 800 bytes
 
-    cache = RemoteIndexCache(tmp_path, 2500, fetch)  # room for three
+    held = parse_index(IndexType.OFFSET, offset_index_bytes(100)).size_bytes
+    cache = RemoteIndexCache(tmp_path, 3 * held + held // 2, fetch)  # room for three
     a, b, c, d = (metadata(i * 10) for i in range(4))
     for m in (a, b, c):
         await cache.lookup_offset(m, m.start_offset)
@@ -680,11 +681,10 @@ async def test_index_cache_evicts_the_least_recently_used_by_total_bytes(tmp_pat
     assert downloads == [0, 10, 20, 30], "a was evicted although used more recently than b"
     await cache.lookup_offset(b, 10)
     assert downloads == [0, 10, 20, 30, 10]
-    on_disk = remote_files(tmp_path / "remote-log-index-cache")
-    assert cache.size_bytes == sum(p.stat().st_size for p in on_disk) <= 2500
-    assert len(on_disk) == 3
+    on_disk = remote_files(tmp_path / CACHE_DIR)
+    assert cache.size_bytes == 3 * held and [p.stat().st_size for p in on_disk] == [800] * 3
     cache.remove(b.segment_id.id)
-    assert cache.size_bytes == 1600 and len(remote_files(tmp_path / "remote-log-index-cache")) == 2
+    assert cache.size_bytes == 2 * held and len(remote_files(tmp_path / CACHE_DIR)) == 2
     await cache.close()
 
 
