@@ -33,7 +33,7 @@ from broker.server import SocketServer
 from broker.topic_metrics import BrokerTopicMetrics
 from rlm.remote_log_manager import RemoteLogManager
 from storage.log import now_ms
-from storage.log_manager import LogManager
+from storage.log_manager import LogManager, write_checkpoints
 from storage.remote.segment_metadata import TopicIdPartition
 from storage.topic_partition import TopicPartition
 
@@ -157,7 +157,16 @@ class BrokerServer:
         await self.log_manager.flush_rolled_segments()
 
     async def _checkpoint(self) -> None:
-        self.log_manager.checkpoint()
+        """Offsets copied on the loop, written (and fsynced) in the default executor."""
+        write = asyncio.get_running_loop().run_in_executor(
+            None, write_checkpoints, self.log_manager.checkpoint_offsets()
+        )
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            # stop() waits for the write, so the shutdown checkpoint is never overwritten by it.
+            await asyncio.wait([write])
+            raise
 
     async def _expire_offsets(self) -> None:
         self.groups.expire_offsets()

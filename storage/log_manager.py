@@ -127,17 +127,24 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Write recovery points, log start offsets and high watermarks of every log dir."""
+        write_checkpoints(self.checkpoint_offsets())
+
+    def checkpoint_offsets(self) -> dict[Path, dict[TopicPartition, int]]:
+        """Each checkpoint file's offsets as they are now: a copy to write off the event loop
+        (`write_checkpoints` in an executor), since the writes fsync."""
+        files: dict[Path, dict[TopicPartition, int]] = {}
         for log_dir in self.log_dirs:
             logs = {tp: lg for tp, lg in self.logs.items() if lg.dir.parent == log_dir}
-            OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
-                {tp: lg.recovery_point for tp, lg in logs.items()}
-            )
-            OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
-                {tp: lg.log_start_offset for tp, lg in logs.items()}
-            )
-            OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).write(
-                {tp: lg.high_watermark for tp, lg in logs.items()}
-            )
+            files[log_dir / RECOVERY_POINT_CHECKPOINT] = {
+                tp: lg.recovery_point for tp, lg in logs.items()
+            }
+            files[log_dir / LOG_START_OFFSET_CHECKPOINT] = {
+                tp: lg.log_start_offset for tp, lg in logs.items()
+            }
+            files[log_dir / HIGH_WATERMARK_CHECKPOINT] = {
+                tp: lg.high_watermark for tp, lg in logs.items()
+            }
+        return files
 
     def shutdown(self) -> None:
         """Flush everything, checkpoint, close, and mark each log dir cleanly shut down."""
@@ -149,3 +156,9 @@ class LogManager:
             lg.close()
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+
+
+def write_checkpoints(files: dict[Path, dict[TopicPartition, int]]) -> None:
+    """Write each checkpoint file atomically; safe in any thread (touches no log)."""
+    for path, offsets in files.items():
+        OffsetCheckpointFile(path).write(offsets)
