@@ -317,7 +317,7 @@ async def tier_rolled_segments(
         finished = m.with_state(RemoteLogSegmentState.COPY_SEGMENT_FINISHED, m.event_timestamp_ms)
         await rlmm.update_remote_log_segment_metadata(finished)
         copied.append(finished)
-    lg.highest_offset_in_remote_storage = copied[-1].end_offset
+    lg.update_highest_offset_in_remote_storage(copied[-1].end_offset)
     return copied
 
 
