@@ -15,11 +15,12 @@ from offset 0. The state is copied on the event loop (references to immutable
 segment metadata: consistent, and cheap at 100k segments); serialising, writing
 and fsyncing run in the default executor, one snapshot at a time, in small
 pieces so the thread never holds the GIL long. `close()` waits for a write in
-flight, then writes the last one. As in Kafka, a segment is added in COPY_SEGMENT_STARTED and only
-a known segment is updated, along the KIP-405 state machine; an event that breaks
-this is refused before it is appended, and skipped with a warning on replay, so a
-deleted segment never comes back. Not shared between tasks: the event loop
-serialises calls.
+flight, then writes the last one.
+
+As in Kafka, a segment is added in COPY_SEGMENT_STARTED and only a known segment
+is updated, along the KIP-405 state machine; an event that breaks this is refused
+before it is appended, and skipped with a warning on replay, so a deleted segment
+never comes back. Not shared between tasks: the event loop serialises calls.
 """
 
 from __future__ import annotations
