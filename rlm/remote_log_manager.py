@@ -185,13 +185,20 @@ class RemoteLogManager:
     # Status and metrics --------------------------------------------------------------
 
     def status(self) -> list[dict[str, Any]]:
-        """Per led partition: both tiers' offsets, sizes and segment counts, and the copy lag."""
+        """Per led partition: both tiers' offsets, sizes and segment counts, and the copy lag.
+
+        Segments wholly below the log start offset are left out: no reader reaches them and
+        expiration is deleting them (it moves the log start offset first)."""
         rows = []
         for tip, p in sorted(self.partitions.items()):
             lg = p.log
-            remote = self.rlmm.readable_segments(tip)
+            readable = self.rlmm.readable_segments(tip)
+            remote = [s for s in readable if s.end_offset >= lg.log_start_offset]
             if not lg.config.remote_storage_enable and not remote:
                 continue
+            going_bytes = sum(
+                s.segment_size_bytes for s in readable if s.end_offset < lg.log_start_offset
+            )
             pending = [
                 s
                 for s in lg.segments[:-1]
@@ -211,7 +218,8 @@ class RemoteLogManager:
                     "remote_segments": len(remote),
                     "remote_bytes": self.rlmm.remote_log_size(
                         tip, lg.leader_epoch_cache.latest_epoch
-                    ),
+                    )
+                    - going_bytes,
                     "copy_lag_segments": len(pending),
                     "copy_lag_bytes": sum(s.size for s in pending),
                 }

@@ -75,3 +75,18 @@ async def test_a_log_start_offset_above_the_remote_tier_stays(tmp_path: Path) ->
     rlm.on_leadership(TIP, lg)
     assert lg.log_start_offset == deleted_records_to
     lg.close()
+
+
+async def test_status_leaves_out_segments_below_the_log_start_offset(tmp_path: Path) -> None:
+    """Expiration moves the log start offset before it deletes: status shows the log as a
+    reader sees it meanwhile, whatever moment it is read at."""
+    lg, rlm, copied = await tiered(tmp_path)
+    rlm.on_leadership(TIP, lg)
+    lg.maybe_increment_log_start_offset(
+        copied[2].start_offset, LogStartOffsetIncrementReason.SEGMENT_DELETION
+    )
+    [row] = rlm.status()
+    assert row["log_start_offset"] == row["remote_log_start_offset"] == copied[2].start_offset
+    assert row["remote_segments"] == len(copied) - 2
+    assert row["remote_bytes"] == sum(m.segment_size_bytes for m in copied[2:])
+    lg.close()
