@@ -79,14 +79,7 @@ def test_lost_checkpoints_restore_the_log_start_offset_from_the_remote_tier(
         assert list_offsets(broker.port, TOPIC, EARLIEST)[:2] == (0, start)
         assert status(broker, TOPIC)["log_start_offset"] == start
         surviving = COUNT - start
-        got = read_confluent(
-            broker.bootstrap,
-            TOPIC,
-            EARLIEST,
-            surviving,
-            timeout_s=60,
-            **{"fetch.max.bytes": 1 << 20},
-        )
+        got = read_confluent(broker.bootstrap, TOPIC, EARLIEST, surviving, timeout_s=60)
         check_records(got.records, start, surviving, VALUE_SIZE)
         check_records(
             read_kcat(broker.bootstrap, TOPIC, timeout_s=60).records, start, surviving, VALUE_SIZE
