@@ -186,7 +186,16 @@ class BrokerServer:
         await self.log_manager.flush_rolled_segments()
 
     async def _checkpoint(self) -> None:
-        self.log_manager.checkpoint()
+        """Offsets copied on the loop, written (and fsynced) in the default executor."""
+        write = asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.write_checkpoints, self.log_manager.checkpoint_offsets()
+        )
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            # stop() waits for the write, so the shutdown checkpoint is never overwritten by it.
+            await asyncio.wait([write])
+            raise
 
     async def _expire_offsets(self) -> None:
         self.groups.expire_offsets()

@@ -19,7 +19,7 @@ from broker.purgatory import Purgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import InvalidRecordError
 from rlm.remote_log_manager import RemoteLogManager
-from storage.log import OffsetMovedToTieredStorage
+from storage.log import LogStartOffsetIncrementReason, OffsetMovedToTieredStorage
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.remote.segment_metadata import TopicIdPartition
@@ -177,7 +177,9 @@ class ReplicaManager:
             raise KafkaError(
                 ErrorCode.offset_out_of_range, f"{tp}: cannot delete records below {offset}"
             )
-        log_.maybe_increment_log_start_offset(target)
+        log_.maybe_increment_log_start_offset(
+            target, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
+        )
         log_.delete_old_segments()
         return log_.log_start_offset
 
@@ -190,24 +192,29 @@ class ReplicaManager:
 
         Offsets in the remote tier are read concurrently, each within the byte budget
         left when its turn came, so several remote partitions never exceed fetch.max.bytes.
+        A waiting fetch that finds, when woken, its offset gone from the local log (local
+        retention deleted it meanwhile) completes and reads the remote tier, as Kafka's
+        DelayedFetch completes for an offset on an older segment.
         """
         results, remote = self._read(params, requests)
+        if params.max_wait_ms > 0 and requests and not self._satisfied(params, results, remote):
+            keys = [r.topic_partition for r in requests]
+            await self.fetch_purgatory.wait_until(
+                keys,
+                params.max_wait_ms / 1000,
+                lambda: self._satisfied(params, *self._read(params, requests)),
+            )
+            results, remote = self._read(params, requests)
         if remote:
             await self._read_remote(results, remote)
-            return results
-        if params.max_wait_ms <= 0 or not requests or self._satisfied(params, results):
-            return results
-        keys = [r.topic_partition for r in requests]
-        await self.fetch_purgatory.wait_until(
-            keys,
-            params.max_wait_ms / 1000,
-            lambda: self._satisfied(params, self._read(params, requests)[0]),
-        )
-        return self._read(params, requests)[0]
+        return results
 
     @staticmethod
-    def _satisfied(params: FetchParams, results: list[FetchResultPartition]) -> bool:
-        if any(r.error != ErrorCode.none for r in results):
+    def _satisfied(
+        params: FetchParams, results: list[FetchResultPartition], remote: list[_RemoteRead]
+    ) -> bool:
+        """A delayed fetch completes on an error, a remote read, or min_bytes of local data."""
+        if remote or any(r.error != ErrorCode.none for r in results):
             return True
         return sum(r.size for r in results) >= params.min_bytes
 

@@ -139,7 +139,7 @@ class CopyTask:
             )
         finally:
             p.copying.discard(metadata.segment_id.id)
-        lg.highest_offset_in_remote_storage = max(lg.highest_offset_in_remote_storage, end)
+        lg.update_highest_offset_in_remote_storage(end)
         self.metrics.copy_requests.labels(p.topic).inc()
         self.metrics.copy_bytes.labels(p.topic).inc(segment.size)
         log.info(

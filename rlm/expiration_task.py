@@ -23,7 +23,7 @@ from collections.abc import Callable
 from rlm.config import RemoteLogManagerConfig
 from rlm.metrics import RemoteStorageMetrics
 from rlm.tiered_partition import TieredPartition
-from storage.log import now_ms
+from storage.log import LogStartOffsetIncrementReason, now_ms
 from storage.remote.metadata_manager import RemoteLogMetadataManager
 from storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
@@ -151,12 +151,9 @@ class ExpirationTask:
         gone = {s.segment_id.id for s in expired}
         remaining = [s for s in self.rlmm.readable_segments(p.tip) if s.segment_id.id not in gone]
         new_start = remaining[0].start_offset if remaining else lg.local_log_start_offset
-        if new_start > lg.log_start_offset:
-            lg.log_start_offset = min(new_start, lg.high_watermark)
-            lg.leader_epoch_cache.truncate_from_start(lg.log_start_offset)
-            log.info(
-                "%s: remote retention moved the log start offset to %d", p.tip, lg.log_start_offset
-            )
+        lg.maybe_increment_log_start_offset(
+            min(new_start, lg.high_watermark), LogStartOffsetIncrementReason.SEGMENT_DELETION
+        )
         for segment in expired:
             await self.deleter.delete(segment)
 

@@ -1,20 +1,32 @@
-"""`RemoteIndexCache`: offset and time indexes of remote segments, on local disk, LRU-bounded.
+"""`RemoteIndexCache`: offset and time indexes of remote segments, LRU-bounded, kept on disk.
 
-Files live in `<log.dir>/remote-log-index-cache/<segment id>.<index type>`. The
-total size stays under `remote.log.index.file.cache.total.size.bytes` by evicting
-the least recently used segment's files. Concurrent lookups of one index share a
-single download; a failed download is not cached, so the next lookup tries
-again. On start the directory is emptied: entries are cheap to fetch again.
-Safe to share between tasks on the event loop.
+In memory an index is two typed arrays (offset index: relative offsets and
+positions, 4 bytes each; time index: timestamps, 8 bytes, and relative offsets,
+4 bytes), about the size of the index file; `size_bytes` counts what the cache
+really holds (the arrays and a fixed per-entry overhead), and stays under
+`remote.log.index.file.cache.total.size.bytes` by evicting the least recently
+used index. Each index also has a file `<log.dir>/remote-log-index-cache/<segment
+id>.<index type>` (Kafka's file layout: big-endian entries), written atomically
+(temp file, rename) and removed with its entry. As Kafka's cache does, `load()`
+at start reads the files a previous run left, so a restart does not download
+them again; a file that is not whole entries in order is deleted (the next lookup
+downloads the index). A segment's indexes never change (its id is unique), so a
+file is never stale. Concurrent lookups of one index share a single download; a
+failed download is not cached, so the next lookup tries again. Safe to share
+between tasks on the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import shutil
+import itertools
+import logging
+import os
 import struct
+import sys
 import uuid
+from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,43 +34,104 @@ from pathlib import Path
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from storage.remote.storage_manager import IndexType
 
+log = logging.getLogger(__name__)
+
 CACHE_DIR = "remote-log-index-cache"
-_OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+_ENTRY_BYTES = {IndexType.OFFSET: 8, IndexType.TIMESTAMP: _TIME_ENTRY.size}
+# The entry object, its key (tuple, UUID) and its slot in the OrderedDict, measured.
+ENTRY_OVERHEAD_BYTES = 400
 
 Fetcher = Callable[[RemoteLogSegmentMetadata, IndexType], Awaitable[bytes]]
+_Key = tuple[uuid.UUID, IndexType]
 
 
 class _Entry:
-    __slots__ = ("keys", "size", "values")
+    """One index: `keys` ascending (relative offsets, or timestamps), `values` beside them
+    (positions, or relative offsets)."""
 
-    def __init__(self, keys: list[int], values: list[int], size: int) -> None:
-        self.keys, self.values, self.size = keys, values, size
+    __slots__ = ("keys", "size_bytes", "values")
+
+    def __init__(self, keys: array[int], values: array[int]) -> None:
+        self.keys, self.values = keys, values
+        self.size_bytes = sys.getsizeof(keys) + sys.getsizeof(values) + ENTRY_OVERHEAD_BYTES
+
+
+def parse_index(index_type: IndexType, data: bytes) -> _Entry:
+    """Kafka's index file bytes as an entry; a torn last entry is ignored."""
+    whole = data[: len(data) - len(data) % _ENTRY_BYTES[index_type]]
+    if index_type == IndexType.OFFSET:
+        pairs = array("i", whole)
+        if sys.byteorder == "little":
+            pairs.byteswap()
+        return _Entry(pairs[0::2], pairs[1::2])
+    keys, values = array("q"), array("i")
+    for timestamp, relative_offset in _TIME_ENTRY.iter_unpack(whole):
+        keys.append(timestamp)
+        values.append(relative_offset)
+    return _Entry(keys, values)
+
+
+def _in_order(entry: _Entry) -> bool:
+    return all(a <= b for a, b in itertools.pairwise(entry.keys)) and all(
+        a <= b for a, b in itertools.pairwise(entry.values)
+    )
 
 
 class RemoteIndexCache:
     def __init__(self, log_dir: Path, max_bytes: int, fetch: Fetcher) -> None:
         self.dir = log_dir / CACHE_DIR
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self._fetch = fetch
-        self._entries: OrderedDict[tuple[uuid.UUID, IndexType], _Entry] = OrderedDict()
-        self._loading: dict[tuple[uuid.UUID, IndexType], asyncio.Task[_Entry]] = {}
+        self._entries: OrderedDict[_Key, _Entry] = OrderedDict()
+        self._loading: dict[_Key, asyncio.Task[_Entry]] = {}
         self.size_bytes = 0
         self.downloads = 0
+
+    def _path(self, key: _Key) -> Path:
+        return self.dir / f"{key[0]}.{key[1].value}"
+
+    async def load(self) -> None:
+        """Take in the files a previous run left (oldest first, so the newest are kept)."""
+        found = await asyncio.get_running_loop().run_in_executor(None, self._read_dir)
+        for key, entry in found:
+            self._put(key, entry)
+
+    def _read_dir(self) -> list[tuple[_Key, _Entry]]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        files = []
+        for path in self.dir.iterdir():
+            segment_id, _, suffix = path.name.partition(".")
+            try:
+                key = (uuid.UUID(segment_id), IndexType(suffix))
+            except ValueError:
+                key = None
+            if key is None or key[1] not in _ENTRY_BYTES:
+                path.unlink()  # a temp file of a write cut short, or not ours
+                continue
+            files.append((path.stat().st_mtime_ns, key, path))
+        found = []
+        for _, key, path in sorted(files, key=lambda f: f[0]):
+            data = path.read_bytes()
+            entry = parse_index(key[1], data)
+            if len(data) % _ENTRY_BYTES[key[1]] or not _in_order(entry):
+                log.warning("deleting %s: not an index of whole entries in order", path)
+                path.unlink()
+                continue
+            found.append((key, entry))
+        return found
 
     async def lookup_offset(self, metadata: RemoteLogSegmentMetadata, offset: int) -> int:
         """The position of the last index entry with offset <= `offset` (0 if none)."""
         entry = await self._get(metadata, IndexType.OFFSET)
-        i = bisect.bisect_right(entry.keys, offset) - 1
+        i = bisect.bisect_right(entry.keys, offset - metadata.start_offset) - 1
         return entry.values[i] if i >= 0 else 0
 
     async def lookup_timestamp(self, metadata: RemoteLogSegmentMetadata, timestamp_ms: int) -> int:
         """The offset of the last time index entry at or before `timestamp_ms`, or the start."""
         entry = await self._get(metadata, IndexType.TIMESTAMP)
         i = bisect.bisect_right(entry.keys, timestamp_ms) - 1
-        return entry.values[i] if i >= 0 else metadata.start_offset
+        return metadata.start_offset + (entry.values[i] if i >= 0 else 0)
 
     async def _get(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> _Entry:
         key = (metadata.segment_id.id, index_type)
@@ -75,7 +148,7 @@ class RemoteIndexCache:
             loading.add_done_callback(lambda task: self._download_done(key, task))
         return await asyncio.shield(loading)
 
-    def _download_done(self, key: tuple[uuid.UUID, IndexType], task: asyncio.Task[_Entry]) -> None:
+    def _download_done(self, key: _Key, task: asyncio.Task[_Entry]) -> None:
         self._loading.pop(key, None)
         if not task.cancelled():
             task.exception()  # seen here, so an unawaited failure is not reported as lost
@@ -83,29 +156,35 @@ class RemoteIndexCache:
     async def _download(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> _Entry:
         data = await self._fetch(metadata, index_type)
         self.downloads += 1
-        path = self.dir / f"{metadata.segment_id.id}.{index_type.value}"
-        await asyncio.get_running_loop().run_in_executor(None, path.write_bytes, data)
-        base = metadata.start_offset
-        if index_type == IndexType.OFFSET:
-            pairs = list(_OFFSET_ENTRY.iter_unpack(data[: len(data) - len(data) % 8]))
-            entry = _Entry([base + rel for rel, _ in pairs], [pos for _, pos in pairs], len(data))
-        else:
-            pairs = list(_TIME_ENTRY.iter_unpack(data[: len(data) - len(data) % 12]))
-            entry = _Entry([ts for ts, _ in pairs], [base + rel for _, rel in pairs], len(data))
         key = (metadata.segment_id.id, index_type)
-        self._entries[key] = entry
-        self.size_bytes += entry.size
-        self._evict()
+        await asyncio.get_running_loop().run_in_executor(None, self._write, key, data)
+        entry = parse_index(index_type, data)
+        self._put(key, entry)
         return entry
+
+    def _write(self, key: _Key, data: bytes) -> None:
+        path = self._path(key)
+        tmp = path.with_name(path.name + ".tmp")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)  # a crash leaves the whole file or none (the temp is removed)
+
+    def _put(self, key: _Key, entry: _Entry) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.size_bytes -= old.size_bytes
+        self._entries[key] = entry
+        self.size_bytes += entry.size_bytes
+        self._evict()
 
     def _evict(self) -> None:
         while self.size_bytes > self.max_bytes and len(self._entries) > 1:
-            (segment_id, index_type), entry = self._entries.popitem(last=False)
-            self.size_bytes -= entry.size
-            (self.dir / f"{segment_id}.{index_type.value}").unlink(missing_ok=True)
+            key, entry = self._entries.popitem(last=False)
+            self.size_bytes -= entry.size_bytes
+            self._path(key).unlink(missing_ok=True)
 
     async def close(self) -> None:
-        """Cancel downloads in flight."""
+        """Cancel downloads in flight; the files stay for the next start."""
         tasks = list(self._loading.values())
         for task in tasks:
             task.cancel()
@@ -114,7 +193,8 @@ class RemoteIndexCache:
     def remove(self, segment_id: uuid.UUID) -> None:
         """Forget a deleted segment's indexes."""
         for index_type in (IndexType.OFFSET, IndexType.TIMESTAMP):
-            entry = self._entries.pop((segment_id, index_type), None)
+            key = (segment_id, index_type)
+            entry = self._entries.pop(key, None)
             if entry is not None:
-                self.size_bytes -= entry.size
-                (self.dir / f"{segment_id}.{index_type.value}").unlink(missing_ok=True)
+                self.size_bytes -= entry.size_bytes
+            self._path(key).unlink(missing_ok=True)

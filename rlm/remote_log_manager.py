@@ -30,7 +30,7 @@ from rlm.quota import ByteRateLimiter
 from rlm.remote_reader import RemoteLogReader
 from rlm.task_pool import TaskPool
 from rlm.tiered_partition import TieredPartition
-from storage.log import Log
+from storage.log import Log, LogStartOffsetIncrementReason
 from storage.remote.metadata_manager import RemoteLogMetadataManager
 from storage.remote.segment_metadata import TopicIdPartition
 from storage.remote.storage_manager import RemoteStorageManager
@@ -79,6 +79,7 @@ class RemoteLogManager:
         deleted partitions' data."""
         await self.rlmm.start()
         await self.rsm.start()
+        await self.index_cache.load()
         self.copier.start()
         self.expirer.start()
         for tip in self.rlmm.partitions():
@@ -97,7 +98,8 @@ class RemoteLogManager:
             ),
             default=-1,
         )
-        lg.highest_offset_in_remote_storage = highest
+        lg.update_highest_offset_in_remote_storage(highest)
+        self._restore_log_start_offset(tip, lg)
         partition = TieredPartition(tip, lg)
         old = self.partitions.get(tip)
         if old is not None:
@@ -119,6 +121,20 @@ class RemoteLogManager:
             tip, ExpirationTask(partition, self.config, self.rlmm, self.deleter, self.metrics)
         )
         self.rlmm.on_partition_leadership_changes([tip], [])
+
+    def _restore_log_start_offset(self, tip: TopicIdPartition, lg: Log) -> None:
+        """As Kafka's leader does: the log starts no lower than the remote tier's earliest
+        segment, or the local log when the remote tier holds nothing.
+
+        A lost or stale log-start-offset-checkpoint leaves the log start offset below
+        what remote retention already deleted; reads there would find nothing."""
+        if not lg.config.remote_storage_enable:
+            return
+        remote = self.rlmm.readable_segments(tip)
+        earliest = remote[0].start_offset if remote else lg.local_log_start_offset
+        lg.maybe_increment_log_start_offset(
+            min(earliest, lg.high_watermark), LogStartOffsetIncrementReason.REMOTE_TIER_RESTORED
+        )
 
     def on_stop(self, tip: TopicIdPartition, delete: bool) -> None:
         """The partition is no longer led here; with `delete`, its remote data goes too."""
@@ -169,13 +185,20 @@ class RemoteLogManager:
     # Status and metrics --------------------------------------------------------------
 
     def status(self) -> list[dict[str, Any]]:
-        """Per led partition: both tiers' offsets, sizes and segment counts, and the copy lag."""
+        """Per led partition: both tiers' offsets, sizes and segment counts, and the copy lag.
+
+        Segments wholly below the log start offset are left out: no reader reaches them and
+        expiration is deleting them (it moves the log start offset first)."""
         rows = []
         for tip, p in sorted(self.partitions.items()):
             lg = p.log
-            remote = self.rlmm.readable_segments(tip)
+            readable = self.rlmm.readable_segments(tip)
+            remote = [s for s in readable if s.end_offset >= lg.log_start_offset]
             if not lg.config.remote_storage_enable and not remote:
                 continue
+            going_bytes = sum(
+                s.segment_size_bytes for s in readable if s.end_offset < lg.log_start_offset
+            )
             pending = [
                 s
                 for s in lg.segments[:-1]
@@ -195,7 +218,8 @@ class RemoteLogManager:
                     "remote_segments": len(remote),
                     "remote_bytes": self.rlmm.remote_log_size(
                         tip, lg.leader_epoch_cache.latest_epoch
-                    ),
+                    )
+                    - going_bytes,
                     "copy_lag_segments": len(pending),
                     "copy_lag_bytes": sum(s.size for s in pending),
                 }

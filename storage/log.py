@@ -20,6 +20,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from protocol.errors import ErrorCode, KafkaError
@@ -47,6 +48,14 @@ class OffsetMovedToTieredStorage(Exception):
     def __init__(self, topic_partition: TopicPartition, offset: int) -> None:
         super().__init__(f"{topic_partition}: offset {offset} is in the remote tier")
         self.offset = offset
+
+
+class LogStartOffsetIncrementReason(Enum):
+    """Why the log start offset moved: said in the log line that records it."""
+
+    CLIENT_RECORD_DELETION = "DeleteRecords"
+    SEGMENT_DELETION = "segment deletion"
+    REMOTE_TIER_RESTORED = "the remote tier's earliest segment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,8 +448,13 @@ class Log:
     def update_high_watermark(self, offset: int) -> None:
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
 
-    def maybe_increment_log_start_offset(self, offset: int) -> bool:
-        """Move the log start offset up (DeleteRecords, retention); never past the HW."""
+    def maybe_increment_log_start_offset(
+        self, offset: int, reason: LogStartOffsetIncrementReason
+    ) -> bool:
+        """Move the log start offset up (DeleteRecords, retention); never past the HW.
+
+        Raises OFFSET_OUT_OF_RANGE above the high watermark; an offset at or below the
+        current log start offset changes nothing (returns False)."""
         if offset > self.high_watermark:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
@@ -449,9 +463,21 @@ class Log:
             )
         if offset <= self.log_start_offset:
             return False
+        log.info(
+            "%s: log start offset %d -> %d (%s)",
+            self.topic_partition,
+            self.log_start_offset,
+            offset,
+            reason.value,
+        )
         self.log_start_offset = offset
         self.leader_epoch_cache.truncate_from_start(offset)
         return True
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """The remote tier holds every offset up to `offset` (a copy finished); never moves
+        down, so local retention never deletes a segment the remote tier lacks."""
+        self.highest_offset_in_remote_storage = max(self.highest_offset_in_remote_storage, offset)
 
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and above `offset` (a follower diverged from its leader)."""

@@ -185,21 +185,29 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Write recovery points, log start offsets and high watermarks of every log dir."""
-        for log_dir in self._writable_log_dirs():
-            with self._io_guard(log_dir, "writing checkpoints"):
-                self._checkpoint_dir(log_dir)
+        self.write_checkpoints(self.checkpoint_offsets())
 
-    def _checkpoint_dir(self, log_dir: Path) -> None:
+    def checkpoint_offsets(self) -> dict[Path, dict[str, dict[TopicPartition, int]]]:
+        """Per writable log dir, each checkpoint file's offsets as they are now: a copy to
+        write off the event loop (`write_checkpoints` in an executor), since the writes fsync."""
+        return {log_dir: self._dir_offsets(log_dir) for log_dir in self._writable_log_dirs()}
+
+    def _dir_offsets(self, log_dir: Path) -> dict[str, dict[TopicPartition, int]]:
         logs = {tp: lg for tp, lg in self.logs.items() if lg.dir.parent == log_dir}
-        OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
-            {tp: lg.recovery_point for tp, lg in logs.items()}
-        )
-        OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
-            {tp: lg.log_start_offset for tp, lg in logs.items()}
-        )
-        OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).write(
-            {tp: lg.high_watermark for tp, lg in logs.items()}
-        )
+        return {
+            RECOVERY_POINT_CHECKPOINT: {tp: lg.recovery_point for tp, lg in logs.items()},
+            LOG_START_OFFSET_CHECKPOINT: {tp: lg.log_start_offset for tp, lg in logs.items()},
+            HIGH_WATERMARK_CHECKPOINT: {tp: lg.high_watermark for tp, lg in logs.items()},
+        }
+
+    def write_checkpoints(self, offsets: dict[Path, dict[str, dict[TopicPartition, int]]]) -> None:
+        """Write each dir's checkpoint files atomically; an OSError takes that dir offline.
+
+        Safe in a worker thread: it reads no log, and the failure channel's listeners are.
+        """
+        for log_dir, files in offsets.items():
+            with self._io_guard(log_dir, "writing checkpoints"):
+                _write_dir_checkpoints(log_dir, files)
 
     def _online_logs(self) -> list[Log]:
         return [lg for lg in self.logs.values() if self.is_online(lg)]
@@ -221,7 +229,12 @@ class LogManager:
                     if lg.dir.parent == log_dir:
                         lg.flush()
                         lg.take_producer_snapshot()
-                self._checkpoint_dir(log_dir)
+                _write_dir_checkpoints(log_dir, self._dir_offsets(log_dir))
                 (log_dir / CLEAN_SHUTDOWN_FILE).touch()
         for lg in self.logs.values():
             lg.close()
+
+
+def _write_dir_checkpoints(log_dir: Path, files: dict[str, dict[TopicPartition, int]]) -> None:
+    for name, entries in files.items():
+        OffsetCheckpointFile(log_dir / name).write(entries)

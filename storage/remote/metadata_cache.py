@@ -183,6 +183,15 @@ class RemoteLogMetadataCache:
                 state.segments.values(), key=lambda m: (m.start_offset, m.event_timestamp_ms)
             )
 
+    def segment_lists(
+        self, tip: TopicIdPartition
+    ) -> tuple[list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]:
+        """(readable segments by start offset, every segment not yet deleted, unordered):
+        cheap copies of references (segments are immutable), so a snapshot can be taken on
+        the event loop and written elsewhere."""
+        state = self._partitions.get(tip)
+        return (list(state.readable), list(state.segments.values())) if state else ([], [])
+
     def superseded_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         state = self._partitions.get(tip)
         if state is None:

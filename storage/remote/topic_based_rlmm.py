@@ -11,25 +11,32 @@ A snapshot file (`remote-log-metadata.snapshot` in the first log dir: the cache'
 segments and delete states, and the next offset to read in each metadata
 partition) is written atomically at most every `snapshot.interval.ms` and at
 close, so a restart replays only the events after it, never the whole topic
-from offset 0. As in Kafka, a segment is added in COPY_SEGMENT_STARTED and only
-a known segment is updated, along the KIP-405 state machine; an event that breaks
-this is refused before it is appended, and skipped with a warning on replay, so a
-deleted segment never comes back. Not shared between tasks: the event loop
-serialises calls.
+from offset 0. The state is copied on the event loop (references to immutable
+segment metadata: consistent, and cheap at 100k segments); serialising, writing
+and fsyncing run in the default executor, one snapshot at a time, in small
+pieces so the thread never holds the GIL long. `close()` waits for a write in
+flight, then writes the last one.
+
+As in Kafka, a segment is added in COPY_SEGMENT_STARTED and only a known segment
+is updated, along the KIP-405 state machine; an event that breaks this is refused
+before it is appended, and skipped with a warning on replay, so a deleted segment
+never comes back. Not shared between tasks: the event loop serialises calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 import zlib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.checkpoints import write_atomically
 from storage.remote.metadata_cache import RemoteLogMetadataCache
 from storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
 from storage.remote.segment_metadata import (
@@ -45,6 +52,18 @@ log = logging.getLogger(__name__)
 SNAPSHOT_FILE = "remote-log-metadata.snapshot"
 SNAPSHOT_VERSION = 2
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+_SEGMENTS_PER_WRITE = 200  # serialised per piece (a few ms); the GIL is yielded between
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotState:
+    """What a snapshot holds, copied on the event loop at one instant."""
+
+    next_offsets: dict[int, int]
+    # Per partition: its readable segments by start offset, and all its segments unordered.
+    segments: list[tuple[list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]]
+    superseded: list[str]
+    partition_deletes: list[dict[str, Any]]
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -57,6 +76,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.replayed_events = 0  # events read from the topic at start (after the snapshot)
         self._dirty = False
         self._last_snapshot_ms = 0.0
+        self._writing: asyncio.Task[None] | None = None  # the periodic snapshot in flight
+        self._write_lock = asyncio.Lock()  # one snapshot write at a time, in capture order
 
     def configure(self, configs: Mapping[str, str]) -> None:
         self.snapshot_interval_ms = int(
@@ -199,39 +220,99 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     # Snapshots -----------------------------------------------------------------------
 
     def maybe_snapshot(self) -> None:
-        """Write the snapshot if something changed and the interval has passed."""
+        """Start writing the snapshot if something changed, the interval has passed and no
+        write is in flight; the write runs in its own task, owned here and awaited by close."""
+        if self._writing is not None and not self._writing.done():
+            return
         now = time.monotonic() * 1000
         if self._dirty and now - self._last_snapshot_ms >= self.snapshot_interval_ms:
-            self.snapshot()
+            self._writing = asyncio.get_running_loop().create_task(
+                self.snapshot(), name="rlmm-snapshot"
+            )
+            self._writing.add_done_callback(_log_failure)
 
-    def snapshot(self) -> None:
-        segments = [
-            m.to_json() for tip in self.cache.partitions() for m in self.cache.all_segments(tip)
+    async def snapshot(self) -> None:
+        """Copy the state, then write it in the default executor."""
+        async with self._write_lock:
+            state = self.snapshot_state()
+            self._dirty = False
+            write = asyncio.get_running_loop().run_in_executor(
+                None, write_snapshot, self.snapshot_path, state
+            )
+            try:
+                # A cancelled caller still waits for the thread: no second write overlaps it.
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                await asyncio.wait([write])
+                self._dirty = True
+                raise
+            except BaseException:
+                self._dirty = True  # the next snapshot writes it again
+                raise
+            self._last_snapshot_ms = time.monotonic() * 1000
+
+    def snapshot_state(self) -> SnapshotState:
+        """The state a snapshot holds, copied without serialising anything."""
+        partitions = self.cache.partitions()
+        segments = [self.cache.segment_lists(tip) for tip in partitions]
+        superseded = [
+            str(m.segment_id.id) for tip in partitions for m in self.cache.superseded_segments(tip)
         ]
         deletes = [
             _delete_json(tip, state)
-            for tip in self.cache.partitions()
+            for tip in partitions
             if (state := self.cache.delete_state(tip)) is not None
         ]
-        superseded = [
-            str(m.segment_id.id)
-            for tip in self.cache.partitions()
-            for m in self.cache.superseded_segments(tip)
-        ]
-        document = {
-            "version": SNAPSHOT_VERSION,
-            "next_offsets": {str(p): o for p, o in self.next_offsets.items()},
-            "segments": segments,
-            "superseded": superseded,
-            "partition_deletes": deletes,
-        }
-        write_atomically(self.snapshot_path, json.dumps(document))
-        self._dirty = False
-        self._last_snapshot_ms = time.monotonic() * 1000
+        return SnapshotState(dict(self.next_offsets), segments, superseded, deletes)
 
     async def close(self) -> None:
+        if self._writing is not None:
+            await asyncio.wait([self._writing])  # its failure was logged; dirty says what's left
         if self._dirty:
-            self.snapshot()
+            await self.snapshot()
+
+
+def write_snapshot(path: Path, state: SnapshotState) -> None:
+    """Write `state` atomically (temp file, fsync, rename, directory fsync).
+
+    A partition's readable segments come first, by start offset: `restore` appends them
+    cheaply in that order. No sort: one long C call would hold the GIL from the loop."""
+    segments = []
+    for readable, every in state.segments:
+        segments += readable
+        seen = {m.segment_id.id for m in readable}
+        segments += [m for m in every if m.segment_id.id not in seen]
+    head = json.dumps(
+        {
+            "version": SNAPSHOT_VERSION,
+            "next_offsets": {str(p): o for p, o in state.next_offsets.items()},
+            "superseded": state.superseded,
+            "partition_deletes": state.partition_deletes,
+        }
+    )
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(head[:-1] + ', "segments": [')
+        for i in range(0, len(segments), _SEGMENTS_PER_WRITE):
+            piece = ", ".join(
+                json.dumps(m.to_json()) for m in segments[i : i + _SEGMENTS_PER_WRITE]
+            )
+            f.write((", " if i else "") + piece)
+            time.sleep(0)  # the loop takes the GIL now, not after the 5 ms switch interval
+        f.write("]}")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.warning("remote log metadata snapshot failed; it is retried: %s", error)
 
 
 def _delete_json(tip: TopicIdPartition, state: RemotePartitionDeleteState) -> dict[str, Any]:

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from protocol.records import build_batch, decode_records
-from storage.log import Log
+from storage.log import Log, LogStartOffsetIncrementReason
 from storage.log_config import LogConfig
 from storage.topic_partition import TopicPartition
+
+CLIENT_RECORD_DELETION = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 TP = TopicPartition("model", 0)
 TOPIC_ID = uuid.uuid4()
@@ -68,7 +70,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def delete_records(self, data: st.DataObject) -> None:
         offset = data.draw(st.integers(self.log.log_start_offset, self.log.high_watermark))
-        self.log.maybe_increment_log_start_offset(offset)
+        self.log.maybe_increment_log_start_offset(offset, CLIENT_RECORD_DELETION)
         self.log.delete_old_segments()
         self._drop_below_start()
 

@@ -19,10 +19,12 @@ import pytest
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import BatchView, build_batch, decode_records
-from storage.log import Log
+from storage.log import Log, LogStartOffsetIncrementReason
 from storage.log_config import LogConfig
 from storage.producer_state import INT32_MAX, ProducerStateManager
 from storage.topic_partition import TopicPartition
+
+CLIENT_RECORD_DELETION = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 TP = TopicPartition("idem", 0)
 PID = 4242
@@ -476,7 +478,7 @@ def test_a_crash_after_retention_keeps_the_sequence_going(
     log_.append_as_leader(bytearray(batch_bytes(0, 2, pid=PID + 1)), 0)
     log_.roll()  # snapshot at 6, not fsynced
     log_.update_high_watermark(log_.log_end_offset)
-    assert log_.maybe_increment_log_start_offset(6)
+    assert log_.maybe_increment_log_start_offset(6, CLIENT_RECORD_DELETION)
     log_.delete_old_segments()  # the kept log starts at 6: its snapshot is fsynced now
     assert log_.producer_state.snapshot_offsets() == [6]
     crash(log_, synced)
@@ -499,7 +501,8 @@ def log_start_inside_the_first_segment(directory: Path, topic_id: uuid.UUID) -> 
     log_.append_as_leader(bytearray(batch_bytes(2, 2)), 0)  # offsets 2-3
     log_.append_as_leader(bytearray(batch_bytes(0, 4, pid=PID + 1)), 0)  # offsets 4-7
     log_.update_high_watermark(6)
-    log_.maybe_increment_log_start_offset(5)  # DeleteRecords: segment 0 goes
+    # DeleteRecords: segment 0 goes
+    log_.maybe_increment_log_start_offset(5, CLIENT_RECORD_DELETION)
     log_.delete_old_segments()
     assert (log_.segments[0].base_offset, log_.log_start_offset) == (2, 5)
     return log_

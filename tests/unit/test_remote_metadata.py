@@ -153,7 +153,7 @@ def test_a_restart_replays_only_events_after_the_snapshot(tmp_path: Path) -> Non
             s = segment(i * 10, i * 10 + 9, state=STARTED)
             await rlmm.add_remote_log_segment_metadata(s)
             await rlmm.update_remote_log_segment_metadata(s.with_state(FINISHED, 1))
-        rlmm.snapshot()
+        await rlmm.snapshot()
         later = segment(100, 109, state=STARTED)
         await rlmm.add_remote_log_segment_metadata(later)
         await rlmm.update_remote_log_segment_metadata(later.with_state(FINISHED, 1))
@@ -635,7 +635,7 @@ async def test_a_restart_after_a_snapshot_replays_only_newer_events_and_rebuilds
     await rlmm.start()
     r = Recorder(rlmm)
     kept = await build_history(r)
-    rlmm.snapshot()
+    await rlmm.snapshot()
     at_snapshot = rlmm_view(rlmm)
     before_snapshot = r.events
     await more_history(r, kept)
@@ -679,7 +679,7 @@ async def test_a_snapshot_of_a_superseded_copy_whose_original_is_being_deleted(
     await r.copy(segment(100, 199, size=100, state=STARTED))
     await r.move(a, DELETE_STARTED)
     live = rlmm_view(rlmm)
-    rlmm.snapshot()
+    await rlmm.snapshot()
     restarted = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
     await restarted.start()
     assert restarted.replayed_events == 0
