@@ -3,9 +3,14 @@
 One `KafkaConnection` (a buffered protocol) per client. Frames are received
 straight into their buffers and queued to the connection's one request task,
 which handles them one at a time, as Kafka does, and writes each response before
-reading the next request; clients may pipeline. Reading pauses while queued
-request bytes exceed `queued.max.request.bytes`, and the request task waits for
-the socket to drain before the next response.
+reading the next request; clients may pipeline. Frames larger than the
+connection's 64 KiB scratch buffer hold memory of the broker-wide `MemoryPool`
+(`queued.max.request.bytes`) from their size prefix until their request has been
+handled; a connection the pool cannot serve stops reading (is muted, in Kafka's
+words) until memory is released. Smaller frames are cut from the scratch buffer,
+and a connection stops reading while more than `QUEUED_SCRATCH_FRAME_BYTES` of
+them wait, so every connection holds a fixed amount besides what the pool grants.
+The request task waits for the socket to drain before the next response.
 
 Records that live in log files are sent with `loop.sendfile` where the event
 loop supports it (the stock asyncio loop), otherwise read with `os.pread` and
@@ -26,11 +31,13 @@ from collections.abc import Awaitable, Callable
 from typing import cast
 
 from protocol.codec import FileRegion, ResponseBytes, ResponsePart
-from protocol.framing import FrameError, FrameReader
+from protocol.framing import SCRATCH_BYTES, FrameError, FrameReader, pooled_bytes
+from protocol.memory_pool import MemoryPool
 
 log = logging.getLogger(__name__)
 
 WRITE_SLICE_BYTES = 1 << 20
+QUEUED_SCRATCH_FRAME_BYTES = 2 * SCRATCH_BYTES
 
 # Handles one request frame; returns the response parts, or None to send nothing
 # (acks=0), or raises ConnectionClosing to drop the connection.
@@ -44,12 +51,12 @@ class ConnectionClosing(Exception):
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: SocketServer) -> None:
         self.server = server
-        self.reader = FrameReader(server.max_request_bytes)
+        self.reader = FrameReader(server.max_request_bytes, server.memory_pool)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._frames: asyncio.Queue[bytes | memoryview | None] = asyncio.Queue()
-        self._queued_bytes = 0
-        self._reading_paused = False
+        self._queued_scratch_bytes = 0  # queued frames not held in the pool
+        self._paused_for: set[str] = set()  # "queue", "memory": reading resumes when empty
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._task: asyncio.Task[None] | None = None
@@ -76,12 +83,29 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._close()
             return
         for frame in frames:
-            self._queued_bytes += len(frame)
+            if not pooled_bytes(len(frame)):
+                self._queued_scratch_bytes += len(frame)
             self._frames.put_nowait(frame)
-        if self._queued_bytes > self.server.max_queued_bytes and not self._reading_paused:
-            assert self.transport is not None
-            self._reading_paused = True
+        if self._queued_scratch_bytes > QUEUED_SCRATCH_FRAME_BYTES:
+            self._pause("queue")
+        if self.reader.awaiting_memory_bytes and "memory" not in self._paused_for:
+            self._pause("memory")
+            self.server.memory_pool.wait(self.reader.awaiting_memory_bytes, self._memory_granted)
+
+    def _memory_granted(self) -> None:
+        self.reader.memory_granted()
+        self._resume("memory")
+
+    def _pause(self, reason: str) -> None:
+        if not self._paused_for and self.transport is not None:
             self.transport.pause_reading()
+        self._paused_for.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        self._paused_for.discard(reason)
+        transport = self.transport
+        if not self._paused_for and transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         if self.reader.has_partial_frame:
@@ -91,6 +115,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        if self.reader.awaiting_memory_bytes:
+            self.server.memory_pool.cancel(self._memory_granted)
+        self.reader.close()
         self._frames.put_nowait(None)
         self._can_write.set()
 
@@ -105,8 +132,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _run(self) -> None:
         try:
             while (frame := await self._frames.get()) is not None:
-                self._release(len(frame))
-                response = await self.server.handler(frame, self.peer)
+                self._dequeued(len(frame))
+                try:
+                    response = await self.server.handler(frame, self.peer)
+                finally:
+                    # The pool's memory is held until the request has been handled, as in Kafka.
+                    self.server.memory_pool.release(pooled_bytes(len(frame)))
+                del frame
                 if response is not None and not await self._send(response):
                     break
         except ConnectionClosing as e:
@@ -117,13 +149,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("closing connection from %s after an unexpected error", self.peer)
         finally:
             self._close()
+            self._release_queued()
 
-    def _release(self, nbytes: int) -> None:
-        self._queued_bytes -= nbytes
-        if self._reading_paused and self._queued_bytes <= self.server.max_queued_bytes // 2:
-            self._reading_paused = False
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.resume_reading()
+    def _dequeued(self, nbytes: int) -> None:
+        if not pooled_bytes(nbytes):
+            self._queued_scratch_bytes -= nbytes
+            if self._queued_scratch_bytes <= QUEUED_SCRATCH_FRAME_BYTES // 2:
+                self._resume("queue")
+
+    def _release_queued(self) -> None:
+        """Frames never handled give their memory back to the pool."""
+        while not self._frames.empty():
+            frame = self._frames.get_nowait()
+            if frame is not None:
+                self.server.memory_pool.release(pooled_bytes(len(frame)))
 
     async def _send(self, parts: list[ResponsePart]) -> bool:
         transport = self.transport
@@ -186,7 +225,7 @@ class SocketServer:
     ) -> None:
         self.handler = handler
         self.max_request_bytes = max_request_bytes
-        self.max_queued_bytes = max_queued_bytes
+        self.memory_pool = MemoryPool(max_queued_bytes)
         self.connections: set[KafkaConnection] = set()
         self.use_sendfile = False
         self._server: asyncio.Server | None = None
