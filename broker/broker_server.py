@@ -90,6 +90,7 @@ class BrokerServer:
             ).handle,
             config.socket_request_max_bytes,
             config.queued_max_request_bytes,
+            config.connection_limits,
         )
         self._stopped = False
 

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from broker.acceptor import ConnectionLimits, parse_per_ip_overrides
 from storage.log_config import TOPIC_CONFIGS
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,10 @@ class BrokerConfig(BaseModel):
     delete_topic_enable: bool = Field(True, alias="delete.topic.enable")
     socket_request_max_bytes: int = Field(104_857_600, alias="socket.request.max.bytes", ge=1)
     queued_max_request_bytes: int = Field(104_857_600, alias="queued.max.request.bytes", ge=1)
+    max_connections: int = Field(2**31 - 1, alias="max.connections", ge=0)
+    max_connections_per_ip: int = Field(2**31 - 1, alias="max.connections.per.ip", ge=0)
+    max_connections_per_ip_overrides: str = Field("", alias="max.connections.per.ip.overrides")
+    connections_max_idle_ms: int = Field(600_000, alias="connections.max.idle.ms", ge=1)
     log_retention_check_interval_ms: int = Field(
         300_000, alias="log.retention.check.interval.ms", ge=1
     )
@@ -141,6 +146,25 @@ class BrokerConfig(BaseModel):
                 if isinstance(k, str) and k.startswith(prefix)
             }
         return values
+
+    @model_validator(mode="after")
+    def _check_per_ip_overrides(self) -> BrokerConfig:
+        try:
+            parse_per_ip_overrides(self.max_connections_per_ip_overrides)
+        except ValueError as e:
+            raise ValueError(f"max.connections.per.ip.overrides: {e}") from None
+        return self
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            max_connections=self.max_connections,
+            max_connections_per_ip=self.max_connections_per_ip,
+            max_connections_per_ip_overrides=parse_per_ip_overrides(
+                self.max_connections_per_ip_overrides
+            ),
+            connections_max_idle_ms=self.connections_max_idle_ms,
+        )
 
     @property
     def log_dir_paths(self) -> list[Path]:

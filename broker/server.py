@@ -18,6 +18,9 @@ written. Parts in memory above 1 MiB (records read from the remote tier) are
 written a slice at a time, each once the socket has drained, so the transport
 does not copy what the socket cannot take at once.
 
+Connections are accepted by `Acceptor` within `max.connections` and
+`max.connections.per.ip`; those idle for `connections.max.idle.ms` are closed.
+
 Shutdown order: stop accepting, let each connection finish the request it is
 handling, wait up to the timeout, then cancel what is left and close the sockets.
 """
@@ -27,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+from broker.acceptor import Acceptor, ConnectionLimits, ConnectionQuotas
 from protocol.codec import FileRegion, ResponseBytes, ResponsePart
 from protocol.framing import SCRATCH_BYTES, FrameError, FrameReader, pooled_bytes
 from protocol.memory_pool import MemoryPool
@@ -49,8 +54,11 @@ class ConnectionClosing(Exception):
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: SocketServer) -> None:
+    def __init__(self, server: SocketServer, ip: str) -> None:
         self.server = server
+        self.ip = ip
+        self.handling = False  # a request of this connection is in its handler
+        self.last_active_s = 0.0  # loop time of the last bytes read or response written
         self.reader = FrameReader(server.max_request_bytes, server.memory_pool)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -67,6 +75,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.last_active_s = asyncio.get_running_loop().time()
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"connection {self.peer}"
         )
@@ -76,6 +85,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active_s = asyncio.get_running_loop().time()
         try:
             frames = self.reader.buffer_updated(nbytes)
         except FrameError as e:
@@ -114,7 +124,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return True  # keep the transport open until queued responses are written
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.discard(self)
+        self.server.connection_closed(self)
         if self.reader.awaiting_memory_bytes:
             self.server.memory_pool.cancel(self._memory_granted)
         self.reader.close()
@@ -133,9 +143,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             while (frame := await self._frames.get()) is not None:
                 self._dequeued(len(frame))
+                self.handling = True
                 try:
                     response = await self.server.handler(frame, self.peer)
                 finally:
+                    self.handling = False
                     # The pool's memory is held until the request has been handled, as in Kafka.
                     self.server.memory_pool.release(pooled_bytes(len(frame)))
                 del frame
@@ -175,6 +187,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             else:
                 await self._send_file(transport, part)
         await self._can_write.wait()
+        self.last_active_s = asyncio.get_running_loop().time()
         return not transport.is_closing()
 
     async def _write(self, transport: asyncio.Transport, data: ResponseBytes) -> None:
@@ -220,40 +233,91 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
 
 class SocketServer:
+    """Listens, admits connections within `limits`, and closes those idle too long."""
+
     def __init__(
-        self, handler: RequestHandler, max_request_bytes: int, max_queued_bytes: int
+        self,
+        handler: RequestHandler,
+        max_request_bytes: int,
+        max_queued_bytes: int,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         self.memory_pool = MemoryPool(max_queued_bytes)
+        self.quotas = ConnectionQuotas(limits or ConnectionLimits())
         self.connections: set[KafkaConnection] = set()
         self.use_sendfile = False
-        self._server: asyncio.Server | None = None
+        self._sock: socket.socket | None = None
+        self._acceptor: Acceptor | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+        self._no_connections = asyncio.Event()
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         self.use_sendfile = _loop_has_sendfile(loop)
-        self._server = await loop.create_server(
-            lambda: KafkaConnection(self), host, port, reuse_address=True, backlog=1024
-        )
-        log.info("listening on %s:%d (sendfile: %s)", host, port, self.use_sendfile)
+        self._sock = socket.create_server((host, port), backlog=1024)
+        self._sock.setblocking(False)
+        self._acceptor = Acceptor(self._sock, self.quotas, self._admit)
+        self._acceptor.start()
+        self._idle_task = loop.create_task(self._close_idle_connections(), name="idle-connections")
+        log.info("listening on %s:%d (sendfile: %s)", host, self.port, self.use_sendfile)
+
+    async def _admit(self, sock: socket.socket, ip: str) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(lambda: KafkaConnection(self, ip), sock)
+        except OSError as e:  # the client went away before its transport was made
+            log.info("connection from %s lost on accept: %s", ip, e)
+            self.quotas.remove(ip)
+            sock.close()
+
+    def connection_closed(self, connection: KafkaConnection) -> None:
+        self.connections.discard(connection)
+        self.quotas.remove(connection.ip)
+        if not self.connections:
+            self._no_connections.set()
+
+    async def _close_idle_connections(self) -> None:
+        """Close connections without a request in hand that read or wrote nothing for
+        `connections.max.idle.ms`, as Kafka does; they are looked for every tenth of it."""
+        idle_s = self.quotas.limits.connections_max_idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(idle_s / 10)
+            now = loop.time()
+            for c in [c for c in self.connections if not c.handling]:
+                if now - c.last_active_s >= idle_s:
+                    log.info(
+                        "closing connection from %s: idle for more than %d ms "
+                        "(connections.max.idle.ms)",
+                        c.peer,
+                        self.quotas.limits.connections_max_idle_ms,
+                    )
+                    c._close()
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
+        assert self._sock is not None
+        return int(self._sock.getsockname()[1])
 
     async def stop(self, timeout_s: float) -> None:
         """Stop accepting, let connections finish their current request, then close them."""
-        if self._server is None:
+        if self._sock is None:
             return
-        self._server.close()
+        assert self._acceptor is not None and self._idle_task is not None
+        await self._acceptor.stop()
+        self._idle_task.cancel()
+        await asyncio.gather(self._idle_task, return_exceptions=True)
+        self._sock.close()
+        self._sock = None
         connections = list(self.connections)
         await asyncio.gather(*(c.shutdown(timeout_s) for c in connections), return_exceptions=True)
         for c in connections:
             c._close()
-        await self._server.wait_closed()
-        self._server = None
+        if self.connections:
+            self._no_connections.clear()
+            await self._no_connections.wait()
 
 
 def _loop_has_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
