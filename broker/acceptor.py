@@ -132,7 +132,11 @@ class Acceptor:
                 )
                 conn.close()
                 continue
-            await self.admit(conn, ip)
+            try:
+                await self.admit(conn, ip)
+            except Exception:  # one bad connection must not stop the broker accepting
+                log.exception("closing connection from %s: it could not be set up", ip)
+                conn.close()
 
     def _note_failure(self, e: OSError) -> None:
         self._failures += 1

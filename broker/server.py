@@ -265,11 +265,18 @@ class SocketServer:
 
     async def _admit(self, sock: socket.socket, ip: str) -> None:
         loop = asyncio.get_running_loop()
+        made: list[KafkaConnection] = []  # a protocol made means its connection_lost will come
+
+        def connection() -> KafkaConnection:
+            made.append(KafkaConnection(self, ip))
+            return made[-1]
+
         try:
-            await loop.connect_accepted_socket(lambda: KafkaConnection(self, ip), sock)
+            await loop.connect_accepted_socket(connection, sock)
         except OSError as e:  # the client went away before its transport was made
             log.info("connection from %s lost on accept: %s", ip, e)
-            self.quotas.remove(ip)
+            if not made:
+                self.quotas.remove(ip)
             sock.close()
 
     def connection_closed(self, connection: KafkaConnection) -> None:
