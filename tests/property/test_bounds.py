@@ -111,7 +111,7 @@ NULLS = (b"\x00", b"\xff\xff", b"\xff\xff\xff\xff")  # compact, int16 and int32 
 @pytest.mark.parametrize(
     "schema", SCHEMAS, ids=lambda s: f"{s.__module__.split('.')[2]}-v{s.__version__}"
 )
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_a_length_mutated_to_null_is_refused_or_allowed_by_the_schema(
     schema: type, data: st.DataObject
