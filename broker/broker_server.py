@@ -101,6 +101,7 @@ class BrokerServer:
             ).handle,
             config.socket_request_max_bytes,
             config.queued_max_request_bytes,
+            config.connection_limits,
         )
         self._stopped = False
         self.stop_requested = asyncio.Event()  # set by signals, or when every log dir failed

@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from storage.log_config import TOPIC_CONFIGS
+from broker.acceptor import ConnectionLimits, parse_per_ip_overrides
+from protocol.errors import KafkaError
+from storage.log_config import TOPIC_CONFIGS, ConfigDef, format_value, parse_value
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,10 @@ class BrokerConfig(BaseModel):
     delete_topic_enable: bool = Field(True, alias="delete.topic.enable")
     socket_request_max_bytes: int = Field(104_857_600, alias="socket.request.max.bytes", ge=1)
     queued_max_request_bytes: int = Field(104_857_600, alias="queued.max.request.bytes", ge=1)
+    max_connections: int = Field(2**31 - 1, alias="max.connections", ge=0)
+    max_connections_per_ip: int = Field(2**31 - 1, alias="max.connections.per.ip", ge=0)
+    max_connections_per_ip_overrides: str = Field("", alias="max.connections.per.ip.overrides")
+    connections_max_idle_ms: int = Field(600_000, alias="connections.max.idle.ms", ge=1)
     log_retention_check_interval_ms: int = Field(
         300_000, alias="log.retention.check.interval.ms", ge=1
     )
@@ -119,20 +125,25 @@ class BrokerConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _collect_log_defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Topic defaults from the broker's `log.*` properties, checked as topic configs are."""
         values = dict(values)
         defaults: dict[str, Any] = {}
-        retention_ms = _retention_ms(values)
-        if retention_ms is not None:
-            defaults["retention.ms"] = retention_ms
-        roll_ms = values.get("log.roll.ms") or (
-            int(values["log.roll.hours"]) * 3_600_000 if "log.roll.hours" in values else None
+        retention = _first_present(
+            values,
+            ("log.retention.ms", 1),
+            ("log.retention.minutes", 60_000),
+            ("log.retention.hours", 3_600_000),
         )
-        if roll_ms is not None:
-            defaults["segment.ms"] = int(roll_ms)
+        roll = _first_present(values, ("log.roll.ms", 1), ("log.roll.hours", 3_600_000))
+        for name, found in (("retention.ms", retention), ("segment.ms", roll)):
+            if found is not None:
+                defaults[name] = _checked_default(found[0], found[1], TOPIC_CONFIGS[name], found[2])
         for definition in TOPIC_CONFIGS.values():
-            prop = definition.broker_property
-            if prop in values and definition.name not in defaults:
-                defaults[definition.name] = definition.type(values[prop])
+            broker_property = definition.broker_property
+            if broker_property in values and definition.name not in defaults:
+                defaults[definition.name] = _checked_default(
+                    broker_property, values[broker_property], definition
+                )
         values["log_defaults"] = defaults
         for prefix, key in (("rsm.config.", "rsm_configs"), ("rlmm.config.", "rlmm_configs")):
             values[key] = {
@@ -141,6 +152,25 @@ class BrokerConfig(BaseModel):
                 if isinstance(k, str) and k.startswith(prefix)
             }
         return values
+
+    @model_validator(mode="after")
+    def _check_per_ip_overrides(self) -> BrokerConfig:
+        try:
+            parse_per_ip_overrides(self.max_connections_per_ip_overrides)
+        except ValueError as e:
+            raise ValueError(f"max.connections.per.ip.overrides: {e}") from None
+        return self
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            max_connections=self.max_connections,
+            max_connections_per_ip=self.max_connections_per_ip,
+            max_connections_per_ip_overrides=parse_per_ip_overrides(
+                self.max_connections_per_ip_overrides
+            ),
+            connections_max_idle_ms=self.connections_max_idle_ms,
+        )
 
     @property
     def log_dir_paths(self) -> list[Path]:
@@ -156,14 +186,30 @@ class BrokerConfig(BaseModel):
         return ("127.0.0.1" if host in ("", "0.0.0.0") else host), port
 
 
-def _retention_ms(values: Mapping[str, Any]) -> int | None:
-    if "log.retention.ms" in values:
-        return int(values["log.retention.ms"])
-    if "log.retention.minutes" in values:
-        return int(values["log.retention.minutes"]) * 60_000
-    if "log.retention.hours" in values:
-        return int(values["log.retention.hours"]) * 3_600_000
+def _first_present(
+    values: Mapping[str, Any], *props: tuple[str, int]
+) -> tuple[str, Any, int] | None:
+    """The first of `props` (name, unit in ms) that is set, as (name, raw value, unit)."""
+    for prop, unit_ms in props:
+        if prop in values:
+            return prop, values[prop], unit_ms
     return None
+
+
+def _checked_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 1) -> Any:
+    """The topic default `prop` supplies, in the topic config's unit, checked as the topic
+    config is; a `ValueError` naming `prop` and the valid values if it is not valid."""
+    text = format_value(raw) if isinstance(raw, bool) else str(raw)
+    try:
+        if prop.startswith("log.retention."):  # Kafka: any negative retention is unlimited
+            text = str(max(int(text.strip()) * unit_ms, -1))
+        elif unit_ms != 1:
+            text = str(int(text.strip()) * unit_ms)
+        return parse_value(definition, text)
+    except (KafkaError, ValueError):
+        kind = "an integer " if definition.type is int else ""
+        unit = f" once in ms (x {unit_ms})" if unit_ms != 1 else ""
+        raise ValueError(f"{prop}={raw!r}: must be {kind}{definition.valid}{unit}") from None
 
 
 def _host_port(listeners: str, name: str) -> tuple[str, int]:
@@ -212,7 +258,12 @@ def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
     try:
         return BrokerConfig.model_validate(props)
     except ValidationError as e:
-        errors = "; ".join(
-            f"{err['loc'][0] if err['loc'] else ''}: {err['msg']}" for err in e.errors()
-        )
+        errors = "; ".join(_describe(err) for err in e.errors())
         raise ConfigError(errors) from None
+
+
+def _describe(err: Any) -> str:
+    """One validation error as a line that names the property."""
+    if err["type"] == "value_error":  # our own checks: the message names the property
+        return str(err["ctx"]["error"])
+    return f"{err['loc'][0] if err['loc'] else ''}: {err['msg']}"

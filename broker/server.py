@@ -3,15 +3,23 @@
 One `KafkaConnection` (a buffered protocol) per client. Frames are received
 straight into their buffers and queued to the connection's one request task,
 which handles them one at a time, as Kafka does, and writes each response before
-reading the next request; clients may pipeline. Reading pauses while queued
-request bytes exceed `queued.max.request.bytes`, and the request task waits for
-the socket to drain before the next response.
+reading the next request; clients may pipeline. Frames larger than the
+connection's 64 KiB scratch buffer hold memory of the broker-wide `MemoryPool`
+(`queued.max.request.bytes`) from their size prefix until their request has been
+handled; a connection the pool cannot serve stops reading (is muted, in Kafka's
+words) until memory is released. Smaller frames are cut from the scratch buffer,
+and a connection stops reading while more than `QUEUED_SCRATCH_FRAME_BYTES` of
+them wait, so every connection holds a fixed amount besides what the pool grants.
+The request task waits for the socket to drain before the next response.
 
 Records that live in log files are sent with `loop.sendfile` where the event
 loop supports it (the stock asyncio loop), otherwise read with `os.pread` and
 written. Parts in memory above 1 MiB (records read from the remote tier) are
 written a slice at a time, each once the socket has drained, so the transport
 does not copy what the socket cannot take at once.
+
+Connections are accepted by `Acceptor` within `max.connections` and
+`max.connections.per.ip`; those idle for `connections.max.idle.ms` are closed.
 
 Shutdown order: stop accepting, let each connection finish the request it is
 handling, wait up to the timeout, then cancel what is left and close the sockets.
@@ -22,15 +30,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+from broker.acceptor import Acceptor, ConnectionLimits, ConnectionQuotas
 from protocol.codec import FileRegion, ResponseBytes, ResponsePart
-from protocol.framing import FrameError, FrameReader
+from protocol.framing import SCRATCH_BYTES, FrameError, FrameReader, pooled_bytes
+from protocol.memory_pool import MemoryPool
 
 log = logging.getLogger(__name__)
 
 WRITE_SLICE_BYTES = 1 << 20
+QUEUED_SCRATCH_FRAME_BYTES = 2 * SCRATCH_BYTES
 
 # Handles one request frame; returns the response parts, or None to send nothing
 # (acks=0), or raises ConnectionClosing to drop the connection.
@@ -42,14 +54,17 @@ class ConnectionClosing(Exception):
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: SocketServer) -> None:
+    def __init__(self, server: SocketServer, ip: str) -> None:
         self.server = server
-        self.reader = FrameReader(server.max_request_bytes)
+        self.ip = ip
+        self.handling = False  # a request of this connection is in its handler
+        self.last_active_s = 0.0  # loop time of the last bytes read or response written
+        self.reader = FrameReader(server.max_request_bytes, server.memory_pool)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._frames: asyncio.Queue[bytes | memoryview | None] = asyncio.Queue()
-        self._queued_bytes = 0
-        self._reading_paused = False
+        self._queued_scratch_bytes = 0  # queued frames not held in the pool
+        self._paused_for: set[str] = set()  # "queue", "memory": reading resumes when empty
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._task: asyncio.Task[None] | None = None
@@ -60,6 +75,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.last_active_s = asyncio.get_running_loop().time()
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"connection {self.peer}"
         )
@@ -69,6 +85,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active_s = asyncio.get_running_loop().time()
         try:
             frames = self.reader.buffer_updated(nbytes)
         except FrameError as e:
@@ -76,12 +93,29 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._close()
             return
         for frame in frames:
-            self._queued_bytes += len(frame)
+            if not pooled_bytes(len(frame)):
+                self._queued_scratch_bytes += len(frame)
             self._frames.put_nowait(frame)
-        if self._queued_bytes > self.server.max_queued_bytes and not self._reading_paused:
-            assert self.transport is not None
-            self._reading_paused = True
+        if self._queued_scratch_bytes > QUEUED_SCRATCH_FRAME_BYTES:
+            self._pause("queue")
+        if self.reader.awaiting_memory_bytes and "memory" not in self._paused_for:
+            self._pause("memory")
+            self.server.memory_pool.wait(self.reader.awaiting_memory_bytes, self._memory_granted)
+
+    def _memory_granted(self) -> None:
+        self.reader.memory_granted()
+        self._resume("memory")
+
+    def _pause(self, reason: str) -> None:
+        if not self._paused_for and self.transport is not None:
             self.transport.pause_reading()
+        self._paused_for.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        self._paused_for.discard(reason)
+        transport = self.transport
+        if not self._paused_for and transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         if self.reader.has_partial_frame:
@@ -90,7 +124,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return True  # keep the transport open until queued responses are written
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.discard(self)
+        self.server.connection_closed(self)
+        if self.reader.awaiting_memory_bytes:
+            self.server.memory_pool.cancel(self._memory_granted)
+        self.reader.close()
         self._frames.put_nowait(None)
         self._can_write.set()
 
@@ -105,8 +142,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _run(self) -> None:
         try:
             while (frame := await self._frames.get()) is not None:
-                self._release(len(frame))
-                response = await self.server.handler(frame, self.peer)
+                self._dequeued(len(frame))
+                self.handling = True
+                try:
+                    response = await self.server.handler(frame, self.peer)
+                finally:
+                    self.handling = False
+                    # The pool's memory is held until the request has been handled, as in Kafka.
+                    self.server.memory_pool.release(pooled_bytes(len(frame)))
+                del frame
                 if response is not None and not await self._send(response):
                     break
         except ConnectionClosing as e:
@@ -117,13 +161,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("closing connection from %s after an unexpected error", self.peer)
         finally:
             self._close()
+            self._release_queued()
 
-    def _release(self, nbytes: int) -> None:
-        self._queued_bytes -= nbytes
-        if self._reading_paused and self._queued_bytes <= self.server.max_queued_bytes // 2:
-            self._reading_paused = False
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.resume_reading()
+    def _dequeued(self, nbytes: int) -> None:
+        if not pooled_bytes(nbytes):
+            self._queued_scratch_bytes -= nbytes
+            if self._queued_scratch_bytes <= QUEUED_SCRATCH_FRAME_BYTES // 2:
+                self._resume("queue")
+
+    def _release_queued(self) -> None:
+        """Frames never handled give their memory back to the pool."""
+        while not self._frames.empty():
+            frame = self._frames.get_nowait()
+            if frame is not None:
+                self.server.memory_pool.release(pooled_bytes(len(frame)))
 
     async def _send(self, parts: list[ResponsePart]) -> bool:
         transport = self.transport
@@ -136,6 +187,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             else:
                 await self._send_file(transport, part)
         await self._can_write.wait()
+        self.last_active_s = asyncio.get_running_loop().time()
         return not transport.is_closing()
 
     async def _write(self, transport: asyncio.Transport, data: ResponseBytes) -> None:
@@ -181,40 +233,98 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
 
 class SocketServer:
+    """Listens, admits connections within `limits`, and closes those idle too long."""
+
     def __init__(
-        self, handler: RequestHandler, max_request_bytes: int, max_queued_bytes: int
+        self,
+        handler: RequestHandler,
+        max_request_bytes: int,
+        max_queued_bytes: int,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.handler = handler
         self.max_request_bytes = max_request_bytes
-        self.max_queued_bytes = max_queued_bytes
+        self.memory_pool = MemoryPool(max_queued_bytes)
+        self.quotas = ConnectionQuotas(limits or ConnectionLimits())
         self.connections: set[KafkaConnection] = set()
         self.use_sendfile = False
-        self._server: asyncio.Server | None = None
+        self._sock: socket.socket | None = None
+        self._acceptor: Acceptor | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+        self._no_connections = asyncio.Event()
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         self.use_sendfile = _loop_has_sendfile(loop)
-        self._server = await loop.create_server(
-            lambda: KafkaConnection(self), host, port, reuse_address=True, backlog=1024
-        )
-        log.info("listening on %s:%d (sendfile: %s)", host, port, self.use_sendfile)
+        self._sock = socket.create_server((host, port), backlog=1024)
+        self._sock.setblocking(False)
+        self._acceptor = Acceptor(self._sock, self.quotas, self._admit)
+        self._acceptor.start()
+        self._idle_task = loop.create_task(self._close_idle_connections(), name="idle-connections")
+        log.info("listening on %s:%d (sendfile: %s)", host, self.port, self.use_sendfile)
+
+    async def _admit(self, sock: socket.socket, ip: str) -> None:
+        loop = asyncio.get_running_loop()
+        made: list[KafkaConnection] = []  # a protocol made means its connection_lost will come
+
+        def connection() -> KafkaConnection:
+            made.append(KafkaConnection(self, ip))
+            return made[-1]
+
+        try:
+            await loop.connect_accepted_socket(connection, sock)
+        except OSError as e:  # the client went away before its transport was made
+            log.info("connection from %s lost on accept: %s", ip, e)
+            if not made:
+                self.quotas.remove(ip)
+            sock.close()
+
+    def connection_closed(self, connection: KafkaConnection) -> None:
+        self.connections.discard(connection)
+        self.quotas.remove(connection.ip)
+        if not self.connections:
+            self._no_connections.set()
+
+    async def _close_idle_connections(self) -> None:
+        """Close connections without a request in hand that read or wrote nothing for
+        `connections.max.idle.ms`, as Kafka does; they are looked for every tenth of it."""
+        idle_s = self.quotas.limits.connections_max_idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(idle_s / 10)
+            now = loop.time()
+            for c in [c for c in self.connections if not c.handling]:
+                if now - c.last_active_s >= idle_s:
+                    log.info(
+                        "closing connection from %s: idle for more than %d ms "
+                        "(connections.max.idle.ms)",
+                        c.peer,
+                        self.quotas.limits.connections_max_idle_ms,
+                    )
+                    c._close()
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
+        assert self._sock is not None
+        return int(self._sock.getsockname()[1])
 
     async def stop(self, timeout_s: float) -> None:
         """Stop accepting, let connections finish their current request, then close them."""
-        if self._server is None:
+        if self._sock is None:
             return
-        self._server.close()
+        assert self._acceptor is not None and self._idle_task is not None
+        await self._acceptor.stop()
+        self._idle_task.cancel()
+        await asyncio.gather(self._idle_task, return_exceptions=True)
+        self._sock.close()
+        self._sock = None
         connections = list(self.connections)
         await asyncio.gather(*(c.shutdown(timeout_s) for c in connections), return_exceptions=True)
         for c in connections:
             c._close()
-        await self._server.wait_closed()
-        self._server = None
+        if self.connections:
+            self._no_connections.clear()
+            await self._no_connections.wait()
 
 
 def _loop_has_sendfile(loop: asyncio.AbstractEventLoop) -> bool:

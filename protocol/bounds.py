@@ -5,14 +5,17 @@ elements makes it allocate that much and abort the process. Kafka's generated
 readers refuse a count larger than the bytes left. This pass walks the same
 schema (kio's dataclass metadata, so nothing is hand-written per API), reads only
 lengths and counts, and raises `KafkaError(INVALID_REQUEST)` when one cannot fit
-in the rest of the frame. Records and bytes are skipped, never read.
+in the rest of the frame, or is null (-1) where the field is not nullable: kio
+would hand a handler `None` for a non-nullable array, where Kafka's readers refuse
+the request. Records and bytes are skipped, never read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from functools import cache
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, Union, get_args, get_origin
 
 from kio.serial._introspect import (
     EntityField,
@@ -20,7 +23,6 @@ from kio.serial._introspect import (
     PrimitiveTupleField,
     classify_field,
     get_schema_field_type,
-    is_optional,
 )
 
 from protocol.errors import ErrorCode, KafkaError
@@ -43,8 +45,8 @@ _FIXED_SIZES = {
     "uuid": 16,
 }
 
-# A field step: (kind, kafka_type or nested steps, optional).
-Step = tuple[str, Any, bool]
+# A field step: (kind, kafka_type or entity type, nullable, field name).
+Step = tuple[str, Any, bool, str]
 
 
 class _Cursor:
@@ -89,18 +91,24 @@ def _steps(entity_type: type, header: bool) -> tuple[tuple[Step, ...], bool]:
         if "tag" in f.metadata:
             continue
         kind = classify_field(f)
-        optional = is_optional(f)
+        nullable = _nullable(f.type)
+        name = f"{entity_type.__name__}.{f.name}"
         if isinstance(kind, EntityField):
-            steps.append(("entity", kind.type_, optional))
+            steps.append(("entity", kind.type_, nullable, name))
         elif isinstance(kind, EntityTupleField):
-            steps.append(("entity_array", kind.type_, optional))
+            steps.append(("entity_array", kind.type_, nullable, name))
         else:
             kafka_type = get_schema_field_type(f)
             if header and f.name == "client_id":
                 kafka_type = "legacy_string"  # always a legacy string, as Kafka special-cases it
             array = isinstance(kind, PrimitiveTupleField)
-            steps.append(("array" if array else "primitive", kafka_type, optional))
+            steps.append(("array" if array else "primitive", kafka_type, nullable, name))
     return tuple(steps), bool(getattr(entity_type, "__flexible__"))  # noqa: B009
+
+
+def _nullable(field_type: Any) -> bool:
+    """Whether the field itself may be null (`X | None`), not its array's elements."""
+    return get_origin(field_type) in (UnionType, Union) and NoneType in get_args(field_type)
 
 
 def check_bounds(
@@ -114,22 +122,24 @@ def check_bounds(
 
 def _entity(c: _Cursor, entity_type: type, header: bool = False) -> None:
     steps, flexible = _steps(entity_type, header)
-    for kind, what, optional in steps:
+    for kind, what, nullable, name in steps:
         if kind == "primitive":
-            _primitive(c, what, flexible)
+            _primitive(c, what, flexible, nullable, name)
         elif kind == "entity":
-            if optional and c.int_be(1) < 0:
+            if nullable and c.int_be(1) < 0:
                 continue
             _entity(c, what)
         else:
             count = _array_count(c, flexible)
             if count > c.end - c.pos:
                 raise c.fail(f"array of {count} elements cannot fit")
+            if count < 0 and not nullable:
+                raise c.fail(f"null in non-nullable array {name}")
             for _ in range(count):
                 if kind == "entity_array":
                     _entity(c, what)
                 else:
-                    _primitive(c, what, flexible)
+                    _primitive(c, what, flexible, False, name)
     if flexible:
         for _ in range(c.uvarint()):
             c.uvarint()  # tag
@@ -140,15 +150,19 @@ def _array_count(c: _Cursor, flexible: bool) -> int:
     return c.uvarint() - 1 if flexible else c.int_be(4)
 
 
-def _primitive(c: _Cursor, kafka_type: str, flexible: bool) -> None:
+def _primitive(c: _Cursor, kafka_type: str, flexible: bool, nullable: bool, name: str) -> None:
     size = _FIXED_SIZES.get(kafka_type)
     if size is not None:
         c.skip(size)
-    elif kafka_type == "legacy_string" or (kafka_type == "string" and not flexible):
-        c.skip(max(c.int_be(2), 0))
+        return
+    if kafka_type == "legacy_string" or (kafka_type == "string" and not flexible):
+        length = c.int_be(2)
     elif kafka_type in ("string", "bytes", "records") and flexible:
-        c.skip(max(c.uvarint() - 1, 0))
+        length = c.uvarint() - 1
     elif kafka_type in ("bytes", "records"):
-        c.skip(max(c.int_be(4), 0))
+        length = c.int_be(4)
     else:
         raise c.fail(f"unknown field type {kafka_type!r}")
+    if length < 0 and not nullable:
+        raise c.fail(f"null in non-nullable {kafka_type} {name}")
+    c.skip(max(length, 0))

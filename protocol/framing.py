@@ -1,10 +1,11 @@
 """Size-prefixed frames: a big-endian int32 length, then that many bytes.
 
 `FrameReader` is fed by a buffered protocol: it hands out the buffer the socket
-reads into and returns the frames completed by each read. Small frames are cut
-from a shared scratch buffer; a frame larger than what is left there gets a buffer
+reads into and returns the frames completed by each read. A frame that fits in the
+connection's scratch buffer (64 KiB) is cut from it; a larger frame gets a buffer
 of its own, received into directly, so large produce requests are not copied
-twice. It does no I/O.
+twice. That buffer is allocated only once the broker-wide `MemoryPool` has
+reserved the frame's size: a size prefix alone commits no memory. It does no I/O.
 """
 
 from __future__ import annotations
@@ -12,10 +13,16 @@ from __future__ import annotations
 import struct
 
 from protocol.errors import ErrorCode, KafkaError
+from protocol.memory_pool import MemoryPool
 
 SIZE_PREFIX_BYTES = 4
+SCRATCH_BYTES = 64 * 1024
 _SIZE = struct.Struct(">i")
-_SCRATCH_BYTES = 64 * 1024
+
+
+def pooled_bytes(frame_bytes: int) -> int:
+    """What a frame of `frame_bytes` holds of the pool: 0 if it is cut from scratch."""
+    return frame_bytes if frame_bytes + SIZE_PREFIX_BYTES > SCRATCH_BYTES else 0
 
 
 class FrameError(KafkaError):
@@ -23,13 +30,21 @@ class FrameError(KafkaError):
 
 
 class FrameReader:
-    """Splits a byte stream into frames of at most `max_frame_bytes`. Not shared between tasks."""
+    """Splits a byte stream into frames of at most `max_frame_bytes`. Not shared between tasks.
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    When the pool cannot grant a large frame's buffer, `awaiting_memory_bytes` says how
+    much it waits for; the caller stops reading, waits on the pool, and calls
+    `memory_granted` once the pool has reserved that much.
+    """
+
+    def __init__(self, max_frame_bytes: int, pool: MemoryPool) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._scratch = bytearray(_SCRATCH_BYTES)
+        self.pool = pool
+        self.awaiting_memory_bytes = 0
+        self._scratch = bytearray(SCRATCH_BYTES)
         self._start = 0  # first unconsumed byte in scratch
         self._end = 0  # end of received bytes in scratch
+        self._compact_next = False  # the pending frame fits in scratch, but not from _start
         self._large: bytearray | None = None  # the frame being received outside scratch
         self._large_filled = 0
 
@@ -38,7 +53,7 @@ class FrameReader:
             return memoryview(self._large)[self._large_filled :]
         if self._start == self._end:
             self._start = self._end = 0
-        elif _SCRATCH_BYTES - self._end < SIZE_PREFIX_BYTES:
+        elif self._compact_next or SCRATCH_BYTES - self._end < SIZE_PREFIX_BYTES:
             self._compact()
         return memoryview(self._scratch)[self._end :]
 
@@ -54,24 +69,35 @@ class FrameReader:
         frames: list[bytes | memoryview] = []
         while self._end - self._start >= SIZE_PREFIX_BYTES:
             (size,) = _SIZE.unpack_from(self._scratch, self._start)
-            if size < 0 or size > self.max_frame_bytes:
+            limit = min(self.max_frame_bytes, self.pool.capacity_bytes)
+            if size < 0 or size > limit:
                 raise FrameError(
                     ErrorCode.invalid_request,
-                    f"frame size {size} outside 0..{self.max_frame_bytes} "
-                    "(socket.request.max.bytes)",
+                    f"frame size {size} outside 0..{limit} "
+                    "(socket.request.max.bytes, queued.max.request.bytes)",
                 )
             body_start = self._start + SIZE_PREFIX_BYTES
             if self._end - body_start >= size:
                 frames.append(bytes(self._scratch[body_start : body_start + size]))
                 self._start = body_start + size
-            elif body_start + size <= _SCRATCH_BYTES:
-                break  # the rest of this frame fits in scratch
+            elif not pooled_bytes(size):
+                self._compact_next = body_start + size > SCRATCH_BYTES
+                break
+            elif self.pool.try_reserve(size):
+                self._start_large(size)
+                break
             else:
-                self._start_large(body_start, size)
+                self.awaiting_memory_bytes = size
                 break
         return frames
 
-    def _start_large(self, body_start: int, size: int) -> None:
+    def memory_granted(self) -> None:
+        """The pool reserved `awaiting_memory_bytes` for the pending frame: allocate it."""
+        size, self.awaiting_memory_bytes = self.awaiting_memory_bytes, 0
+        self._start_large(size)
+
+    def _start_large(self, size: int) -> None:
+        body_start = self._start + SIZE_PREFIX_BYTES
         received = self._end - body_start
         self._large = bytearray(size)
         self._large[:received] = self._scratch[body_start : self._end]
@@ -82,6 +108,13 @@ class FrameReader:
         pending = self._end - self._start
         self._scratch[:pending] = self._scratch[self._start : self._end]
         self._start, self._end = 0, pending
+        self._compact_next = False
+
+    def close(self) -> None:
+        """Return the partial frame's memory to the pool; the stream ends here."""
+        if self._large is not None:
+            self.pool.release(len(self._large))
+            self._large = None
 
     @property
     def has_partial_frame(self) -> bool:

@@ -1,9 +1,13 @@
-"""`check_bounds` agrees with kio on every request schema, and refuses impossible counts."""
+"""`check_bounds` agrees with kio on every request schema, refuses impossible counts, and
+refuses a null wherever the schema does not allow one."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
+from types import NoneType, UnionType
+from typing import Any, Union, get_args, get_origin
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +20,7 @@ from broker.handlers import HANDLERS
 from protocol.bounds import check_bounds
 from protocol.codec import parse_request, supported_versions
 from protocol.errors import ErrorCode, KafkaError
+from tests.integration.wire import encode_request
 
 HANDLED = [
     0,
@@ -84,3 +89,40 @@ def test_trailing_bytes_are_ignored_as_kafka_does() -> None:
     header = struct.pack(">hhih", 3, 1, 7, 0)  # Metadata v1, client id ""
     request = parse_request(header + struct.pack(">i", -1) + b"\x00\x00\x00")
     assert request.correlation_id == 7 and request.body.topics is None
+
+
+def null_violations(entity: Any) -> list[str]:
+    """Fields of `entity` (and the entities in it) that are None where the schema forbids it."""
+    found = []
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        nullable = get_origin(f.type) in (UnionType, Union) and NoneType in get_args(f.type)
+        if value is None and not nullable:
+            found.append(f"{type(entity).__name__}.{f.name}")
+        for item in value if isinstance(value, tuple) else (value,):
+            if dataclasses.is_dataclass(item):
+                found += null_violations(item)
+    return found
+
+
+NULLS = (b"\x00", b"\xff\xff", b"\xff\xff\xff\xff")  # compact, int16 and int32 nulls
+
+
+@pytest.mark.parametrize(
+    "schema", SCHEMAS, ids=lambda s: f"{s.__module__.split('.')[2]}-v{s.__version__}"
+)
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_length_mutated_to_null_is_refused_or_allowed_by_the_schema(
+    schema: type, data: st.DataObject
+) -> None:
+    frame = encode_request(data.draw(st.from_type(schema)), correlation_id=1)
+    body_offset = check_bounds(schema.__header_schema__, frame, 0, header=True)
+    for position in range(body_offset, len(frame)):
+        for null in NULLS:
+            mutated = frame[:position] + null + frame[position + len(null) :]
+            try:
+                request = parse_request(mutated)
+            except KafkaError:
+                continue
+            assert not null_violations(request.body), (position, null, request.body)

@@ -1,0 +1,158 @@
+"""`Acceptor`: accepts connections on the listening socket within Kafka's connection quotas.
+
+`max.connections` bounds the broker's connections: at the limit the acceptor stops
+accepting until one closes, and clients wait in the listen backlog, as Kafka's
+acceptor does. `max.connections.per.ip` (and its per-address overrides) bounds one
+address: a connection over it is accepted and closed at once, with a log line.
+
+When `accept` fails for want of file descriptors (EMFILE, ENFILE) or memory, the
+waiting connection stays in the backlog: the acceptor retries after a pause and
+logs one line per `ACCEPT_ERROR_LOG_INTERVAL_S` saying how often it failed, instead
+of a traceback per attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+ACCEPT_RETRY_DELAY_S = 0.1
+ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionLimits:
+    """Kafka's connection quotas and idle timeout; Kafka's defaults."""
+
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    connections_max_idle_ms: int = 600_000
+
+    def limit_for(self, ip: str) -> int:
+        return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
+
+
+def parse_per_ip_overrides(text: str) -> dict[str, int]:
+    """`max.connections.per.ip.overrides`: `address:count` pairs, comma separated."""
+    overrides: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        address, sep, count = item.rpartition(":")
+        if not sep or not address or not count.strip().isdigit():
+            raise ValueError(f"expected address:count, got {item!r}")
+        overrides[address.strip().strip("[]")] = int(count)
+    return overrides
+
+
+class ConnectionQuotas:
+    """Open connections, per address and in all. Used from the event loop only."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.total = 0
+        self.per_ip: Counter[str] = Counter()
+        self._slot_freed = asyncio.Event()
+
+    def try_add(self, ip: str) -> bool:
+        """Count a new connection from `ip`; False if `ip` already has its maximum."""
+        if self.per_ip[ip] >= self.limits.limit_for(ip):
+            return False
+        self.per_ip[ip] += 1
+        self.total += 1
+        return True
+
+    def remove(self, ip: str) -> None:
+        self.per_ip[ip] -= 1
+        if not self.per_ip[ip]:
+            del self.per_ip[ip]
+        self.total -= 1
+        self._slot_freed.set()
+
+    async def wait_for_slot(self) -> None:
+        """Return once fewer than `max.connections` are open."""
+        while self.total >= self.limits.max_connections:
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+
+
+class Acceptor:
+    """Accepts from `sock` and hands each admitted connection to `admit`. Owns its task."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        quotas: ConnectionQuotas,
+        admit: Callable[[socket.socket, str], Awaitable[None]],
+    ) -> None:
+        self.sock = sock
+        self.quotas = quotas
+        self.admit = admit
+        self._task: asyncio.Task[None] | None = None
+        self._failures = 0
+        self._logged_at = float("-inf")
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="acceptor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.quotas.wait_for_slot()
+            try:
+                conn, address = await loop.sock_accept(self.sock)
+            except ConnectionAbortedError:
+                continue  # the client gave up before we accepted: routine
+            except OSError as e:
+                # Out of file descriptors or memory, mostly: the client waits in the backlog.
+                self._note_failure(e)
+                await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
+                continue
+            ip = str(address[0])
+            if not self.quotas.try_add(ip):
+                log.info(
+                    "rejected connection from %s: it has the maximum of %d connections "
+                    "(max.connections.per.ip)",
+                    ip,
+                    self.quotas.limits.limit_for(ip),
+                )
+                conn.close()
+                continue
+            try:
+                await self.admit(conn, ip)
+            except Exception:  # one bad connection must not stop the broker accepting
+                log.exception("closing connection from %s: it could not be set up", ip)
+                conn.close()
+
+    def _note_failure(self, e: OSError) -> None:
+        self._failures += 1
+        now = time.monotonic()
+        if now - self._logged_at >= ACCEPT_ERROR_LOG_INTERVAL_S:
+            hint = (
+                "; raise the open file limit or lower max.connections"
+                if e.errno in _OUT_OF_RESOURCES
+                else ""
+            )
+            log.warning(
+                "cannot accept connections: %s (%d times since the last report, retrying "
+                "every %.1f s%s)",
+                e.strerror or e,
+                self._failures,
+                ACCEPT_RETRY_DELAY_S,
+                hint,
+            )
+            self._logged_at, self._failures = now, 0

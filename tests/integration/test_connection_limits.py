@@ -1,0 +1,106 @@
+"""Connection quotas, idle connections and the file limit, on a real broker process.
+
+`max.connections.per.ip` (with its per-address overrides) closes a connection over
+the limit at once; `connections.max.idle.ms` closes connections that stay silent;
+and a broker out of file descriptors logs a bounded number of lines about accepting,
+then accepts again once connections close.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import struct
+import time
+from pathlib import Path
+
+from tests.integration.broker_process import BrokerProcess, api_versions_answered
+from tests.integration.wire import ConnectionClosed, WireClient
+
+API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
+
+
+def answered(client: WireClient) -> bool:
+    """Send ApiVersions v0; True if answered, False if the broker closed the connection."""
+    try:
+        client.send_frame(API_VERSIONS_V0)
+        return len(client.read_frame()) > 0
+    except (OSError, ConnectionClosed):
+        return False
+
+
+def open_answered(port: int, count: int, timeout_s: float = 10.0) -> list[WireClient]:
+    """`count` connections each answered once, retrying ones rejected while the broker
+    still counts connections that are closing."""
+    held: list[WireClient] = []
+    deadline = time.monotonic() + timeout_s
+    while len(held) < count:
+        assert time.monotonic() < deadline, f"only {len(held)} of {count} connections answered"
+        client = WireClient(port)
+        if answered(client):
+            held.append(client)
+        else:
+            client.close()
+            time.sleep(0.05)
+    return held
+
+
+def test_a_connection_over_the_per_ip_limit_is_closed_at_once(
+    broker_factory: type[BrokerProcess], tmp_path: Path
+) -> None:
+    broker = broker_factory(
+        tmp_path,
+        {"max.connections.per.ip": "1", "max.connections.per.ip.overrides": "127.0.0.1:3"},
+    ).start()
+    held = open_answered(broker.port, 3)
+    with WireClient(broker.port) as extra:
+        assert extra.is_closed(timeout_s=10)
+    held.pop().close()
+    open_answered(broker.port, 1)[0].close()  # a slot is free again
+    for client in held:
+        client.close()
+    assert broker.stop() == 0
+    log = broker.log()
+    assert "rejected connection from 127.0.0.1: it has the maximum of 3 connections" in log, log
+    assert "Traceback" not in log, log
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms(
+    broker_factory: type[BrokerProcess], tmp_path: Path
+) -> None:
+    broker = broker_factory(tmp_path, {"connections.max.idle.ms": "300"}).start()
+    (client,) = open_answered(broker.port, 1)
+    assert client.is_closed(timeout_s=10)
+    client.close()
+    assert broker.stop() == 0
+    assert "idle for more than 300 ms (connections.max.idle.ms)" in broker.log(), broker.log()
+
+
+def test_out_of_file_descriptors_the_broker_logs_little_and_recovers(
+    broker_factory: type[BrokerProcess], tmp_path: Path
+) -> None:
+    # No background job that opens files runs while descriptors are short: this tests accepting.
+    quiet = {
+        "remote.log.storage.system.enable": "false",
+        "replica.high.watermark.checkpoint.interval.ms": "600000",
+        "log.flush.offset.checkpoint.interval.ms": "600000",
+    }
+    broker = broker_factory(tmp_path, quiet).start()
+    assert broker.process is not None
+    pid = broker.process.pid
+    open_fds = len(os.listdir(f"/proc/{pid}/fd"))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_fds + 8, open_fds + 8))
+    log_bytes = len(broker.log())
+    clients = [socket.create_connection(("127.0.0.1", broker.port)) for _ in range(50)]
+    try:
+        time.sleep(3)  # the broker tries to accept about 30 times in this while
+        during = broker.log()[log_bytes:]
+        assert 1 <= during.count("cannot accept connections: Too many open files") <= 2, during
+        assert len(during) < 4096, during
+    finally:
+        for client in clients:
+            client.close()
+    assert api_versions_answered(broker.port, timeout_s=10)
+    assert broker.stop() == 0
+    assert "Traceback" not in broker.log(), broker.log()

@@ -1,0 +1,59 @@
+"""The metrics endpoint answers an oversized or malformed request with 400 or 431 and a log
+line, never a reset: what the client still sends is read and dropped before closing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from broker.metrics import MetricsServer
+
+
+def exchange(port: int, request: bytes) -> bytes:
+    """Send `request` on a raw socket and read the answer until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+CASES = {
+    "long request line": (b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n\r\n", b"400 Bad Request"),
+    "long header": (
+        b"GET /metrics HTTP/1.1\r\nX-Big: " + b"b" * 100_000 + b"\r\n\r\n",
+        b"431 Request Header Fields Too Large",
+    ),
+    "many headers": (
+        b"GET /metrics HTTP/1.1\r\n" + b"X-Header: 0123456789\r\n" * 5000 + b"\r\n",
+        b"431 Request Header Fields Too Large",
+    ),
+    "garbage": (b"\x16\x03\x01 not http at all\r\n\r\n", b"400 Bad Request"),
+}
+
+
+@pytest.mark.parametrize("request_bytes, status", CASES.values(), ids=CASES.keys())
+async def test_a_bad_request_is_answered_with_an_http_error(
+    request_bytes: bytes, status: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = MetricsServer(CollectorRegistry(), lambda: [])
+    await server.start("127.0.0.1", 0)
+    assert server._server is not None
+    port = server._server.sockets[0].getsockname()[1]
+    try:
+        with caplog.at_level(logging.INFO):
+            answer = await asyncio.to_thread(exchange, port, request_bytes)
+            assert answer.startswith(b"HTTP/1.0 " + status), answer[:200]
+            good = await asyncio.to_thread(
+                exchange, port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            assert good.startswith(b"HTTP/1.0 200 OK")
+        assert "metrics request refused" in caplog.text
+        assert "Traceback" not in caplog.text and "Unhandled exception" not in caplog.text
+    finally:
+        await server.stop()
