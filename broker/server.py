@@ -271,6 +271,10 @@ class SocketServer:
             made.append(KafkaConnection(self, ip))
             return made[-1]
 
+        # Small response parts (headers before a sendfile) must not wait for an ACK. asyncio
+        # sets TCP_NODELAY only on sockets made with proto IPPROTO_TCP, and an accepted
+        # socket has the listening socket's proto: 0, from socket.create_server.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             await loop.connect_accepted_socket(connection, sock)
         except OSError as e:  # the client went away before its transport was made

@@ -1,9 +1,10 @@
-"""`SocketServer`: a large response part is written a slice at a time, as the client reads."""
+"""`SocketServer`: how it writes responses to the connections it accepts."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import struct
 
 from broker.server import WRITE_SLICE_BYTES, SocketServer
@@ -37,6 +38,27 @@ async def test_a_large_part_waits_for_the_client_a_slice_at_a_time_and_arrives_w
         assert 0 < connection.transport.get_write_buffer_size() <= high_water + WRITE_SLICE_BYTES
         size = struct.unpack(">i", await reader.readexactly(4))[0]
         assert size == len(payload) and await reader.readexactly(size) == payload
+        writer.close()
+    finally:
+        await server.stop(1)
+
+
+async def test_accepted_connections_send_small_parts_without_waiting_for_an_ack() -> None:
+    """A response header written before a sendfile must not sit in Nagle's buffer."""
+
+    async def handler(frame: bytes | memoryview, peer: str) -> list[bytes]:
+        return [struct.pack(">i", 4), b"pong"]
+
+    server = SocketServer(handler, max_request_bytes=MIB, max_queued_bytes=MIB)
+    await server.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(struct.pack(">i", 4) + b"ping")
+        assert await reader.readexactly(8) == struct.pack(">i", 4) + b"pong"
+        (connection,) = server.connections
+        assert connection.transport is not None
+        sock = connection.transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
         writer.close()
     finally:
         await server.stop(1)
