@@ -177,6 +177,8 @@ class Log:
         snapshot = self.producer_state.load(first, self.log_end_offset)
         start = snapshot if snapshot >= 0 else first
         for segment in self.segments[self._segment_for(start) :]:
+            if segment.next_offset <= start:
+                continue  # nothing to replay: its index is not read
             _, position = segment.offset_index.lookup(start)
             for _, batch in segment.headers_from(position):
                 if batch.has_producer_id and batch.base_offset >= start:

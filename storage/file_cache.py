@@ -1,0 +1,76 @@
+"""`LogFileCache`: the broker's open `.log` files, bounded by the process's file limit.
+
+A segment opens its file through the cache when it reads or appends, so a broker
+with more segments than `RLIMIT_NOFILE` allows keeps only the recently used ones
+open. The least recently used file beyond the capacity is forgotten by the cache;
+its descriptor is closed once nothing refers to it any more. A `FileSlice` that a
+fetch response is still sending holds its `LogFile`, so eviction never closes a
+file under `sendfile`; a deleted segment holds its own until
+`file.delete.delay.ms` has passed.
+
+Not thread-safe: only the event loop uses it (flushes in the executor open the
+path themselves).
+"""
+
+from __future__ import annotations
+
+import io
+import resource
+from collections import OrderedDict
+from pathlib import Path
+
+MIN_OPEN_LOG_FILES = 16
+OPEN_LOG_FILES_SHARE = 0.5  # of the soft RLIMIT_NOFILE; sockets and indexes need the rest
+
+
+class LogFile(io.FileIO):
+    """A `.log` file opened for reads at any position and appends at the end.
+
+    Closed when the last reference goes (CPython's reference counting), without the
+    ResourceWarning of an unclosed file: dropping it is how the cache closes it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, "a+")
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class LogFileCache:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._files: OrderedDict[Path, LogFile] = OrderedDict()
+        self.opened = 0  # files opened since start: a measure of churn
+
+    @classmethod
+    def sized_from_rlimit(cls) -> LogFileCache:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            soft = 1 << 16
+        return cls(max(MIN_OPEN_LOG_FILES, int(soft * OPEN_LOG_FILES_SHARE)))
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def get(self, path: Path) -> LogFile:
+        """The open file at `path` (created if missing), now the most recently used."""
+        file = self._files.get(path)
+        if file is not None:
+            self._files.move_to_end(path)
+            return file
+        file = LogFile(path)
+        self.opened += 1
+        self._files[path] = file
+        # Invariant: at most `capacity` files are held here; evicted ones close when unused.
+        while len(self._files) > self.capacity:
+            self._files.popitem(last=False)
+        return file
+
+    def forget(self, path: Path) -> LogFile | None:
+        """Stop holding the file at `path`; returns it if it was open."""
+        return self._files.pop(path, None)
+
+
+LOG_FILES = LogFileCache.sized_from_rlimit()
+"""The broker-wide cache every `LogSegment` opens its file through."""
