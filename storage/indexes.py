@@ -201,7 +201,10 @@ class _IndexFile:
             self._loaded = None
 
     def delete(self) -> None:
-        self.close()
+        """Remove the file; lookups keep the entries in memory (or none: the segment's
+        reads then scan from its start), so a deleted segment stays readable."""
+        if self._loaded is None:
+            self._loaded = self.reader(bytearray(), self.base_offset)
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
