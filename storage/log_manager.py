@@ -5,7 +5,8 @@ written atomically: `recovery-point-offset-checkpoint`,
 `log-start-offset-checkpoint` and `replication-offset-checkpoint` (high
 watermarks). A clean shutdown leaves `.kafka_cleanshutdown`; without it, logs are
 recovered from their recovery points on the next start. Not shared between tasks:
-the broker calls it from the event loop.
+the broker calls it from the event loop; only the files of new logs are written in
+worker threads (`create_logs`), and the loop registers the logs they return.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import asyncio
 import logging
 import shutil
 import uuid
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
@@ -28,12 +31,17 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+# Creating a log is mostly fsyncs (its metadata and epoch checkpoint): threads let the
+# file system commit them together.
+LOG_CREATION_THREADS = 16
 
 
 class LogManager:
     def __init__(self, log_dirs: list[Path]) -> None:
         self.log_dirs = log_dirs
         self.logs: dict[TopicPartition, Log] = {}
+        self._logs_per_dir: Counter[Path] = Counter()
+        self._creation_pool: ThreadPoolExecutor | None = None
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
 
@@ -59,32 +67,77 @@ class LogManager:
                     log.info("removing %s: its topic no longer exists", path)
                     shutil.rmtree(path)
                     continue
-                self.logs[tp] = Log(
-                    path,
-                    tp,
-                    config,
-                    topic_id,
-                    recovery_point=recovery.get(tp, 0),
-                    log_start_offset=starts.get(tp, 0),
-                    high_watermark=watermarks.get(tp, 0),
-                    had_clean_shutdown=clean,
+                self._register(
+                    Log(
+                        path,
+                        tp,
+                        config,
+                        topic_id,
+                        recovery_point=recovery.get(tp, 0),
+                        log_start_offset=starts.get(tp, 0),
+                        high_watermark=watermarks.get(tp, 0),
+                        had_clean_shutdown=clean,
+                    )
                 )
             clean_marker.unlink(missing_ok=True)
+
+    def _register(self, log_: Log) -> None:
+        self.logs[log_.topic_partition] = log_
+        self._logs_per_dir[log_.dir.parent] += 1
+
+    def _next_log_dir(self) -> Path:
+        """The log dir holding the fewest logs."""
+        return min(self.log_dirs, key=lambda d: self._logs_per_dir[d])
 
     def get_or_create_log(self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig) -> Log:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        log_dir = min(
-            self.log_dirs, key=lambda d: sum(1 for lg in self.logs.values() if lg.dir.parent == d)
-        )
-        created = Log(log_dir / str(tp), tp, config, topic_id)
-        self.logs[tp] = created
+        created = Log(self._next_log_dir() / str(tp), tp, config, topic_id)
+        self._register(created)
         return created
+
+    async def create_logs(
+        self,
+        tps: list[TopicPartition],
+        topic_id: uuid.UUID,
+        config: LogConfig,
+        leader_epoch: int,
+    ) -> None:
+        """Create the logs of new partitions, their files written in worker threads, each
+        log's epoch checkpoint already at `leader_epoch` from offset 0.
+
+        A directory left on disk (a log never registered) is opened on the loop instead,
+        as loading may read its segments through the loop's file cache.
+        """
+        loop = asyncio.get_running_loop()
+        if self._creation_pool is None:
+            self._creation_pool = ThreadPoolExecutor(LOG_CREATION_THREADS, "log-creation")
+        pool = self._creation_pool
+
+        def create(directory: Path, tp: TopicPartition) -> Log:
+            created = Log(directory, tp, config, topic_id)
+            created.leader_epoch_cache.assign(leader_epoch, 0)
+            return created
+
+        planned = Counter(self._logs_per_dir)  # dirs of this batch, so they stay balanced
+        pending = []
+        for tp in tps:
+            if tp in self.logs:
+                continue
+            log_dir = min(self.log_dirs, key=lambda d: planned[d])
+            planned[log_dir] += 1
+            if (log_dir / str(tp)).exists():
+                self._register(create(log_dir / str(tp), tp))
+            else:
+                pending.append(loop.run_in_executor(pool, create, log_dir / str(tp), tp))
+        for created in await asyncio.gather(*pending):
+            self._register(created)
 
     def delete_log(self, tp: TopicPartition) -> None:
         removed = self.logs.pop(tp, None)
         if removed is not None:
+            self._logs_per_dir[removed.dir.parent] -= 1
             removed.delete()
 
     # Periodic work -------------------------------------------------------------------

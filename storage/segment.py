@@ -77,10 +77,9 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / file_name(base_offset, ".timeindex"), base_offset, max_index_bytes
         )
-        try:
-            self.size = os.stat(self.log_path).st_size
-        except FileNotFoundError:
-            self.size = os.fstat(self.file.fileno()).st_size  # creates the file
+        # Created here, opened only when used: a new segment holds no descriptor either.
+        os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o644))
+        self.size = os.stat(self.log_path).st_size
         self.created_ms = created_ms
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
