@@ -6,10 +6,14 @@ open. The least recently used file beyond the capacity is forgotten by the cache
 its descriptor is closed once nothing refers to it any more. A `FileSlice` that a
 fetch response is still sending holds its `LogFile`, so eviction never closes a
 file under `sendfile`; a deleted segment holds its own until
-`file.delete.delay.ms` has passed.
+`file.delete.delay.ms` has passed. Files held that way count too: past
+`max_open_files`, a read copies its bytes instead of holding the file
+(`under_pressure`), so one fetch of thousands of partitions cannot exhaust the
+file limit.
 
-Not thread-safe: only the event loop uses it (flushes in the executor open the
-path themselves).
+Not thread-safe: one thread uses it at a time, the loader before the broker serves
+and then the event loop (flushes and log creation in worker threads open their
+paths themselves).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 
 MIN_OPEN_LOG_FILES = 16
 OPEN_LOG_FILES_SHARE = 0.5  # of the soft RLIMIT_NOFILE; sockets and indexes need the rest
+HELD_LOG_FILES_SHARE = 0.5  # of the capacity: evicted files still held by responses
 
 
 class LogFile(io.FileIO):
@@ -30,8 +35,16 @@ class LogFile(io.FileIO):
     ResourceWarning of an unclosed file: dropping it is how the cache closes it.
     """
 
+    open_files = 0  # LogFiles open in this process, in the cache or not
+
     def __init__(self, path: Path) -> None:
         super().__init__(path, "a+")
+        type(self).open_files += 1
+
+    def close(self) -> None:
+        if not self.closed:
+            type(self).open_files -= 1  # not the module's name: gone at interpreter exit
+        super().close()
 
     def __del__(self) -> None:
         self.close()
@@ -42,6 +55,15 @@ class LogFileCache:
         self.capacity = max(1, capacity)
         self._files: OrderedDict[Path, LogFile] = OrderedDict()
         self.opened = 0  # files opened since start: a measure of churn
+
+    @property
+    def max_open_files(self) -> int:
+        return self.capacity + int(self.capacity * HELD_LOG_FILES_SHARE)
+
+    @property
+    def under_pressure(self) -> bool:
+        """More log files are open than the budget: reads should not hold theirs."""
+        return LogFile.open_files >= self.max_open_files
 
     @classmethod
     def sized_from_rlimit(cls) -> LogFileCache:

@@ -108,7 +108,7 @@ class Log:
         self.highest_offset_in_remote_storage = -1  # set by the RemoteLogManager
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False)
         self._load_producer_state()
 
     # Loading -------------------------------------------------------------------------
