@@ -113,7 +113,9 @@ class Controller:
             current = self.store.topics.get(topic.name)
             if current is None or current.topic_id != topic.topic_id:
                 for tp in tps:
-                    log_manager.delete_log(tp)
+                    created = log_manager.logs.get(tp)
+                    if created is not None and created.topic_id == topic.topic_id:
+                        log_manager.delete_log(tp)
                 return
             self._lead(topic, batch)
 
