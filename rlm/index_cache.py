@@ -11,29 +11,26 @@ Safe to share between tasks on the event loop.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import shutil
-import struct
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from storage.indexes import IndexEntries, OffsetEntries, TimeEntries
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from storage.remote.storage_manager import IndexType
 
 CACHE_DIR = "remote-log-index-cache"
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
 
 Fetcher = Callable[[RemoteLogSegmentMetadata, IndexType], Awaitable[bytes]]
 
 
 class _Entry:
-    __slots__ = ("keys", "size", "values")
+    __slots__ = ("index", "size")
 
-    def __init__(self, keys: list[int], values: list[int], size: int) -> None:
-        self.keys, self.values, self.size = keys, values, size
+    def __init__(self, index: IndexEntries, size: int) -> None:
+        self.index, self.size = index, size
 
 
 class RemoteIndexCache:
@@ -50,15 +47,15 @@ class RemoteIndexCache:
 
     async def lookup_offset(self, metadata: RemoteLogSegmentMetadata, offset: int) -> int:
         """The position of the last index entry with offset <= `offset` (0 if none)."""
-        entry = await self._get(metadata, IndexType.OFFSET)
-        i = bisect.bisect_right(entry.keys, offset) - 1
-        return entry.values[i] if i >= 0 else 0
+        index = (await self._get(metadata, IndexType.OFFSET)).index
+        i = index.floor(offset)
+        return index.value(i) if i >= 0 else 0
 
     async def lookup_timestamp(self, metadata: RemoteLogSegmentMetadata, timestamp_ms: int) -> int:
         """The offset of the last time index entry at or before `timestamp_ms`, or the start."""
-        entry = await self._get(metadata, IndexType.TIMESTAMP)
-        i = bisect.bisect_right(entry.keys, timestamp_ms) - 1
-        return entry.values[i] if i >= 0 else metadata.start_offset
+        index = (await self._get(metadata, IndexType.TIMESTAMP)).index
+        i = index.floor(timestamp_ms)
+        return index.value(i) if i >= 0 else metadata.start_offset
 
     async def _get(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> _Entry:
         key = (metadata.segment_id.id, index_type)
@@ -85,13 +82,8 @@ class RemoteIndexCache:
         self.downloads += 1
         path = self.dir / f"{metadata.segment_id.id}.{index_type.value}"
         await asyncio.get_running_loop().run_in_executor(None, path.write_bytes, data)
-        base = metadata.start_offset
-        if index_type == IndexType.OFFSET:
-            pairs = list(_OFFSET_ENTRY.iter_unpack(data[: len(data) - len(data) % 8]))
-            entry = _Entry([base + rel for rel, _ in pairs], [pos for _, pos in pairs], len(data))
-        else:
-            pairs = list(_TIME_ENTRY.iter_unpack(data[: len(data) - len(data) % 12]))
-            entry = _Entry([ts for ts, _ in pairs], [base + rel for _, rel in pairs], len(data))
+        reader = OffsetEntries if index_type == IndexType.OFFSET else TimeEntries
+        entry = _Entry(reader(data, metadata.start_offset), len(data))
         key = (metadata.segment_id.id, index_type)
         self._entries[key] = entry
         self.size_bytes += entry.size

@@ -24,7 +24,9 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 
 class IndexEntries:
@@ -48,6 +50,10 @@ class IndexEntries:
             raise IndexError(i)
         return self._decode(*self.entry.unpack_from(self.data, i * self.entry.size))
 
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for i in range(len(self)):
+            yield self[i]
+
     def _decode(self, a: int, b: int) -> tuple[int, int]:
         raise NotImplementedError
 
@@ -67,14 +73,14 @@ class IndexEntries:
     def count_values_below(self, value: int) -> int:
         return bisect.bisect_left(range(len(self)), value, key=self.value)
 
-    def increasing_prefix(self) -> int:
-        """How many leading entries strictly increase in key and value (a preallocated,
-        zeroed tail stops it)."""
+    def increasing(self) -> Self:
+        """The leading entries that strictly increase in key and value: an index file
+        read whole may end in a preallocated, zeroed tail."""
         for i in range(1, len(self)):
             (k0, v0), (k1, v1) = self[i - 1], self[i]
             if k1 <= k0 or v1 <= v0:
-                return i
-        return len(self)
+                return type(self)(self.data[: i * self.entry.size], self.base_offset)
+        return self
 
 
 class OffsetEntries(IndexEntries):
@@ -88,6 +94,11 @@ class OffsetEntries(IndexEntries):
 
     def encode(self, offset: int, position: int) -> bytes:
         return self.entry.pack(offset - self.base_offset, position)
+
+    def position_for(self, offset: int) -> int:
+        """The position of the last entry at or before `offset` (0 if none)."""
+        i = self.floor(offset)
+        return self.value(i) if i >= 0 else 0
 
 
 class TimeEntries(IndexEntries):
