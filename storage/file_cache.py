@@ -19,6 +19,7 @@ paths themselves).
 from __future__ import annotations
 
 import io
+import os
 import resource
 from collections import OrderedDict
 from pathlib import Path
@@ -26,6 +27,10 @@ from pathlib import Path
 MIN_OPEN_LOG_FILES = 16
 OPEN_LOG_FILES_SHARE = 0.5  # of the soft RLIMIT_NOFILE; sockets and indexes need the rest
 HELD_LOG_FILES_SHARE = 0.5  # of the capacity: evicted files still held by responses
+
+
+def _open_for_append(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_APPEND)
 
 
 class LogFile(io.FileIO):
@@ -38,7 +43,8 @@ class LogFile(io.FileIO):
     open_files = 0  # LogFiles open in this process, in the cache or not
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path, "a+")
+        # Never created here: a deleted segment's path must not come back empty.
+        super().__init__(path, "r+", opener=_open_for_append)
         type(self).open_files += 1
 
     def close(self) -> None:
@@ -76,7 +82,7 @@ class LogFileCache:
         return len(self._files)
 
     def get(self, path: Path) -> LogFile:
-        """The open file at `path` (created if missing), now the most recently used."""
+        """The open file at `path`, now the most recently used."""
         file = self._files.get(path)
         if file is not None:
             self._files.move_to_end(path)

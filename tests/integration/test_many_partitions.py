@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
@@ -112,6 +114,11 @@ def test_ten_thousand_partitions_under_a_low_file_limit(
         refused = create_topics(client, "too-many", PARTITIONS + 1)
     assert refused.error_code == ErrorCode.policy_violation
     assert refused.error_message == "Unable to perform excessively large batch operation."
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    growth = admin.create_partitions([NewPartitions(TOPIC, 2 * PARTITIONS + 1)])[TOPIC]
+    with pytest.raises(KafkaException) as refused_growth:  # 10,001 new partitions
+        growth.result(60)
+    assert refused_growth.value.args[0].code() == ErrorCode.policy_violation
 
     produce(broker.bootstrap, WRITTEN, 1)
     assert consume(broker.bootstrap, SAMPLE) == {p: [value_of(p, 1)] for p in SAMPLE}
