@@ -126,10 +126,13 @@ class _IndexFile:
         self.max_entries = max(1, max_index_bytes // self.entry_size)
         self._loaded: IndexEntries | None = None
         try:
-            self._file_entries = os.stat(path).st_size // self.entry_size
+            size = os.stat(path).st_size
         except FileNotFoundError:
-            self._file_entries = 0  # created by the first append
+            size = 0  # created by the first append
+        self._file_entries = size // self.entry_size
         if self._file_entries == 0:
+            if size:
+                os.truncate(path, 0)  # a torn first entry: appends must start at 0
             self._loaded = self.reader(bytearray(), base_offset)
 
     def _entries(self) -> IndexEntries:
@@ -182,10 +185,13 @@ class _IndexFile:
         data += raw
 
     def truncate_entries(self, count: int) -> None:
-        """Keep only the first `count` entries."""
-        data = self._entries().data
-        assert isinstance(data, bytearray)
-        del data[count * self.entry_size :]
+        """Keep only the first `count` entries (none: the file is not read first)."""
+        if count == 0:
+            self._loaded = self.reader(bytearray(), self.base_offset)
+        else:
+            data = self._entries().data
+            assert isinstance(data, bytearray)
+            del data[count * self.entry_size :]
         try:
             os.truncate(self.path, count * self.entry_size)
         except FileNotFoundError:

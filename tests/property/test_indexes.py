@@ -89,3 +89,12 @@ def test_torn_entry_is_dropped_on_open(tmp_path: Path) -> None:
     assert reopened.last_entry == (5, 100)
     assert reopened.lookup(1000) == (5, 100) and path.stat().st_size == 16
     reopened.close()
+
+
+def test_a_torn_first_entry_is_dropped_before_appends(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.index"
+    path.write_bytes(b"\x00\x00\x07")
+    index = OffsetIndex(path, 0, 1000)
+    index.append(3, 60)
+    index.close()
+    assert OffsetIndex(path, 0, 1000).lookup(10) == (3, 60)
