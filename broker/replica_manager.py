@@ -19,6 +19,7 @@ from broker.purgatory import Purgatory
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import InvalidRecordError
 from rlm.remote_log_manager import RemoteLogManager
+from storage.file_cache import LOG_FILES
 from storage.log import LogStartOffsetIncrementReason, OffsetMovedToTieredStorage
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -254,11 +255,15 @@ class ReplicaManager:
             data = partition.read(
                 request.fetch_offset, max_bytes, min_one_batch, request.current_leader_epoch
             )
+            records = data.records
             return FetchResultPartition(
                 ErrorCode.none,
                 partition.high_watermark,
                 partition.log.log_start_offset,
-                data.records,
+                # Too many log files held open: a response must not hold one more.
+                memoryview(records.read())
+                if records is not None and LOG_FILES.under_pressure
+                else records,
             )
         except OffsetMovedToTieredStorage:
             if self.remote is None:

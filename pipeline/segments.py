@@ -14,17 +14,15 @@ Every batch is CRC-checked before its records are used, as Kafka's consumers do.
 
 from __future__ import annotations
 
-import bisect
 import logging
-import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from pipeline.discovery import RemoteSegment, SegmentRange
 from pipeline.storage import ObjectStore
 from protocol.records import BATCH_HEADER_SIZE, BatchView
+from storage.indexes import OffsetEntries, TimeEntries
 from storage.remote.index_bundle import unpack_indexes
 from storage.remote.storage_manager import IndexType
 
@@ -32,45 +30,6 @@ log = logging.getLogger(__name__)
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength
 DEFAULT_CHUNK_BYTES = 1 << 20
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetIndex:
-    """A segment's offset index: absolute offsets and the byte positions of their batches."""
-
-    offsets: list[int]
-    positions: list[int]
-
-    def position_for(self, offset: int) -> int:
-        """The position of the last indexed batch at or before `offset` (0 if none)."""
-        i = bisect.bisect_right(self.offsets, offset) - 1
-        return self.positions[i] if i >= 0 else 0
-
-
-def parse_offset_index(data: bytes, start_offset: int) -> OffsetIndex:
-    """Entries up to the first that does not increase (a preallocated, zeroed tail)."""
-    offsets: list[int] = []
-    positions: list[int] = []
-    whole = len(data) - len(data) % _OFFSET_ENTRY.size
-    for relative, position in _OFFSET_ENTRY.iter_unpack(data[:whole]):
-        if offsets and (start_offset + relative <= offsets[-1] or position <= positions[-1]):
-            break
-        offsets.append(start_offset + relative)
-        positions.append(position)
-    return OffsetIndex(offsets, positions)
-
-
-def parse_time_index(data: bytes, start_offset: int) -> list[tuple[int, int]]:
-    """(largest timestamp so far, absolute offset) entries, in order."""
-    entries: list[tuple[int, int]] = []
-    whole = len(data) - len(data) % _TIME_ENTRY.size
-    for timestamp, relative in _TIME_ENTRY.iter_unpack(data[:whole]):
-        if entries and timestamp < entries[-1][0]:
-            break
-        entries.append((timestamp, start_offset + relative))
-    return entries
 
 
 def whole_batches_end(buf: bytes | memoryview) -> int:
@@ -153,12 +112,13 @@ def load_indexes(store: ObjectStore, segment: RemoteSegment) -> dict[IndexType, 
         return {}
 
 
-def offset_index(indexes: dict[IndexType, bytes], segment: RemoteSegment) -> OffsetIndex | None:
+def offset_index(indexes: dict[IndexType, bytes], segment: RemoteSegment) -> OffsetEntries | None:
+    """The segment's offset index, up to its first entry that does not increase."""
     data = indexes.get(IndexType.OFFSET)
-    return None if data is None else parse_offset_index(data, segment.start_offset)
+    return None if data is None else OffsetEntries(data, segment.start_offset).increasing()
 
 
-def load_offset_index(store: ObjectStore, range_: SegmentRange) -> OffsetIndex | None:
+def load_offset_index(store: ObjectStore, range_: SegmentRange) -> OffsetEntries | None:
     return offset_index(load_indexes(store, range_.segment), range_.segment)
 
 
@@ -192,10 +152,10 @@ def offset_for_timestamp(
         indexes = load_indexes(store, segment)  # both indexes, one GET
         time_index = indexes.get(IndexType.TIMESTAMP)
         if time_index is not None:
-            entries = parse_time_index(time_index, segment.start_offset)
-            i = bisect.bisect_left(entries, (timestamp_ms, -1)) - 1
+            entries = TimeEntries(time_index, segment.start_offset).increasing()
+            i = entries.count_keys_below(timestamp_ms) - 1
             if i >= 0:
-                lower = max(lower, entries[i][1] + 1)
+                lower = max(lower, entries.value(i) + 1)
         index = offset_index(indexes, segment)
         position = 0 if index is None else index.position_for(lower)
         for batch in iter_batches_from(store, segment.log_key, position, None, chunk_bytes):

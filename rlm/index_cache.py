@@ -1,9 +1,9 @@
 """`RemoteIndexCache`: offset and time indexes of remote segments, LRU-bounded, kept on disk.
 
-In memory an index is two typed arrays (offset index: relative offsets and
-positions, 4 bytes each; time index: timestamps, 8 bytes, and relative offsets,
-4 bytes), about the size of the index file; `size_bytes` counts what the cache
-really holds (the arrays and a fixed per-entry overhead), and stays under
+In memory an index is its file's bytes, searched in place by the local log's
+index readers (`OffsetEntries`, `TimeEntries`, with base offset 0: lookups add the
+segment's start offset); `size_bytes` counts what the cache really holds (the
+bytes and a fixed per-entry overhead), and stays under
 `remote.log.index.file.cache.total.size.bytes` by evicting the least recently
 used index. Each index also has a file `<log.dir>/remote-log-index-cache/<segment
 id>.<index type>` (Kafka's file layout: big-endian entries), written atomically
@@ -19,26 +19,25 @@ between tasks on the event loop.
 from __future__ import annotations
 
 import asyncio
-import bisect
-import itertools
 import logging
 import os
-import struct
 import sys
 import uuid
-from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from storage.indexes import IndexEntries, OffsetEntries, TimeEntries
 from storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from storage.remote.storage_manager import IndexType
 
 log = logging.getLogger(__name__)
 
 CACHE_DIR = "remote-log-index-cache"
-_TIME_ENTRY = struct.Struct(">qi")
-_ENTRY_BYTES = {IndexType.OFFSET: 8, IndexType.TIMESTAMP: _TIME_ENTRY.size}
+_READERS: dict[IndexType, type[IndexEntries]] = {
+    IndexType.OFFSET: OffsetEntries,
+    IndexType.TIMESTAMP: TimeEntries,
+}
 # The entry object, its key (tuple, UUID) and its slot in the OrderedDict, measured.
 ENTRY_OVERHEAD_BYTES = 400
 
@@ -47,35 +46,19 @@ _Key = tuple[uuid.UUID, IndexType]
 
 
 class _Entry:
-    """One index: `keys` ascending (relative offsets, or timestamps), `values` beside them
-    (positions, or relative offsets)."""
+    """One index: its entries relative to the segment's start offset, and what it holds."""
 
-    __slots__ = ("keys", "size_bytes", "values")
+    __slots__ = ("index", "size_bytes")
 
-    def __init__(self, keys: array[int], values: array[int]) -> None:
-        self.keys, self.values = keys, values
-        self.size_bytes = sys.getsizeof(keys) + sys.getsizeof(values) + ENTRY_OVERHEAD_BYTES
+    def __init__(self, index: IndexEntries) -> None:
+        self.index = index
+        self.size_bytes = sys.getsizeof(index.data) + ENTRY_OVERHEAD_BYTES
 
 
 def parse_index(index_type: IndexType, data: bytes) -> _Entry:
     """Kafka's index file bytes as an entry; a torn last entry is ignored."""
-    whole = data[: len(data) - len(data) % _ENTRY_BYTES[index_type]]
-    if index_type == IndexType.OFFSET:
-        pairs = array("i", whole)
-        if sys.byteorder == "little":
-            pairs.byteswap()
-        return _Entry(pairs[0::2], pairs[1::2])
-    keys, values = array("q"), array("i")
-    for timestamp, relative_offset in _TIME_ENTRY.iter_unpack(whole):
-        keys.append(timestamp)
-        values.append(relative_offset)
-    return _Entry(keys, values)
-
-
-def _in_order(entry: _Entry) -> bool:
-    return all(a <= b for a, b in itertools.pairwise(entry.keys)) and all(
-        a <= b for a, b in itertools.pairwise(entry.values)
-    )
+    reader = _READERS[index_type]
+    return _Entry(reader(data[: len(data) - len(data) % reader.entry.size], 0))
 
 
 class RemoteIndexCache:
@@ -106,7 +89,7 @@ class RemoteIndexCache:
                 key = (uuid.UUID(segment_id), IndexType(suffix))
             except ValueError:
                 key = None
-            if key is None or key[1] not in _ENTRY_BYTES:
+            if key is None or key[1] not in _READERS:
                 path.unlink()  # a temp file of a write cut short, or not ours
                 continue
             files.append((path.stat().st_mtime_ns, key, path))
@@ -114,7 +97,8 @@ class RemoteIndexCache:
         for _, key, path in sorted(files, key=lambda f: f[0]):
             data = path.read_bytes()
             entry = parse_index(key[1], data)
-            if len(data) % _ENTRY_BYTES[key[1]] or not _in_order(entry):
+            index = entry.index
+            if len(data) % index.entry.size or len(index.increasing()) != len(index):
                 log.warning("deleting %s: not an index of whole entries in order", path)
                 path.unlink()
                 continue
@@ -123,15 +107,15 @@ class RemoteIndexCache:
 
     async def lookup_offset(self, metadata: RemoteLogSegmentMetadata, offset: int) -> int:
         """The position of the last index entry with offset <= `offset` (0 if none)."""
-        entry = await self._get(metadata, IndexType.OFFSET)
-        i = bisect.bisect_right(entry.keys, offset - metadata.start_offset) - 1
-        return entry.values[i] if i >= 0 else 0
+        index = (await self._get(metadata, IndexType.OFFSET)).index
+        i = index.floor(offset - metadata.start_offset)
+        return index.value(i) if i >= 0 else 0
 
     async def lookup_timestamp(self, metadata: RemoteLogSegmentMetadata, timestamp_ms: int) -> int:
         """The offset of the last time index entry at or before `timestamp_ms`, or the start."""
-        entry = await self._get(metadata, IndexType.TIMESTAMP)
-        i = bisect.bisect_right(entry.keys, timestamp_ms) - 1
-        return metadata.start_offset + (entry.values[i] if i >= 0 else 0)
+        index = (await self._get(metadata, IndexType.TIMESTAMP)).index
+        i = index.floor(timestamp_ms)
+        return metadata.start_offset + (index.value(i) if i >= 0 else 0)
 
     async def _get(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> _Entry:
         key = (metadata.segment_id.id, index_type)

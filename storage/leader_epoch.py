@@ -5,7 +5,12 @@ OffsetsForLeaderEpoch: the end offset of an epoch is the start offset of the nex
 higher epoch, or the log end offset for the latest. Persisted to
 `leader-epoch-checkpoint` on every change (rare: once per leader change), so after
 a crash it is at least as new as the log, and `truncate_from_end` trims it back to
-the recovered log end. Not shared between tasks: the owning log serialises access.
+the recovered log end. That trim at load is written by the next `assign` (as Kafka
+flushes it asynchronously), which the broker makes for every log before serving: a
+crash before then leaves entries the next load trims again, and a leader that
+re-assigns the trimmed entry writes nothing, so an empty partition loads and is
+led without a write. Not shared between tasks: the owning log
+serialises access.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ class LeaderEpochCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._entries = read_epoch_entries(path)
+        self._written = list(self._entries)  # what the file holds
 
     @property
     def entries(self) -> list[tuple[int, int]]:
@@ -35,6 +41,7 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that `epoch` starts at `start_offset` (no-op unless it is a new, higher epoch)."""
         if self._entries and epoch <= self._entries[-1][0]:
+            self._flush()  # a trim deferred at load is written now, by the leader's assign
             return
         # Entries of older epochs starting at or after this offset were never written.
         kept = [e for e in self._entries if e[1] < start_offset]
@@ -61,11 +68,15 @@ class LeaderEpochCache:
         i = bisect.bisect_right([start for _, start in self._entries], offset) - 1
         return self._entries[i][0] if i >= 0 else UNDEFINED_EPOCH
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Drop epochs that start at or after `end_offset` (the log was truncated there)."""
+    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> None:
+        """Drop epochs that start at or after `end_offset` (the log was truncated there);
+        `flush=False` (loading) leaves the write to the next change."""
         kept = [e for e in self._entries if e[1] < end_offset]
         if kept != self._entries:
-            self._replace(kept)
+            if flush:
+                self._replace(kept)
+            else:
+                self._entries = kept
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Move the first kept epoch's start to `start_offset` (the log start moved)."""
@@ -79,7 +90,14 @@ class LeaderEpochCache:
     def clear(self) -> None:
         self._replace([])
 
+    def _flush(self) -> None:
+        """Write the entries held if the file differs (a trim deferred at load)."""
+        self._replace(self._entries)
+
     def _replace(self, entries: list[tuple[int, int]]) -> None:
-        """Write `entries`, then hold them: a failed write (OSError) changes nothing."""
-        write_epoch_entries(self.path, entries)
+        """Hold `entries`, written first unless the file has them already: a failed
+        write (OSError) changes nothing."""
+        if entries != self._written:
+            write_epoch_entries(self.path, entries)
+            self._written = list(entries)
         self._entries = entries

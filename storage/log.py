@@ -117,7 +117,7 @@ class Log:
         self.highest_offset_in_remote_storage = -1  # set by the RemoteLogManager
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False)
         self._load_producer_state()
 
     # Loading -------------------------------------------------------------------------
@@ -186,6 +186,8 @@ class Log:
         snapshot = self.producer_state.load(first, self.log_end_offset)
         start = snapshot if snapshot >= 0 else first
         for segment in self.segments[self._segment_for(start) :]:
+            if segment.next_offset <= start:
+                continue  # nothing to replay: its index is not read
             _, position = segment.offset_index.lookup(start)
             for _, batch in segment.headers_from(position):
                 if batch.has_producer_id and batch.base_offset >= start:

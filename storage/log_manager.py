@@ -7,8 +7,10 @@ watermarks). A clean shutdown leaves `.kafka_cleanshutdown`, written only for a
 log dir that was loaded whole, then flushed and checkpointed whole; without it,
 logs are recovered from their recovery points on the next start. An I/O error in
 a log dir takes it offline (`LogDirFailureChannel`): its logs are not written,
-flushed or checkpointed again by this process. Not shared between tasks: the
-broker calls it from the event loop (loading runs in one thread before that).
+flushed or checkpointed again by this process, and no log is created there. Not
+shared between tasks: the broker calls it from the event loop (loading runs in one
+thread before that); only the files of new logs are written in worker threads
+(`create_logs`), and the loop registers the logs they return.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import asyncio
 import logging
 import shutil
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +38,9 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+# Creating a log is mostly fsyncs (its metadata and epoch checkpoint): threads let the
+# file system commit them together.
+LOG_CREATION_THREADS = 16
 
 
 class LogManager:
@@ -42,6 +49,8 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self.failure_channel = LogDirFailureChannel()
         self._loaded_dirs: set[Path] = set()  # every partition directory opened
+        self._logs_per_dir: Counter[Path] = Counter()
+        self._creation_pool: ThreadPoolExecutor | None = None
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
 
@@ -100,45 +109,110 @@ class LogManager:
                 log.info("removing %s: its topic no longer exists", path)
                 shutil.rmtree(path)
                 continue
-            self.logs[tp] = Log(
-                path,
-                tp,
-                config,
-                topic_id,
-                recovery_point=recovery.get(tp, 0),
-                log_start_offset=starts.get(tp, 0),
-                high_watermark=watermarks.get(tp, 0),
-                had_clean_shutdown=clean,
+            self._register(
+                Log(
+                    path,
+                    tp,
+                    config,
+                    topic_id,
+                    recovery_point=recovery.get(tp, 0),
+                    log_start_offset=starts.get(tp, 0),
+                    high_watermark=watermarks.get(tp, 0),
+                    had_clean_shutdown=clean,
+                )
             )
         clean_marker.unlink(missing_ok=True)
+
+    def _register(self, log_: Log) -> None:
+        self.logs[log_.topic_partition] = log_
+        self._logs_per_dir[log_.dir.parent] += 1
+
+    def _log_dir_for_new(self, tp: TopicPartition, planned: Counter[Path] | None = None) -> Path:
+        """The online log dir holding the fewest logs (counting `planned` ones too).
+
+        A partition of an offline dir must not come back empty in another one.
+        """
+        online = self.online_log_dirs
+        offline = [d for d in self.failure_channel.offline if (d / str(tp)).exists()]
+        if offline or not online:
+            where = f"its log dir {offline[0]} is" if offline else "no log dir is"
+            raise KafkaError(ErrorCode.kafka_storage_error, f"{tp}: {where} offline")
+        counts = self._logs_per_dir if planned is None else planned
+        return min(online, key=lambda d: counts[d])
+
+    def _creation_failed(self, log_dir: Path, tp: TopicPartition, error: OSError) -> KafkaError:
+        self.failure_channel.maybe_add_offline_log_dir(log_dir, error, f"creating {tp}")
+        return KafkaError(
+            ErrorCode.kafka_storage_error,
+            f"{tp}: log dir {log_dir} is offline: {describe(error)}",
+        )
 
     def get_or_create_log(self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig) -> Log:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        online = self.online_log_dirs
-        # A partition of an offline dir must not come back empty in another one.
-        offline = [d for d in self.failure_channel.offline if (d / str(tp)).exists()]
-        if offline or not online:
-            where = f"its log dir {offline[0]} is" if offline else "no log dir is"
-            raise KafkaError(ErrorCode.kafka_storage_error, f"{tp}: {where} offline")
-        log_dir = min(
-            online, key=lambda d: sum(1 for lg in self.logs.values() if lg.dir.parent == d)
-        )
+        log_dir = self._log_dir_for_new(tp)
         try:
             created = Log(log_dir / str(tp), tp, config, topic_id)
         except OSError as e:
-            self.failure_channel.maybe_add_offline_log_dir(log_dir, e, f"creating {tp}")
-            raise KafkaError(
-                ErrorCode.kafka_storage_error,
-                f"{tp}: log dir {log_dir} is offline: {describe(e)}",
-            ) from e
-        self.logs[tp] = created
+            raise self._creation_failed(log_dir, tp, e) from e
+        self._register(created)
         return created
+
+    async def create_logs(
+        self,
+        tps: list[TopicPartition],
+        topic_id: uuid.UUID,
+        config: LogConfig,
+        leader_epoch: int,
+    ) -> None:
+        """Create the logs of new partitions, their files written in worker threads, each
+        log's epoch checkpoint already at `leader_epoch` from offset 0.
+
+        A directory left on disk (a log never registered) is opened on the loop instead,
+        as loading may read its segments through the loop's file cache.
+        """
+        loop = asyncio.get_running_loop()
+        if self._creation_pool is None:
+            self._creation_pool = ThreadPoolExecutor(LOG_CREATION_THREADS, "log-creation")
+        pool = self._creation_pool
+
+        def create(directory: Path, tp: TopicPartition) -> Log:
+            created = Log(directory, tp, config, topic_id)
+            created.leader_epoch_cache.assign(leader_epoch, 0)
+            return created
+
+        planned = Counter(self._logs_per_dir)  # dirs of this batch, so they stay balanced
+        pending: list[tuple[Path, TopicPartition, asyncio.Future[Log]]] = []
+        for tp in tps:
+            if tp in self.logs:
+                continue
+            log_dir = self._log_dir_for_new(tp, planned)
+            planned[log_dir] += 1
+            if (log_dir / str(tp)).exists():
+                try:
+                    self._register(create(log_dir / str(tp), tp))
+                except OSError as e:
+                    raise self._creation_failed(log_dir, tp, e) from e
+            else:
+                job = loop.run_in_executor(pool, create, log_dir / str(tp), tp)
+                pending.append((log_dir, tp, job))
+        outcomes = await asyncio.gather(*(job for *_, job in pending), return_exceptions=True)
+        failure: KafkaError | None = None
+        for (log_dir, tp, _), outcome in zip(pending, outcomes, strict=True):
+            if isinstance(outcome, Log):
+                self._register(outcome)
+            elif isinstance(outcome, OSError):
+                failure = failure or self._creation_failed(log_dir, tp, outcome)
+            else:
+                raise outcome
+        if failure is not None:
+            raise failure
 
     def delete_log(self, tp: TopicPartition) -> None:
         removed = self.logs.pop(tp, None)
         if removed is not None:
+            self._logs_per_dir[removed.dir.parent] -= 1
             # Files left by an I/O error are removed at the next start (topic unknown).
             with self._io_guard(removed.dir.parent, f"deleting {tp}"):
                 removed.delete()

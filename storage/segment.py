@@ -7,8 +7,11 @@ time index entry whenever the largest timestamp grows past the last entry.
 
 After a crash the tail may be torn or unchecked: `recover` re-reads every batch,
 checks its CRC, truncates at the first bad one and rebuilds both indexes. An
-append that fails (ENOSPC, EIO) is cut off again before the error is raised. Not safe
-to share between tasks: the owning `Log` serialises appends; reads only need
+append that fails (ENOSPC, EIO) is cut off again before the error is raised. The
+`.log` file is opened through the broker's `LogFileCache` when a read or an append
+needs it, so a segment holds no descriptor while idle; a method that uses the file
+across several calls keeps a reference to it, which keeps it open. Not safe to
+share between tasks: the owning `Log` serialises appends; reads only need
 positions that appends have published.
 """
 
@@ -19,9 +22,9 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from protocol.records import BATCH_HEADER_SIZE, BatchView, InvalidRecordError, Record, decode_batch
+from storage.file_cache import LOG_FILES, LogFile
 from storage.file_io import write_fully
 from storage.indexes import OffsetIndex, TimeIndex
 
@@ -37,7 +40,7 @@ def file_name(base_offset: int, suffix: str) -> str:
 class FileSlice:
     """`length` bytes at `position` of an open log file: what a fetch sends with sendfile."""
 
-    file: BinaryIO
+    file: LogFile
     position: int
     length: int
 
@@ -69,20 +72,29 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / file_name(base_offset, ".log")
-        self.file: BinaryIO = open(self.log_path, "a+b")
+        self._deleted_file: LogFile | None = None  # held from unlink() until close()
         self.offset_index = OffsetIndex(
             directory / file_name(base_offset, ".index"), base_offset, max_index_bytes
         )
         self.time_index = TimeIndex(
             directory / file_name(base_offset, ".timeindex"), base_offset, max_index_bytes
         )
-        self.size = os.fstat(self.file.fileno()).st_size
+        # Created here, opened only when used: a new segment holds no descriptor either.
+        os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o644))
+        self.size = os.stat(self.log_path).st_size
         self.created_ms = created_ms
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp: int | None = None
         self.next_offset = base_offset  # valid after recover() or appends
         self._bytes_since_index_entry = 0
+
+    @property
+    def file(self) -> LogFile:
+        """The open `.log` file (opened now if the cache had closed it)."""
+        if self._deleted_file is not None:
+            return self._deleted_file
+        return LOG_FILES.get(self.log_path)
 
     # Appends -------------------------------------------------------------------------
 
@@ -121,7 +133,10 @@ class LogSegment:
         if batch.max_timestamp > self.max_timestamp:
             self.max_timestamp = batch.max_timestamp
             self.offset_of_max_timestamp = batch.last_offset
-        if self._bytes_since_index_entry >= self.index_interval_bytes or not self.offset_index.keys:
+        if (
+            self._bytes_since_index_entry >= self.index_interval_bytes
+            or not self.offset_index.entries
+        ):
             self.offset_index.append(batch.base_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
@@ -142,7 +157,8 @@ class LogSegment:
     ) -> Iterator[tuple[int, BatchView]]:
         """(file position, header view) of each batch from `position` up to `end` (or size)."""
         end = self.size if end is None else end
-        fd = self.file.fileno()
+        file = self.file  # held while the generator runs: eviction cannot close it
+        fd = file.fileno()
         while position + BATCH_HEADER_SIZE <= end:
             header = os.pread(fd, BATCH_HEADER_SIZE, position)
             if len(header) < BATCH_HEADER_SIZE:
@@ -162,7 +178,8 @@ class LogSegment:
         """The first batch whose last offset is >= `offset`, searching from the index hint."""
         _, position = self.offset_index.lookup(offset)
         position = max(position, start_position)
-        fd = self.file.fileno()
+        file = self.file
+        fd = file.fileno()
         while position + BATCH_HEADER_SIZE <= self.size:
             batch = BatchView(os.pread(fd, BATCH_HEADER_SIZE, position))
             if batch.last_offset >= offset:
@@ -238,7 +255,7 @@ class LogSegment:
         batches = self.batches_from(0, min(self.size, BATCH_HEADER_SIZE))
         self.first_batch_timestamp = batches[0].max_timestamp if batches else None
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
-        _, position = self.offset_index.lookup(self.offset_index.last_offset)
+        _, position = self.offset_index.last_entry
         for batch in self.batches_from(position):
             self._index_batch(batch, batch.position)
         if self.max_timestamp < 0:
@@ -260,7 +277,8 @@ class LogSegment:
         self.first_batch_timestamp = None
         self.next_offset = self.base_offset
         self._bytes_since_index_entry = 0
-        fd = self.file.fileno()
+        file = self.file
+        fd = file.fileno()
         file_size = os.fstat(fd).st_size
         position = 0
         while position < file_size:
@@ -319,17 +337,29 @@ class LogSegment:
     # Lifecycle -----------------------------------------------------------------------
 
     def flush(self) -> None:
-        os.fsync(self.file.fileno())
+        """fsync the files; safe in a worker thread (it opens the paths, not the cache)."""
+        try:
+            fd = os.open(self.log_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # deleted meanwhile: nothing left to make durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self.offset_index.flush()
         self.time_index.flush()
 
     def close(self) -> None:
-        self.file.close()
+        """Release the file; a fetch response still sending from it keeps it open."""
+        LOG_FILES.forget(self.log_path)
+        self._deleted_file = None
         self.offset_index.close()
         self.time_index.close()
 
     def unlink(self) -> None:
         """Remove the files; the open log file stays readable for fetches in flight."""
+        self._deleted_file = self.file
+        LOG_FILES.forget(self.log_path)
         self.offset_index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)

@@ -2,7 +2,9 @@
 
 One broker for now: it leads every partition at leader epoch 0. Every change is
 written to the `MetadataStore` before replicas act on it, so a restart sees
-whatever was acknowledged.
+whatever was acknowledged. CreateTopics and CreatePartitions create the new logs a
+batch at a time, their files written in worker threads, so the event loop keeps
+serving; one request may create at most `MAX_PARTITIONS_PER_REQUEST` partitions.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +30,17 @@ MAX_TOPIC_NAME_LENGTH = 249
 INITIAL_LEADER_EPOCH = 0
 PRODUCER_ID_BLOCK_SIZE = 1000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
+# Kafka's controller refuses a user operation of more than 10,000 metadata records
+# (QuorumController.MAX_RECORDS_PER_USER_OP); here, one per new partition.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+EXCESSIVE_BATCH_MESSAGE = "Unable to perform excessively large batch operation."
+LEAD_BATCH_PARTITIONS = 256  # new logs registered at a time, between checks of the topic
+
+
+def check_request_size(new_partitions: Sequence[int]) -> None:
+    """POLICY_VIOLATION, as Kafka's controller, for a request creating too many partitions."""
+    if sum(max(0, n) for n in new_partitions) > MAX_PARTITIONS_PER_REQUEST:
+        raise KafkaError(ErrorCode.policy_violation, EXCESSIVE_BATCH_MESSAGE)
 
 
 def validate_topic_name(name: str) -> None:
@@ -90,6 +103,24 @@ class Controller:
                 TopicPartition(topic.name, p), topic.topic_id, config, INITIAL_LEADER_EPOCH
             )
 
+    async def _lead_new(self, topic: TopicRecord, partitions: range) -> None:
+        """Create the logs of new partitions in batches and lead them; stops if the topic
+        is deleted meanwhile (DeleteTopics removes what was led so far)."""
+        config = self.log_config(topic)
+        log_manager = self.replicas.log_manager
+        for start in range(partitions.start, partitions.stop, LEAD_BATCH_PARTITIONS):
+            batch = range(start, min(start + LEAD_BATCH_PARTITIONS, partitions.stop))
+            tps = [TopicPartition(topic.name, p) for p in batch]
+            await log_manager.create_logs(tps, topic.topic_id, config, INITIAL_LEADER_EPOCH)
+            current = self.store.topics.get(topic.name)
+            if current is None or current.topic_id != topic.topic_id:
+                for tp in tps:
+                    created = log_manager.logs.get(tp)
+                    if created is not None and created.topic_id == topic.topic_id:
+                        log_manager.delete_log(tp)
+                return
+            self._lead(topic, batch)
+
     def create_topic(
         self,
         name: str,
@@ -98,7 +129,39 @@ class Controller:
         configs: Mapping[str, str],
         validate_only: bool = False,
     ) -> TopicRecord:
-        """Create a topic (-1 means the broker default), or raise with Kafka's error code."""
+        """Create a topic (-1 means the broker default), or raise with Kafka's error code.
+
+        Its logs are created on the event loop: for topics created implicitly (Metadata,
+        internal topics) with the default partition count.
+        """
+        topic = self._new_topic(name, partitions, replication_factor, configs, validate_only)
+        if not validate_only:
+            self._lead(topic, range(topic.partitions))
+        return topic
+
+    async def create_topic_batched(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        validate_only: bool = False,
+    ) -> TopicRecord:
+        """As `create_topic`, the logs created off the event loop (CreateTopics)."""
+        topic = self._new_topic(name, partitions, replication_factor, configs, validate_only)
+        if not validate_only:
+            await self._lead_new(topic, range(topic.partitions))
+        return topic
+
+    def _new_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        validate_only: bool,
+    ) -> TopicRecord:
+        """Validate a new topic and, unless `validate_only`, store it."""
         validate_topic_name(name)
         if name in self.store.topics:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
@@ -122,12 +185,10 @@ class Controller:
             )
         self._check_tiering(check_overrides(configs), None)
         topic = TopicRecord(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
-        if validate_only:
-            return topic
-        with self._metadata_write(f"creating topic {name}"):
-            self.store.put(topic)
-        self._lead(topic, range(partitions))
-        log.info("created topic %s (%s) with %d partitions", name, topic.topic_id, partitions)
+        if not validate_only:
+            with self._metadata_write(f"creating topic {name}"):
+                self.store.put(topic)
+            log.info("created topic %s (%s) with %d partitions", name, topic.topic_id, partitions)
         return topic
 
     def delete_topic(self, name: str) -> TopicRecord:
@@ -143,7 +204,7 @@ class Controller:
         log.info("deleted topic %s (%s)", name, topic.topic_id)
         return topic
 
-    def create_partitions(self, name: str, count: int, validate_only: bool) -> None:
+    async def create_partitions(self, name: str, count: int, validate_only: bool) -> None:
         topic = self.topic_or_error(name)
         if count <= topic.partitions:
             raise KafkaError(
@@ -154,7 +215,7 @@ class Controller:
             return
         with self._metadata_write(f"adding partitions to {name}"):
             self.store.put(topic.with_changes(partitions=count))
-        self._lead(self.store.topics[name], range(topic.partitions, count))
+        await self._lead_new(self.store.topics[name], range(topic.partitions, count))
 
     def alter_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
         """Replace the topic's config overrides with `configs` (already merged by the caller)."""

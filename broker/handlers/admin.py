@@ -6,6 +6,7 @@ import logging
 import uuid
 from typing import Any
 
+from broker.cluster.controller import check_request_size
 from broker.cluster.metadata_store import TopicRecord
 from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
 from protocol.codec import Request
@@ -29,12 +30,28 @@ def _error(e: KafkaError) -> tuple[ErrorCode, str]:
 
 
 async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    """Create each topic; a request of too many partitions in all is refused whole, as
+    Kafka's controller refuses an operation of too many records."""
     m = response_module(request.api_key, request.api_version)
+    default = ctx.controller.default_partitions
+    too_large: KafkaError | None = None
+    try:
+        check_request_size(
+            [
+                len(t.assignments) or (default if t.num_partitions == -1 else t.num_partitions)
+                for t in request.body.topics
+            ]
+        )
+    except KafkaError as e:
+        log.info("CreateTopics of %d topics refused: %s", len(request.body.topics), e)
+        too_large = e
     results = []
     for t in request.body.topics:
         topic: TopicRecord | None = None
         error, message = ErrorCode.none, None
         try:
+            if too_large is not None:
+                raise too_large
             partitions, replication = t.num_partitions, t.replication_factor
             if t.assignments:
                 if partitions != -1 or replication != -1:
@@ -48,7 +65,7 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
                         ErrorCode.invalid_replica_assignment,
                         f"assignments must name broker {ctx.config.broker_id} only",
                     )
-            topic = ctx.controller.create_topic(
+            topic = await ctx.controller.create_topic_batched(
                 t.name,
                 partitions,
                 replication,
@@ -139,11 +156,21 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request, _splicer: o
 
 async def handle_create_partitions(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
+    topics = ctx.controller.store.topics
+    too_large: KafkaError | None = None
+    try:
+        check_request_size(
+            [t.count - topics[t.name].partitions for t in request.body.topics if t.name in topics]
+        )
+    except KafkaError as e:
+        too_large = e
     results = []
     for t in request.body.topics:
         error, message = ErrorCode.none, None
         try:
-            ctx.controller.create_partitions(t.name, t.count, request.body.validate_only)
+            if too_large is not None:
+                raise too_large
+            await ctx.controller.create_partitions(t.name, t.count, request.body.validate_only)
         except KafkaError as e:
             error, message = _error(e)
         results.append(

@@ -229,11 +229,11 @@ def _split(store: ObjectStore, options: ReadOptions, range_: SegmentRange) -> li
     if segment.size <= limit or segment.indexes_key is None:
         return [base]
     index = load_offset_index(store, range_)
-    if index is None or not index.offsets:
+    if index is None or not len(index):
         return [base]
     # Cuts at indexed batch starts, about `limit` bytes apart: (position, base offset).
     cuts: list[tuple[int, int]] = [(0, segment.start_offset)]
-    for offset, position in zip(index.offsets, index.positions, strict=True):
+    for offset, position in index:
         if position - cuts[-1][0] >= limit:
             cuts.append((position, offset))
     splits = []

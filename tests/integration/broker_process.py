@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -44,8 +45,16 @@ def executable(name: str, install: str) -> str:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        overrides: dict[str, str] | None = None,
+        *,
+        file_limit: int | None = None,
+    ) -> None:
+        """`file_limit`: the process's RLIMIT_NOFILE (soft and hard), if given."""
         self.data_dir = data_dir
+        self.file_limit = file_limit
         self.port = free_port()
         self.overrides = {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
@@ -74,7 +83,12 @@ class BrokerProcess:
         # tests); a shared storage dir keeps it from rebuilding its cache in every temp dir.
         env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": str(ROOT / ".hypothesis")}
         self.process = subprocess.Popen(
-            args, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.data_dir, env=env
+            args,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=self.data_dir,
+            env=env,
+            preexec_fn=self._limit_files if self.file_limit is not None else None,
         )
         log_file.close()
         deadline = time.monotonic() + timeout_s
@@ -89,11 +103,15 @@ class BrokerProcess:
             time.sleep(0.05)
         return self
 
-    def restarted(self) -> BrokerProcess:
-        """A new broker process on the same data dir, port and overrides, started."""
-        new = type(self)(self.data_dir, self.overrides)
+    def _limit_files(self) -> None:
+        assert self.file_limit is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.file_limit, self.file_limit))
+
+    def restarted(self, timeout_s: float = 15.0) -> BrokerProcess:
+        """A new broker process on the same data dir, port, overrides and limits, started."""
+        new = type(self)(self.data_dir, self.overrides, file_limit=self.file_limit)
         new.port = self.port
-        return new.start()
+        return new.start(timeout_s)
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
         """Send `sig` and wait for the exit code (SIGKILL after the timeout)."""

@@ -37,7 +37,9 @@ def test_offset_index_matches_model(steps: list[tuple[int, int]], probes: list[i
         index.close()
         reopened = OffsetIndex(path, BASE, 10_000)
         try:
-            assert list(zip(reopened.keys, reopened.values, strict=True)) == entries
+            assert reopened.entries == len(entries)
+            if entries:
+                assert reopened.last_entry == entries[-1]
             for target in probes:
                 assert reopened.lookup(target) == model_offset_lookup(entries, target)
             if entries:
@@ -84,5 +86,15 @@ def test_torn_entry_is_dropped_on_open(tmp_path: Path) -> None:
     with open(path, "ab") as f:
         f.write(b"\x00\x00\x00")  # a torn third entry
     reopened = OffsetIndex(path, 0, 1000)
-    assert reopened.keys == [0, 5] and path.stat().st_size == 16
+    assert reopened.last_entry == (5, 100)
+    assert reopened.lookup(1000) == (5, 100) and path.stat().st_size == 16
     reopened.close()
+
+
+def test_a_torn_first_entry_is_dropped_before_appends(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.index"
+    path.write_bytes(b"\x00\x00\x07")
+    index = OffsetIndex(path, 0, 1000)
+    index.append(3, 60)
+    index.close()
+    assert OffsetIndex(path, 0, 1000).lookup(10) == (3, 60)

@@ -1,0 +1,104 @@
+"""`LogFileCache`: the broker's open `.log` files, bounded by the process's file limit.
+
+A segment opens its file through the cache when it reads or appends, so a broker
+with more segments than `RLIMIT_NOFILE` allows keeps only the recently used ones
+open. The least recently used file beyond the capacity is forgotten by the cache;
+its descriptor is closed once nothing refers to it any more. A `FileSlice` that a
+fetch response is still sending holds its `LogFile`, so eviction never closes a
+file under `sendfile`; a deleted segment holds its own until
+`file.delete.delay.ms` has passed. Files held that way count too: past
+`max_open_files`, a read copies its bytes instead of holding the file
+(`under_pressure`), so one fetch of thousands of partitions cannot exhaust the
+file limit.
+
+Not thread-safe: one thread uses it at a time, the loader before the broker serves
+and then the event loop (flushes and log creation in worker threads open their
+paths themselves).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+from collections import OrderedDict
+from pathlib import Path
+
+MIN_OPEN_LOG_FILES = 16
+OPEN_LOG_FILES_SHARE = 0.5  # of the soft RLIMIT_NOFILE; sockets and indexes need the rest
+HELD_LOG_FILES_SHARE = 0.5  # of the capacity: evicted files still held by responses
+
+
+def _open_for_append(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_APPEND)
+
+
+class LogFile(io.FileIO):
+    """A `.log` file opened for reads at any position and appends at the end.
+
+    Closed when the last reference goes (CPython's reference counting), without the
+    ResourceWarning of an unclosed file: dropping it is how the cache closes it.
+    """
+
+    open_files = 0  # LogFiles open in this process, in the cache or not
+
+    def __init__(self, path: Path) -> None:
+        # Never created here: a deleted segment's path must not come back empty.
+        super().__init__(path, "r+", opener=_open_for_append)
+        type(self).open_files += 1
+
+    def close(self) -> None:
+        if not self.closed:
+            type(self).open_files -= 1  # not the module's name: gone at interpreter exit
+        super().close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class LogFileCache:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._files: OrderedDict[Path, LogFile] = OrderedDict()
+        self.opened = 0  # files opened since start: a measure of churn
+
+    @property
+    def max_open_files(self) -> int:
+        return self.capacity + int(self.capacity * HELD_LOG_FILES_SHARE)
+
+    @property
+    def under_pressure(self) -> bool:
+        """More log files are open than the budget: reads should not hold theirs."""
+        return LogFile.open_files >= self.max_open_files
+
+    @classmethod
+    def sized_from_rlimit(cls) -> LogFileCache:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            soft = 1 << 16
+        return cls(max(MIN_OPEN_LOG_FILES, int(soft * OPEN_LOG_FILES_SHARE)))
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def get(self, path: Path) -> LogFile:
+        """The open file at `path`, now the most recently used."""
+        file = self._files.get(path)
+        if file is not None:
+            self._files.move_to_end(path)
+            return file
+        file = LogFile(path)
+        self.opened += 1
+        self._files[path] = file
+        # Invariant: at most `capacity` files are held here; evicted ones close when unused.
+        while len(self._files) > self.capacity:
+            self._files.popitem(last=False)
+        return file
+
+    def forget(self, path: Path) -> LogFile | None:
+        """Stop holding the file at `path`; returns it if it was open."""
+        return self._files.pop(path, None)
+
+
+LOG_FILES = LogFileCache.sized_from_rlimit()
+"""The broker-wide cache every `LogSegment` opens its file through."""

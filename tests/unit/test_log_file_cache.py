@@ -1,0 +1,88 @@
+"""Open log files are bounded by the cache, yet a fetch in flight or a deleted segment
+keeps its file readable."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from protocol.records import build_batch
+from storage.file_cache import LOG_FILES
+from storage.log import Log
+from storage.log_config import LogConfig
+from storage.topic_partition import TopicPartition
+
+CAPACITY = 8
+CONFIG = LogConfig(segment_bytes=1 << 20, segment_ms=10**12, retention_ms=-1)
+
+
+@pytest.fixture(autouse=True)
+def small_cache() -> Iterator[None]:
+    saved = LOG_FILES.capacity
+    LOG_FILES.capacity = CAPACITY
+    try:
+        yield
+    finally:
+        LOG_FILES.capacity = saved
+
+
+def open_log_files(directory: Path) -> int:
+    """Descriptors of this process open on `.log` files under `directory`."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(str(directory)) and ".log" in target
+    return count
+
+
+def make_logs(root: Path, count: int) -> list[Log]:
+    logs = []
+    for p in range(count):
+        tp = TopicPartition("many", p)
+        log = Log(root / str(tp), tp, CONFIG, uuid.uuid4())
+        log.append_as_leader(bytearray(build_batch([(None, f"v{p}".encode(), [], 1)])), 0)
+        log.update_high_watermark(log.log_end_offset)
+        logs.append(log)
+    return logs
+
+
+def test_logs_beyond_the_capacity_keep_only_that_many_files_open(tmp_path: Path) -> None:
+    logs = make_logs(tmp_path, 5 * CAPACITY)
+    for log in logs:
+        assert log.read(0, 1 << 20, log.high_watermark, True).records is not None
+    assert open_log_files(tmp_path) <= CAPACITY
+    for log in logs:
+        log.close()
+
+
+def test_a_fetch_in_flight_keeps_its_file_when_evicted(tmp_path: Path) -> None:
+    first, *others = make_logs(tmp_path, 3 * CAPACITY)
+    records = first.read(0, 1 << 20, first.high_watermark, True).records
+    assert records is not None
+    expected = records.read()
+    for log in others:  # every other log is read: the first one's file leaves the cache
+        log.read(0, 1 << 20, log.high_watermark, True)
+    assert records.read() == expected
+    assert open_log_files(tmp_path) <= CAPACITY + 1
+    del records
+    assert open_log_files(tmp_path) <= CAPACITY
+
+
+def test_a_deleted_segment_stays_readable_until_closed(tmp_path: Path) -> None:
+    first, *others = make_logs(tmp_path, 2 * CAPACITY)
+    segment = first.segments[0]
+    first.roll()
+    first.truncate_fully_and_start_at(first.log_end_offset)
+    assert not segment.log_path.exists()
+    for log in others:
+        log.read(0, 1 << 20, log.high_watermark, True)
+    assert segment.read(0, 1 << 20, segment.size, True) is not None
+    first.close_deleted(older_than_ms=2**62)
+    assert open_log_files(tmp_path) <= CAPACITY
