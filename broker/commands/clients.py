@@ -8,6 +8,7 @@ format (`%k %s %h %t %p %o %T`), or as one JSON object per line for scripts.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,7 +78,8 @@ def produce(
         producer = Producer(config)
         _check_topic(producer.list_topics(topic, timeout=timeout), topic)
         sent = 0
-        with _progress("produced") as advance:
+        # not while a person types the records
+        with _progress("produced", show_progress() and not sys.stdin.isatty()) as advance:
             for line in sys.stdin.buffer:
                 value = line[:-1] if line.endswith(b"\n") else line
                 key = None
@@ -176,7 +178,8 @@ def consume(
                 fail(f"{what}: no partition {min(unknown)}")
             consumer.assign([TopicPartition(topic, p, start) for p in partitions])
             at_end: set[int] = set()
-            with _progress("consumed") as advance:
+            # not while records go to the same terminal
+            with _progress("consumed", show_progress() and not sys.stdout.isatty()) as advance:
                 while count is None or seen < count:
                     for message in consumer.consume(500, 0.5):
                         error = message.error()
@@ -202,7 +205,7 @@ def consume(
         except KeyboardInterrupt:
             pass
         except BrokenPipeError:  # the reader went away (`| head`): stop quietly
-            sys.stderr.close()
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         finally:
             consumer.close()
 
@@ -217,9 +220,9 @@ def _check_topic(metadata: Any, topic: str) -> Any:
 
 
 @contextmanager
-def _progress(verb: str) -> Iterator[Any]:
-    """A spinner with a record count on stderr while a person watches; a no-op otherwise."""
-    if not show_progress():
+def _progress(verb: str, enabled: bool) -> Iterator[Any]:
+    """A spinner with a record count on stderr if `enabled`; a no-op otherwise."""
+    if not enabled:
         yield lambda _n: None
         return
     from rich.console import Console

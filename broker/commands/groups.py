@@ -64,6 +64,8 @@ def describe(
             group
         ].result(timeout)
         committed = _committed(admin, group, timeout)
+        if description.state.name == "DEAD" and not committed:
+            fail(f"describe group {group}: no such group")
         owners = {
             (tp.topic, tp.partition): member
             for member in description.members
@@ -228,6 +230,8 @@ def _partitions(
     timeout: float,
 ) -> list[tuple[str, int]]:
     """Every partition of `topics`, or of the topics the group has committed to."""
+    if not topics and not committed:
+        fail("reset offsets: the group has committed no offsets; name the topics (--topic)")
     names = sorted(set(topics) if topics else {t for t, _ in committed})
     metadata = admin.list_topics(timeout=timeout)
     keys = []

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -268,9 +267,12 @@ def test_tier_status_finds_the_broker_and_fits_80_columns(broker: BrokerProcess)
     assert all(len(line) <= 80 for line in table.splitlines()), table
 
 
-def test_errors_are_one_line(broker: BrokerProcess, tmp_path: Path) -> None:
+def test_errors_are_one_line(broker: BrokerProcess) -> None:
     assert_one_line_error(
         cli(broker, "consume", "t-missing", "-e", ok=False), "unknown topic t-missing"
+    )
+    assert_one_line_error(
+        cli(broker, "group", "describe", "g-missing", ok=False), "g-missing", "no such group"
     )
     down = f"127.0.0.1:{free_port()}"
     for args in (["topic", "list"], ["consume", "t-missing"], ["tier", "status"]):
