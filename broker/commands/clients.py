@@ -30,13 +30,12 @@ from broker.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from confluent_kafka import Message
+    from confluent_kafka import Message, Producer
 
 KeyDelimiter = Annotated[
     str | None, typer.Option("--key-delimiter", "-K", help="split key and value at this string")
 ]
 FORMAT_FIELDS = "ktpoTsh"
-PARTITION_ANY = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 TAIL_BASE = -2000  # librdkafka's RD_KAFKA_OFFSET_TAIL_BASE: -2000 - N is "N before the end"
 
 
@@ -70,9 +69,11 @@ def produce(
 
     config = client_config(bootstrap, timeout) | {
         "acks": acks,
+        "enable.idempotence": acks == "all",  # retries keep the lines' order
         "linger.ms": 5,
         "message.timeout.ms": max(int(timeout * 1000), 1),
     }
+    target = {} if partition is None else {"partition": partition}
     what = f"produce to {topic}"
     with failing(what, bootstrap):
         producer = Producer(config)
@@ -80,29 +81,20 @@ def produce(
         sent = 0
         # not while a person types the records
         with _progress("produced", show_progress() and not sys.stdin.isatty()) as advance:
-            for line in sys.stdin.buffer:
-                value = line[:-1] if line.endswith(b"\n") else line
-                key = None
-                if delimiter is not None and delimiter in value:
-                    key, value = value.split(delimiter, 1)
-                while True:
-                    try:
-                        producer.produce(
-                            topic,
-                            value,
-                            key,
-                            partition=PARTITION_ANY if partition is None else partition,
-                            headers=headers,
-                            on_delivery=on_delivery,
-                        )
+            try:
+                for line in sys.stdin.buffer:
+                    value = line[:-1] if line.endswith(b"\n") else line
+                    key = None
+                    if delimiter is not None and delimiter in value:
+                        key, value = value.split(delimiter, 1)
+                    record = {"topic": topic, "value": value, "key": key, "headers": headers}
+                    _send(producer, record | target, on_delivery)
+                    sent += 1
+                    advance(sent)
+                    if failed:
                         break
-                    except BufferError:  # the local queue is full: wait for deliveries
-                        producer.poll(0.1)
-                producer.poll(0)
-                sent += 1
-                advance(sent)
-                if failed:
-                    break
+            except KeyboardInterrupt:  # deliver what was read, then stop
+                pass
             left = producer.flush(timeout)
     if failed or left:
         fail(
@@ -110,6 +102,17 @@ def produce(
             f"{failed[0] if failed else 'timed out'}"
         )
     typer.echo(f"produced {delivered} records to {topic}", err=True)
+
+
+def _send(producer: Producer, record: dict[str, Any], on_delivery: Any) -> None:
+    """Queue one record, waiting for deliveries while the local queue is full."""
+    while True:
+        try:
+            producer.produce(**record, on_delivery=on_delivery)
+            break
+        except BufferError:
+            producer.poll(0.1)
+    producer.poll(0)
 
 
 def consume(

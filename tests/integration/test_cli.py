@@ -253,7 +253,8 @@ def test_tier_status_finds_the_broker_and_fits_80_columns(broker: BrokerProcess)
         "--config",
         f"segment.bytes={256 * 1024}",
     )
-    cli(broker, "produce", "t-tiered-with-a-long-name", stdin=("y" * 400 + "\n") * 2000)
+    for _ in range(4):  # four produce requests: a segment rolls before each after the first
+        cli(broker, "produce", "t-tiered-with-a-long-name", stdin=("y" * 400 + "\n") * 500)
     deadline = time.monotonic() + 30
     while True:
         rows = cli_json(broker, "tier", "status", "--topic", "t-tiered-with-a-long-name")
