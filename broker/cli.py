@@ -19,6 +19,7 @@ from typing import Annotated
 
 import typer
 
+from broker.commands import clients, cluster, groups, tier, topics
 from broker.config import BrokerConfig, ConfigError, load_config
 from broker.memory import reuse_large_buffers
 
@@ -77,8 +78,6 @@ async def _serve(config: BrokerConfig) -> str | None:
         await server.stop()
     return server.fatal_error
 
-
-from broker.commands import clients, cluster, groups, tier, topics  # noqa: E402
 
 app.add_typer(topics.app, name="topic")
 app.command()(clients.produce)
