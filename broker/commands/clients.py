@@ -1,0 +1,306 @@
+"""`tierbroker produce TOPIC` and `tierbroker consume TOPIC`: lines on stdin become
+records, records become lines on stdout, as kcat's -P and -C do.
+
+A produced line is `[key DELIM] value`; a consumed record is printed through a kcat-style
+format (`%k %s %h %t %p %o %T`), or as one JSON object per line for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from broker.commands.common import (
+    DEFAULT_BOOTSTRAP,
+    Bootstrap,
+    Output,
+    Timeout,
+    client_config,
+    describe_error,
+    fail,
+    failing,
+    key_values,
+    show_progress,
+)
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message, Producer
+
+KeyDelimiter = Annotated[
+    str | None, typer.Option("--key-delimiter", "-K", help="split key and value at this string")
+]
+FORMAT_FIELDS = "ktpoTsh"
+TAIL_BASE = -2000  # librdkafka's RD_KAFKA_OFFSET_TAIL_BASE: -2000 - N is "N before the end"
+
+
+def produce(
+    topic: str,
+    key_delimiter: KeyDelimiter = None,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", "-H", help="k=v on every record, repeatable")
+    ] = None,
+    partition: Annotated[
+        int | None, typer.Option("--partition", "-p", help="default: by key, or sticky")
+    ] = None,
+    acks: Annotated[str, typer.Option(help="all, 1 or 0")] = "all",
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+) -> None:
+    """Produce each line of stdin as one record."""
+    from confluent_kafka import Producer
+
+    headers: list[tuple[str, str | bytes | None]] = list(key_values(header, "--header").items())
+    delimiter = key_delimiter.encode() if key_delimiter else None
+    delivered = 0
+    failed: list[str] = []
+
+    def on_delivery(error: Any, _message: Any) -> None:
+        nonlocal delivered
+        if error is None:
+            delivered += 1
+        else:
+            failed.append(describe_error(error))
+
+    config = client_config(bootstrap, timeout) | {
+        "acks": acks,
+        "enable.idempotence": acks == "all",  # retries keep the lines' order
+        "linger.ms": 5,
+        "message.timeout.ms": max(int(timeout * 1000), 1),
+    }
+    target = {} if partition is None else {"partition": partition}
+    what = f"produce to {topic}"
+    with failing(what, bootstrap):
+        producer = Producer(config)
+        _check_topic(producer.list_topics(topic, timeout=timeout), topic)
+        sent = 0
+        # not while a person types the records
+        with _progress("produced", show_progress() and not sys.stdin.isatty()) as advance:
+            try:
+                for line in sys.stdin.buffer:
+                    value = line[:-1] if line.endswith(b"\n") else line
+                    key = None
+                    if delimiter is not None and delimiter in value:
+                        key, value = value.split(delimiter, 1)
+                    record = {"topic": topic, "value": value, "key": key, "headers": headers}
+                    _send(producer, record | target, on_delivery)
+                    sent += 1
+                    advance(sent)
+                    if failed:
+                        break
+            except KeyboardInterrupt:  # deliver what was read, then stop
+                pass
+            left = producer.flush(timeout)
+    if failed or left:
+        fail(
+            f"{what}: {len(failed) + left} of {sent} records not delivered: "
+            f"{failed[0] if failed else 'timed out'}"
+        )
+    typer.echo(f"produced {delivered} records to {topic}", err=True)
+
+
+def _send(producer: Producer, record: dict[str, Any], on_delivery: Any) -> None:
+    """Queue one record, waiting for deliveries while the local queue is full."""
+    while True:
+        try:
+            producer.produce(**record, on_delivery=on_delivery)
+            break
+        except BufferError:
+            producer.poll(0.1)
+    producer.poll(0)
+
+
+def consume(
+    topic: str,
+    partition: Annotated[
+        list[int] | None, typer.Option("--partition", "-p", help="repeatable; default: all")
+    ] = None,
+    offset: Annotated[
+        str, typer.Option("--offset", "-o", help="beginning, end, N, or -N (N before the end)")
+    ] = "beginning",
+    count: Annotated[int | None, typer.Option("--count", "-c", help="stop after N records")] = None,
+    exit_at_end: Annotated[
+        bool, typer.Option("--exit", "-e", help="stop at the end of every partition")
+    ] = False,
+    key_delimiter: KeyDelimiter = None,
+    print_headers: Annotated[
+        bool, typer.Option("--print-headers", help="append TAB and k=v,k2=v2 to each line")
+    ] = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="kcat-style: %k key, %s value, %h headers, %t topic, %p partition, "
+            "%o offset, %T timestamp (ms), \\n, \\t",
+        ),
+    ] = None,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+    output: Annotated[
+        Output, typer.Option("--output", help="json: one object per record and line")
+    ] = Output.table,
+) -> None:
+    """Print records as lines, from --offset on, until interrupted, --count or --exit."""
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+
+    if fmt is None:
+        fmt = (
+            (f"%k{key_delimiter}%s" if key_delimiter else "%s")
+            + ("\t%h" if print_headers else "")
+            + "\\n"
+        )
+    start = {"beginning": OFFSET_BEGINNING, "end": OFFSET_END}.get(offset)
+    if start is None:
+        try:
+            n = int(offset)
+        except ValueError:
+            raise typer.BadParameter(f"--offset {offset!r}: beginning, end, N or -N") from None
+        start = n if n >= 0 else TAIL_BASE + n
+    config = client_config(bootstrap, timeout) | {
+        "group.id": "tierbroker-cli",  # never joined: partitions are assigned, not subscribed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": exit_at_end,
+    }
+    what = f"consume from {topic}"
+    out = sys.stdout.buffer
+    seen = 0
+    with failing(what, bootstrap):
+        consumer = Consumer(config)
+        try:
+            metadata = _check_topic(consumer.list_topics(topic, timeout=timeout), topic)
+            partitions = sorted(partition) if partition else sorted(metadata.partitions)
+            unknown = set(partitions) - set(metadata.partitions)
+            if unknown:
+                fail(f"{what}: no partition {min(unknown)}")
+            consumer.assign([TopicPartition(topic, p, start) for p in partitions])
+            at_end: set[int] = set()
+            # not while records go to the same terminal
+            with _progress("consumed", show_progress() and not sys.stdout.isatty()) as advance:
+                while count is None or seen < count:
+                    for message in consumer.consume(500, 0.5):
+                        error = message.error()
+                        if error is not None:
+                            if error.code() == KafkaError._PARTITION_EOF:
+                                at_end.add(message.partition() or 0)
+                            elif not error.retriable():
+                                fail(f"{what}: {describe_error(error)}")
+                            continue
+                        at_end.discard(message.partition() or 0)
+                        out.write(
+                            _json_line(message)
+                            if output is Output.json
+                            else _formatted(message, fmt)
+                        )
+                        seen += 1
+                        if count is not None and seen >= count:
+                            break
+                    out.flush()
+                    advance(seen)
+                    if exit_at_end and at_end >= set(partitions):
+                        break
+        except KeyboardInterrupt:
+            pass
+        except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        finally:
+            consumer.close()
+
+
+def _check_topic(metadata: Any, topic: str) -> Any:
+    """The topic's metadata; an unknown topic is a one-line error."""
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        reason = describe_error(found.error) if found is not None else "not in metadata"
+        fail(f"unknown topic {topic} ({reason})")
+    return found
+
+
+@contextmanager
+def _progress(verb: str, enabled: bool) -> Iterator[Any]:
+    """A spinner with a record count on stderr if `enabled`; a no-op otherwise."""
+    if not enabled:
+        yield lambda _n: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (
+        SpinnerColumn(),
+        TextColumn(f"{verb} {{task.completed}} records"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(verb, total=None)
+        yield lambda n: progress.update(task, completed=n)
+
+
+def _formatted(message: Message, fmt: str) -> bytes:
+    """`message` through a kcat-style format string."""
+    out = bytearray()
+    i = 0
+    while i < len(fmt):
+        c = fmt[i]
+        if c in "%\\" and i + 1 < len(fmt):
+            token = fmt[i + 1]
+            i += 2
+            if c == "\\":
+                out += {"n": b"\n", "t": b"\t", "\\": b"\\"}.get(token, b"\\" + token.encode())
+            elif token in FORMAT_FIELDS:
+                out += _field(message, token)
+            else:
+                out += b"%" + token.encode()
+            continue
+        out += c.encode()
+        i += 1
+    return bytes(out)
+
+
+def _field(message: Message, token: str) -> bytes:
+    if token == "k":
+        return message.key() or b""
+    if token == "s":
+        return message.value() or b""
+    if token == "h":
+        return b",".join(k.encode() + b"=" + _bytes(v) for k, v in _headers(message))
+    if token == "t":
+        return (message.topic() or "").encode()
+    if token == "p":
+        return str(message.partition()).encode()
+    if token == "o":
+        return str(message.offset()).encode()
+    return str(message.timestamp()[1]).encode()
+
+
+def _json_line(message: Message) -> bytes:
+    """One record as a JSON object on one line; bytes decoded as UTF-8 (invalid bytes
+    replaced)."""
+
+    def text(value: bytes | str | None) -> str | None:
+        return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+    record = {
+        "topic": message.topic(),
+        "partition": message.partition(),
+        "offset": message.offset(),
+        "timestamp": message.timestamp()[1],
+        "key": text(message.key()),
+        "value": text(message.value()),
+        "headers": [[k, text(v)] for k, v in _headers(message)],
+    }
+    return json.dumps(record).encode() + b"\n"
+
+
+def _headers(message: Message) -> list[tuple[str, str | bytes | None]]:
+    headers = message.headers()
+    return list(headers.items()) if isinstance(headers, dict) else list(headers or ())
+
+
+def _bytes(value: str | bytes | None) -> bytes:
+    return value.encode() if isinstance(value, str) else value or b""

@@ -1,0 +1,264 @@
+"""`tierbroker group list|describe|reset-offsets`, as kafka-consumer-groups.sh does them:
+reset-offsets only shows its plan unless `--execute` is given, and only resets a group
+with no members."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from broker.commands.common import (
+    DEFAULT_BOOTSTRAP,
+    Bootstrap,
+    Output,
+    OutputOption,
+    Timeout,
+    admin_client,
+    fail,
+    failing,
+    print_json,
+    print_table,
+)
+
+if TYPE_CHECKING:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+app = typer.Typer(no_args_is_help=True, help="Consumer groups: list, describe, reset offsets.")
+
+INACTIVE_STATES = ("EMPTY", "DEAD", "UNKNOWN")
+
+
+@app.command("list")
+def list_groups(
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+    output: OutputOption = Output.table,
+) -> None:
+    """List consumer groups and their states."""
+    with failing("list groups", bootstrap):
+        admin = admin_client(bootstrap, timeout)
+        result = admin.list_consumer_groups(request_timeout=timeout).result(timeout)
+    rows = [
+        {"group": g.group_id, "state": g.state.name, "simple": g.is_simple_consumer_group}
+        for g in sorted(result.valid, key=lambda g: g.group_id)
+    ]
+    if output is Output.json:
+        print_json(rows)
+    else:
+        print_table(("group", "state"), [(r["group"], r["state"].lower()) for r in rows])
+
+
+@app.command()
+def describe(
+    group: str,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+    output: OutputOption = Output.table,
+) -> None:
+    """Members, their assignments, committed offsets and lag, per partition."""
+    admin = admin_client(bootstrap, timeout)
+    with failing(f"describe group {group}", bootstrap):
+        description = admin.describe_consumer_groups([group], request_timeout=timeout)[
+            group
+        ].result(timeout)
+        committed = _committed(admin, group, timeout)
+        if description.state.name == "DEAD" and not committed:
+            fail(f"describe group {group}: no such group")
+        owners = {
+            (tp.topic, tp.partition): member
+            for member in description.members
+            for tp in member.assignment.topic_partitions
+        }
+        keys = sorted(set(committed) | set(owners))
+        ends = _offsets(admin, keys, "latest", timeout)
+    partitions = []
+    for topic, partition in keys:
+        offset = committed.get((topic, partition))
+        end = ends[(topic, partition)]
+        member = owners.get((topic, partition))
+        partitions.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "committed_offset": offset,
+                "log_end_offset": end,
+                "lag": None if offset is None else max(end - offset, 0),
+                "member_id": member.member_id if member else None,
+                "client_id": member.client_id if member else None,
+                "host": member.host if member else None,
+            }
+        )
+    state = description.state.name
+    members = [
+        {
+            "member_id": m.member_id,
+            "client_id": m.client_id,
+            "host": m.host,
+            "group_instance_id": m.group_instance_id,
+            "assignment": [
+                {"topic": tp.topic, "partition": tp.partition}
+                for tp in m.assignment.topic_partitions
+            ],
+        }
+        for m in description.members
+    ]
+    if output is Output.json:
+        print_json(
+            {
+                "group": group,
+                "state": state,
+                "assignor": description.partition_assignor,
+                "coordinator": description.coordinator.id if description.coordinator else None,
+                "members": members,
+                "partitions": partitions,
+            }
+        )
+        return
+    print_table(
+        ("topic", "part", "committed", "log end", "lag", "client", "host"),
+        [
+            (
+                p["topic"],
+                p["partition"],
+                _dash(p["committed_offset"]),
+                p["log_end_offset"],
+                _dash(p["lag"]),
+                p["client_id"] or "-",
+                p["host"] or "-",
+            )
+            for p in partitions
+        ],
+        title=f"group {group}: {state.lower()}, {len(members)} member(s)",
+    )
+
+
+@app.command("reset-offsets")
+def reset_offsets(
+    group: str,
+    topic: Annotated[
+        list[str] | None,
+        typer.Option("--topic", "-t", help="repeatable; default: the topics the group committed"),
+    ] = None,
+    to_earliest: Annotated[bool, typer.Option("--to-earliest")] = False,
+    to_latest: Annotated[bool, typer.Option("--to-latest")] = False,
+    to_offset: Annotated[
+        int | None, typer.Option("--to-offset", help="kept within [log start, log end]")
+    ] = None,
+    execute: Annotated[
+        bool, typer.Option("--execute", help="commit the new offsets (default: only show them)")
+    ] = False,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+    output: OutputOption = Output.table,
+) -> None:
+    """Move a group's committed offsets; a dry run unless --execute."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    if [to_earliest, to_latest, to_offset is not None].count(True) != 1:
+        raise typer.BadParameter("give exactly one of --to-earliest, --to-latest, --to-offset N")
+    admin = admin_client(bootstrap, timeout)
+    with failing(f"reset offsets of group {group}", bootstrap):
+        state = (
+            admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+            .result(timeout)
+            .state.name
+        )
+        if execute and state not in INACTIVE_STATES:
+            fail(f"group {group} is {state.lower()}: stop its consumers before resetting offsets")
+        committed = _committed(admin, group, timeout)
+        keys = _partitions(admin, topic, committed, timeout)
+        starts = _offsets(admin, keys, "earliest", timeout)
+        ends = _offsets(admin, keys, "latest", timeout)
+        plan = []
+        for key in keys:
+            if to_earliest:
+                new = starts[key]
+            elif to_latest:
+                new = ends[key]
+            else:
+                assert to_offset is not None
+                new = min(max(to_offset, starts[key]), ends[key])
+            plan.append((key, committed.get(key), new))
+        if execute and plan:
+            request = ConsumerGroupTopicPartitions(
+                group, [TopicPartition(t, p, new) for (t, p), _, new in plan]
+            )
+            result = admin.alter_consumer_group_offsets([request], request_timeout=timeout)[
+                group
+            ].result(timeout)
+            for tp in result.topic_partitions:
+                if tp.error is not None:
+                    fail(f"reset offsets of group {group}: {tp.topic}-{tp.partition}: {tp.error}")
+    rows = [
+        {"topic": t, "partition": p, "committed_offset": old, "new_offset": new}
+        for (t, p), old, new in plan
+    ]
+    if output is Output.json:
+        print_json({"group": group, "executed": execute, "partitions": rows})
+    else:
+        print_table(
+            ("topic", "part", "committed", "new offset"),
+            [
+                (r["topic"], r["partition"], _dash(r["committed_offset"]), r["new_offset"])
+                for r in rows
+            ],
+            title=f"group {group}: "
+            + ("offsets reset" if execute else "dry run (--execute to apply)"),
+        )
+
+
+def _committed(admin: AdminClient, group: str, timeout: float) -> dict[tuple[str, int], int]:
+    """The group's committed offset per partition (partitions without one left out)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    result = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout
+    )[group].result(timeout)
+    return {
+        (tp.topic, tp.partition): tp.offset
+        for tp in result.topic_partitions or ()
+        if tp.offset >= 0
+    }
+
+
+def _partitions(
+    admin: AdminClient,
+    topics: list[str] | None,
+    committed: dict[tuple[str, int], int],
+    timeout: float,
+) -> list[tuple[str, int]]:
+    """Every partition of `topics`, or of the topics the group has committed to."""
+    if not topics and not committed:
+        fail("reset offsets: the group has committed no offsets; name the topics (--topic)")
+    names = sorted(set(topics) if topics else {t for t, _ in committed})
+    metadata = admin.list_topics(timeout=timeout)
+    keys = []
+    for name in names:
+        found = metadata.topics.get(name)
+        if found is None or found.error is not None:
+            fail(f"reset offsets: unknown topic {name}")
+        keys += [(name, p) for p in sorted(found.partitions)]
+    return keys
+
+
+def _offsets(
+    admin: AdminClient, keys: list[tuple[str, int]], spec: str, timeout: float
+) -> dict[tuple[str, int], int]:
+    """Each partition's log start (`earliest`) or log end (`latest`) offset."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    if not keys:
+        return {}
+    # the client leaves these two factories unannotated
+    earliest, latest = OffsetSpec.earliest, OffsetSpec.latest
+    offset_spec = earliest() if spec == "earliest" else latest()  # type: ignore[no-untyped-call]
+    requests: dict[TopicPartition, Any] = {TopicPartition(t, p): offset_spec for t, p in keys}
+    futures = admin.list_offsets(requests, request_timeout=timeout)
+    return {(tp.topic, tp.partition): f.result(timeout).offset for tp, f in futures.items()}
+
+
+def _dash(value: object) -> object:
+    return "-" if value is None else value

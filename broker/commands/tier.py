@@ -1,0 +1,121 @@
+"""`tierbroker tier status`: both tiers of every partition a broker hosts, from its
+metrics endpoint (`GET /tier/status`).
+
+The endpoint is found, first match wins: `--url`; the `metrics.port` of a properties
+file (`--config`/`--override`); else the broker at `--bootstrap-server` is asked for its
+`metrics.port` (DescribeConfigs) and the endpoint is that port on the same host.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from broker.commands.common import (
+    DEFAULT_BOOTSTRAP,
+    Bootstrap,
+    Output,
+    OutputOption,
+    Timeout,
+    admin_client,
+    fail,
+    failing,
+    print_json,
+    print_table,
+)
+
+app = typer.Typer(no_args_is_help=True, help="The remote tier of a running broker.")
+
+COLUMNS = ("partition", "log start", "local start", "log end", "local", "remote", "copy lag")
+
+
+@app.command("status")
+def status(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="the broker's properties")
+    ] = None,
+    override: Annotated[list[str] | None, typer.Option("--override", help="key=value")] = None,
+    url: Annotated[
+        str | None, typer.Option(help="metrics endpoint, e.g. http://127.0.0.1:9404")
+    ] = None,
+    topic: Annotated[str | None, typer.Option(help="only this topic")] = None,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+    output: OutputOption = Output.table,
+) -> None:
+    """Per partition: both tiers' offsets, segments and bytes, and the copy lag."""
+    if url is None:
+        url = _from_config(config, override) if config or override else _ask(bootstrap, timeout)
+    try:
+        with urllib.request.urlopen(f"{url}/tier/status", timeout=timeout) as response:
+            rows = [r for r in json.load(response) if topic is None or r["topic"] == topic]
+    except (OSError, ValueError) as e:
+        fail(f"tier status: cannot read {url}/tier/status: {e}")
+    if output is Output.json:
+        print_json(rows)
+        return
+    # One partition per 80-column line: offsets, then segments/size per tier (the
+    # remote tier's offsets are in the JSON).
+    print_table(
+        COLUMNS,
+        [
+            (
+                f"{r['topic']}-{r['partition']}",
+                r["log_start_offset"],
+                r["local_log_start_offset"],
+                r["log_end_offset"],
+                _segments(r["local_segments"], r["local_bytes"]),
+                _segments(r["remote_segments"], r["remote_bytes"]),
+                _segments(r["copy_lag_segments"], r["copy_lag_bytes"]),
+            )
+            for r in rows
+        ],
+        title="tiered storage (local, remote, copy lag: segments/size)",
+    )
+
+
+def _from_config(config: Path | None, override: list[str] | None) -> str:
+    from broker.config import ConfigError, load_config
+
+    try:
+        broker_config = load_config(config, override or [])
+    except (ConfigError, OSError) as e:
+        fail(f"tier status: {e}", code=2)
+    if broker_config.metrics_port < 0:
+        fail("tier status: the broker has no metrics endpoint (metrics.port)", code=2)
+    host, _ = broker_config.advertised_listener
+    return f"http://{host}:{broker_config.metrics_port}"
+
+
+def _ask(bootstrap: str, timeout: float) -> str:
+    """The metrics endpoint of the broker at `bootstrap`, from its own `metrics.port`."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = admin_client(bootstrap, timeout)
+    with failing("tier status: ask the broker for its metrics.port", bootstrap):
+        cluster = admin.describe_cluster(request_timeout=timeout).result(timeout)
+        host, _, _ = bootstrap.rpartition(":")
+        nodes = [n for n in cluster.nodes if f"{n.host}:{n.port}" == bootstrap] or cluster.nodes
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(nodes[0].id))
+        [future] = admin.describe_configs([resource], request_timeout=timeout).values()
+        entry = future.result(timeout).get("metrics.port")
+    metrics_port = int(entry.value) if entry is not None and entry.value else -1
+    if metrics_port < 0:
+        fail(f"tier status: the broker at {bootstrap} has no metrics endpoint (metrics.port)")
+    return f"http://{host or '127.0.0.1'}:{metrics_port}"
+
+
+def _segments(count: int, size_bytes: int) -> str:
+    return f"{count}/{_size(size_bytes)}"
+
+
+def _size(size_bytes: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size_bytes >= scale:
+            size = size_bytes / scale
+            return f"{size:.0f}{unit}" if size >= 100 else f"{size:.1f}{unit}"
+    return f"{size_bytes}B"

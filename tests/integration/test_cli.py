@@ -1,0 +1,288 @@
+"""The everyday commands (`tierbroker topic|produce|consume|group|cluster|tier status`) run as
+a user runs them, against one real broker, with kcat and confluent-kafka on the other side."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.integration.broker_process import BrokerProcess, executable, free_port
+from tests.integration.test_kcat import kcat
+from tests.integration.tiering_helpers import LocalFsTier
+
+CLI_TIMEOUT_S = 60
+FAST_TIERING = {
+    "remote.log.manager.task.interval.ms": "300",
+    "log.retention.check.interval.ms": "300",
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker with a local-filesystem remote tier, shared by the module's tests (each
+    uses its own topics and groups)."""
+    data_dir = tmp_path_factory.mktemp("cli")
+    process = BrokerProcess(data_dir, {**LocalFsTier(data_dir).overrides(), **FAST_TIERING})
+    process.start()
+    yield process
+    process.stop()
+    assert "Traceback" not in process.log(), process.log()
+
+
+def cli(
+    broker: BrokerProcess | None, *args: str, stdin: str | None = None, ok: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed `tierbroker` with TIERBROKER_BOOTSTRAP pointing at `broker`."""
+    env = {**os.environ, "COLUMNS": "80"}
+    if broker is not None:
+        env["TIERBROKER_BOOTSTRAP"] = broker.bootstrap
+    done = subprocess.run(
+        [executable("tierbroker", "pip install -e ."), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=CLI_TIMEOUT_S,
+    )
+    if ok:
+        assert done.returncode == 0, f"tierbroker {' '.join(args)}: {done.stderr}"
+    return done
+
+
+def cli_json(broker: BrokerProcess, *args: str) -> Any:
+    return json.loads(cli(broker, *args, "--output", "json").stdout)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert done.returncode != 0
+    assert done.stderr.startswith("error: "), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    for word in words:
+        assert word in done.stderr
+
+
+def configs(description: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["name"]: (c["value"], c["source"]) for c in description["configs"]}
+
+
+def test_topic_create_describe_alter_delete(broker: BrokerProcess) -> None:
+    cli(
+        broker,
+        "topic",
+        "create",
+        "t-admin",
+        "-p",
+        "3",
+        "-r",
+        "1",
+        "--config",
+        "retention.ms=3600000",
+    )
+
+    listed = {t["name"]: t for t in cli_json(broker, "topic", "list")}
+    assert listed["t-admin"] == {"name": "t-admin", "partitions": 3, "replication_factor": 1}
+    described = cli_json(broker, "topic", "describe", "t-admin")
+    assert described["partitions"] == [
+        {"partition": p, "leader": 0, "replicas": [0], "isr": [0]} for p in range(3)
+    ]
+    assert configs(described)["retention.ms"] == ("3600000", "DYNAMIC_TOPIC_CONFIG")
+    table = cli(broker, "topic", "describe", "t-admin").stdout
+    assert "retention.ms" in table and "3600000" in table
+    assert all(len(line) <= 80 for line in table.splitlines())
+
+    cli(
+        broker,
+        "topic",
+        "alter-config",
+        "t-admin",
+        "--config",
+        "segment.bytes=1048576",
+        "--delete-config",
+        "retention.ms",
+    )
+    after = configs(cli_json(broker, "topic", "describe", "t-admin"))
+    assert after["segment.bytes"] == ("1048576", "DYNAMIC_TOPIC_CONFIG")
+    assert after["retention.ms"][1] != "DYNAMIC_TOPIC_CONFIG"
+
+    cli(broker, "topic", "delete", "t-admin")
+    assert "t-admin" not in {t["name"] for t in cli_json(broker, "topic", "list")}
+    assert_one_line_error(
+        cli(broker, "topic", "describe", "t-admin", ok=False), "describe topic t-admin"
+    )
+
+
+def test_cli_produces_keys_and_headers_that_kcat_reads(broker: BrokerProcess) -> None:
+    cli(broker, "topic", "create", "t-produce", "-p", "1")
+    lines = ["k1:v1", "k2:value:with:colons ünïcödé", "no key here", ":empty key"]
+    cli(
+        broker,
+        "produce",
+        "t-produce",
+        "-K",
+        ":",
+        "--header",
+        "h1=a",
+        "--header",
+        "h2=b=c",
+        stdin="\n".join(lines) + "\n",
+    )
+    out = kcat(broker.bootstrap, "-C", "-t", "t-produce", "-e", "-q", "-f", "%k|%s|%h\n")
+    assert out.splitlines() == [
+        "k1|v1|h1=a,h2=b=c",
+        "k2|value:with:colons ünïcödé|h1=a,h2=b=c",
+        "|no key here|h1=a,h2=b=c",
+        "|empty key|h1=a,h2=b=c",
+    ]
+
+
+def test_kcat_produces_what_the_cli_consumes(broker: BrokerProcess) -> None:
+    cli(broker, "topic", "create", "t-consume", "-p", "2")
+    lines = [f"key-{i}:value {i} ünïcödé" for i in range(100)]
+    stdin = "\n".join(lines) + "\n"
+    kcat(broker.bootstrap, "-P", "-t", "t-consume", "-p", "1", "-K:", "-H", "src=kcat", stdin=stdin)
+
+    out = cli(broker, "consume", "t-consume", "--exit", "-K", ":").stdout
+    assert out.splitlines() == lines
+    headers = cli(broker, "consume", "t-consume", "-e", "--print-headers", "-c", "1").stdout
+    assert headers == "value 0 ünïcödé\tsrc=kcat\n"
+    assert cli(broker, "consume", "t-consume", "-p", "1", "-o", "-2", "-e").stdout.splitlines() == [
+        "value 98 ünïcödé",
+        "value 99 ünïcödé",
+    ]
+    assert cli(broker, "consume", "t-consume", "-o", "97", "-e", "-f", "%p %o %k\\n").stdout == (
+        "1 97 key-97\n1 98 key-98\n1 99 key-99\n"
+    )
+    assert cli(broker, "consume", "t-consume", "-p", "0", "-o", "end", "-e").stdout == ""
+    records = [
+        json.loads(line)
+        for line in cli(
+            broker, "consume", "t-consume", "-c", "2", "--output", "json"
+        ).stdout.splitlines()
+    ]
+    assert [(r["partition"], r["offset"], r["key"], r["value"], r["headers"]) for r in records] == [
+        (1, 0, "key-0", "value 0 ünïcödé", [["src", "kcat"]]),
+        (1, 1, "key-1", "value 1 ünïcödé", [["src", "kcat"]]),
+    ]
+
+
+def test_group_describe_and_reset_offsets(broker: BrokerProcess) -> None:
+    cli(broker, "topic", "create", "t-group", "-p", "1")
+    cli(broker, "produce", "t-group", stdin="".join(f"{i}\n" for i in range(20)))
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "g-cli",
+            "client.id": "cli-test-consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe(["t-group"])
+        consumed = 0
+        deadline = time.monotonic() + 30
+        while consumed < 10 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                consumed += 1
+        assert consumed == 10
+        consumer.commit(offsets=[TopicPartition("t-group", 0, 10)], asynchronous=False)
+
+        active = cli_json(broker, "group", "describe", "g-cli")
+        assert active["state"] == "STABLE"
+        assert [m["client_id"] for m in active["members"]] == ["cli-test-consumer"]
+        [row] = active["partitions"]
+        assert (row["committed_offset"], row["log_end_offset"], row["lag"]) == (10, 20, 10)
+        assert row["client_id"] == "cli-test-consumer"
+        assert_one_line_error(
+            cli(broker, "group", "reset-offsets", "g-cli", "--to-earliest", "--execute", ok=False),
+            "stable",
+        )
+    finally:
+        consumer.close()
+
+    assert {"group": "g-cli", "state": "EMPTY", "simple": False} in cli_json(
+        broker, "group", "list"
+    )
+    dry_run = cli_json(broker, "group", "reset-offsets", "g-cli", "--to-earliest")
+    assert dry_run["executed"] is False
+    assert [(p["committed_offset"], p["new_offset"]) for p in dry_run["partitions"]] == [(10, 0)]
+    assert cli_json(broker, "group", "describe", "g-cli")["partitions"][0]["committed_offset"] == 10
+
+    for option, expected in (
+        (["--to-earliest"], 0),
+        (["--to-offset", "15"], 15),
+        (["--to-offset", "99"], 20),  # kept within the log
+        (["--to-latest"], 20),
+    ):
+        cli(broker, "group", "reset-offsets", "g-cli", "-t", "t-group", *option, "--execute")
+        [row] = cli_json(broker, "group", "describe", "g-cli")["partitions"]
+        assert (row["committed_offset"], row["lag"]) == (expected, 20 - expected)
+    table = cli(broker, "group", "describe", "g-cli").stdout
+    assert "t-group" in table and "empty" in table
+
+
+def test_cluster_info(broker: BrokerProcess) -> None:
+    info = cli_json(broker, "cluster", "info")
+    assert info["cluster_id"]
+    assert info["controller"] == 0
+    assert info["brokers"] == [{"id": 0, "host": "127.0.0.1", "port": broker.port, "rack": None}]
+    # -b wins over the environment
+    table = cli(None, "cluster", "info", "-b", broker.bootstrap).stdout
+    assert f"127.0.0.1:{broker.port}" in table and info["cluster_id"] in table
+
+
+def test_tier_status_finds_the_broker_and_fits_80_columns(broker: BrokerProcess) -> None:
+    cli(
+        broker,
+        "topic",
+        "create",
+        "t-tiered-with-a-long-name",
+        "-p",
+        "1",
+        "--config",
+        "remote.storage.enable=true",
+        "--config",
+        f"segment.bytes={256 * 1024}",
+    )
+    for _ in range(4):  # four produce requests: a segment rolls before each after the first
+        cli(broker, "produce", "t-tiered-with-a-long-name", stdin=("y" * 400 + "\n") * 500)
+    deadline = time.monotonic() + 30
+    while True:
+        rows = cli_json(broker, "tier", "status", "--topic", "t-tiered-with-a-long-name")
+        if (rows and rows[0]["remote_segments"] > 0) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    [row] = rows
+    assert row["log_end_offset"] == 2000 and row["remote_segments"] > 0
+    table = cli(broker, "tier", "status").stdout
+    assert "t-tiered" in table and "2000" in table
+    assert all(len(line) <= 80 for line in table.splitlines()), table
+
+
+def test_errors_are_one_line(broker: BrokerProcess) -> None:
+    assert_one_line_error(
+        cli(broker, "consume", "t-missing", "-e", ok=False), "unknown topic t-missing"
+    )
+    assert_one_line_error(
+        cli(broker, "group", "describe", "g-missing", ok=False), "g-missing", "no such group"
+    )
+    down = f"127.0.0.1:{free_port()}"
+    for args in (["topic", "list"], ["consume", "t-missing"], ["tier", "status"]):
+        done = cli(None, *args, "-b", down, "--timeout", "2", ok=False)
+        assert_one_line_error(done, f"cannot reach {down}")
+
+
+def test_serve_does_not_load_the_client_library() -> None:
+    check = (
+        "import sys, broker.cli, broker.broker_server;sys.exit('confluent_kafka' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", check], timeout=CLI_TIMEOUT_S).returncode == 0
