@@ -31,15 +31,18 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from storage.checkpoints import write_atomically
-from storage.remote.segment_metadata import (
+from tierbroker.storage.checkpoints import write_atomically
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from storage.remote.topic_based_rlmm import SNAPSHOT_VERSION, TopicBasedRemoteLogMetadataManager
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.remote.topic_based_rlmm import (
+    SNAPSHOT_VERSION,
+    TopicBasedRemoteLogMetadataManager,
+)
+from tierbroker.storage.topic_partition import TopicPartition
 
 PARTITIONS = 10
 PROBE_INTERVAL_S = 0.001

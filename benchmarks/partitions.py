@@ -39,7 +39,7 @@ from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
 from benchmarks.targets import Broker, api_versions_answered, start_tierbroker, stop
-from storage.indexes import OffsetEntries, OffsetIndex, TimeEntries, TimeIndex
+from tierbroker.storage.indexes import OffsetEntries, OffsetIndex, TimeEntries, TimeIndex
 
 PROBE_INTERVAL_S = 0.02
 IDLE_PROBES = 50

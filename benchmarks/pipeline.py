@@ -47,7 +47,7 @@ from benchmarks.targets import (
     start_tierbroker,
     stop,
 )
-from pipeline import TieredConsumer
+from tierbroker.pipeline import TieredConsumer
 
 MIB = 1 << 20
 TOPIC = "backfill"
@@ -178,7 +178,7 @@ def spark_read(
     from pyspark.sql import DataFrame, SparkSession
 
     from benchmarks.spark_floor import FloorDataSource
-    from pipeline.spark import register
+    from tierbroker.pipeline.spark import register
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(

@@ -40,11 +40,11 @@ from kio.schema.produce.v9.response import ProduceResponse
 from kio.serial import entity_reader, entity_writer
 
 from benchmarks.targets import ROOT, Broker, free_port, spawn, stop
-from protocol.records import BatchView, Compression, build_batch, validation
-from storage import log as log_module
-from storage.log import Log
-from storage.log_config import LogConfig
-from storage.topic_partition import TopicPartition
+from tierbroker.protocol.records import BatchView, Compression, build_batch, validation
+from tierbroker.storage import log as log_module
+from tierbroker.storage.log import Log
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.topic_partition import TopicPartition
 
 BATCH_BYTES = 900_000  # of values: with record overheads, under max.message.bytes
 IN_FLIGHT = 8

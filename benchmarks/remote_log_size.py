@@ -13,14 +13,14 @@ import statistics
 import time
 import uuid
 
-from storage.remote.metadata_cache import RemoteLogMetadataCache
-from storage.remote.segment_metadata import (
+from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.topic_partition import TopicPartition
 
 TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("bench", 0))
 SEGMENTS_PER_EPOCH = 10_000

@@ -23,16 +23,16 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from benchmarks.tiering import Moto
-from broker.config import BrokerConfig
-from broker.memory import reuse_large_buffers
-from storage.remote.s3 import S3RemoteStorageManager
-from storage.remote.segment_metadata import (
+from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.memory import reuse_large_buffers
+from tierbroker.storage.remote.s3 import S3RemoteStorageManager
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from storage.remote.storage_manager import LogSegmentData
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.remote.storage_manager import LogSegmentData
+from tierbroker.storage.topic_partition import TopicPartition
 
 SEGMENT_BYTES = 8 * 1024 * 1024 - 5000  # a rolled 8 MiB segment
 TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("bench", 0))

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from pipeline.spark.source import KAFKA_SCHEMA
+from tierbroker.pipeline.spark.source import KAFKA_SCHEMA
 
 ROWS_PER_BATCH = 8192
 PARTITION_BYTES = 8 * 1024 * 1024

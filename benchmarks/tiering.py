@@ -47,9 +47,9 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
 
 from benchmarks.targets import Broker, free_port, start_tierbroker, stop
-from broker.memory import reuse_large_buffers
-from protocol.errors import ErrorCode
-from protocol.records import iter_batches
+from tierbroker.broker.memory import reuse_large_buffers
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import iter_batches
 
 MIB = 1 << 20
 TOPIC_CONFIG = {"segment.bytes": str(8 * MIB), "local.retention.bytes": str(16 * MIB)}

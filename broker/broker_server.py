@@ -24,25 +24,25 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from broker.cluster.controller import Controller
-from broker.cluster.metadata_store import LocalMetadataStore
-from broker.config import BrokerConfig
-from broker.groups.coordinator import GroupConfig, GroupCoordinator
-from broker.groups.offsets_store import GroupMetadataManager, OffsetsConfig
-from broker.handlers import RequestDispatcher
-from broker.handlers.common import BrokerContext
-from broker.metrics import MetricsServer
-from broker.remote_storage import build_remote_log_manager
-from broker.replica_manager import ReplicaManager
-from broker.scheduler import Scheduler
-from broker.server import SocketServer
-from broker.topic_metrics import BrokerTopicMetrics
-from rlm.remote_log_manager import RemoteLogManager
-from storage.log import now_ms
-from storage.log_dir_failure import describe
-from storage.log_manager import LogManager
-from storage.remote.segment_metadata import TopicIdPartition
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.cluster.metadata_store import LocalMetadataStore
+from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.groups.coordinator import GroupConfig, GroupCoordinator
+from tierbroker.broker.groups.offsets_store import GroupMetadataManager, OffsetsConfig
+from tierbroker.broker.handlers import RequestDispatcher
+from tierbroker.broker.handlers.common import BrokerContext
+from tierbroker.broker.metrics import MetricsServer
+from tierbroker.broker.remote_storage import build_remote_log_manager
+from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.scheduler import Scheduler
+from tierbroker.broker.server import SocketServer
+from tierbroker.broker.topic_metrics import BrokerTopicMetrics
+from tierbroker.rlm.remote_log_manager import RemoteLogManager
+from tierbroker.storage.log import now_ms
+from tierbroker.storage.log_dir_failure import describe
+from tierbroker.storage.log_manager import LogManager
+from tierbroker.storage.remote.segment_metadata import TopicIdPartition
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from typing import Annotated
 
 import typer
 
-from broker.commands import clients, cluster, groups, tier, topics
-from broker.config import BrokerConfig, ConfigError, load_config
-from broker.memory import reuse_large_buffers
+from tierbroker.broker.commands import clients, cluster, groups, tier, topics
+from tierbroker.broker.config import BrokerConfig, ConfigError, load_config
+from tierbroker.broker.memory import reuse_large_buffers
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="A Kafka-protocol broker with tiered storage."
@@ -63,7 +63,10 @@ def serve(
 
 async def _serve(config: BrokerConfig) -> str | None:
     """Serve until a signal (None) or until no log dir is left online (what failed)."""
-    from broker.broker_server import BrokerServer, LogDirsOffline  # `tier status` needs none
+    from tierbroker.broker.broker_server import (  # `tier status` needs none
+        BrokerServer,
+        LogDirsOffline,
+    )
 
     server = BrokerServer(config)
     loop = asyncio.get_running_loop()
@@ -93,7 +96,7 @@ app.add_typer(tier.app, name="tier")
 )
 def export(ctx: typer.Context) -> None:
     """Export a topic's remote tier to Parquet with Spark (`tierbroker export --help`)."""
-    from pipeline.jobs.export import main as export_main
+    from tierbroker.pipeline.jobs.export import main as export_main
 
     raise typer.Exit(export_main(ctx.args))
 

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from broker.acceptor import ConnectionLimits, parse_per_ip_overrides
-from protocol.errors import KafkaError
-from storage.log_config import TOPIC_CONFIGS, ConfigDef, format_value, parse_value
+from tierbroker.broker.acceptor import ConnectionLimits, parse_per_ip_overrides
+from tierbroker.protocol.errors import KafkaError
+from tierbroker.storage.log_config import TOPIC_CONFIGS, ConfigDef, format_value, parse_value
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from broker.cluster.controller import Controller
-from broker.replica_manager import ReplicaManager
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import build_batch, decode_records
-from storage.log import now_ms
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import build_batch, decode_records
+from tierbroker.storage.log import now_ms
+from tierbroker.storage.topic_partition import TopicPartition
 
 _READ_BYTES = 1 << 20
 

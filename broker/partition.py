@@ -10,9 +10,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode, KafkaError
-from storage.log import FetchDataInfo, Log, LogAppendInfo
-from storage.topic_partition import TopicPartition
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.log import FetchDataInfo, Log, LogAppendInfo
+from tierbroker.storage.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,19 +16,19 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from broker.cluster.controller import Controller
-from broker.config import BrokerConfig, ConfigError
-from broker.internal_topic import RemoteLogMetadataTopic
-from broker.replica_manager import ReplicaManager
-from rlm.config import RemoteLogManagerConfig
-from rlm.remote_log_manager import RemoteLogManager
-from storage.remote.metadata_manager import RemoteLogMetadataManager
-from storage.remote.storage_manager import RemoteStorageManager
-from storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
+from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.config import BrokerConfig, ConfigError
+from tierbroker.broker.internal_topic import RemoteLogMetadataTopic
+from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.rlm.config import RemoteLogManagerConfig
+from tierbroker.rlm.remote_log_manager import RemoteLogManager
+from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
+from tierbroker.storage.remote.storage_manager import RemoteStorageManager
+from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 
 STORAGE_MANAGERS = {
-    "localfs": "storage.remote.local_fs.LocalFsRemoteStorageManager",
-    "s3": "storage.remote.s3.S3RemoteStorageManager",
+    "localfs": "tierbroker.storage.remote.local_fs.LocalFsRemoteStorageManager",
+    "s3": "tierbroker.storage.remote.s3.S3RemoteStorageManager",
 }
 
 

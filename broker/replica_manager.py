@@ -14,19 +14,19 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from broker.partition import OffsetAndEpoch, Partition
-from broker.purgatory import Purgatory
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import InvalidRecordError
-from rlm.remote_log_manager import RemoteLogManager
-from storage.file_cache import LOG_FILES
-from storage.log import LogStartOffsetIncrementReason, OffsetMovedToTieredStorage
-from storage.log_config import LogConfig
-from storage.log_manager import LogManager
-from storage.remote.segment_metadata import TopicIdPartition
-from storage.remote.storage_manager import RemoteStorageError
-from storage.segment import FileSlice
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.partition import OffsetAndEpoch, Partition
+from tierbroker.broker.purgatory import Purgatory
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import InvalidRecordError
+from tierbroker.rlm.remote_log_manager import RemoteLogManager
+from tierbroker.storage.file_cache import LOG_FILES
+from tierbroker.storage.log import LogStartOffsetIncrementReason, OffsetMovedToTieredStorage
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_manager import LogManager
+from tierbroker.storage.remote.segment_metadata import TopicIdPartition
+from tierbroker.storage.remote.storage_manager import RemoteStorageError
+from tierbroker.storage.segment import FileSlice
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

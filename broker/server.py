@@ -34,10 +34,10 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import cast
 
-from broker.acceptor import Acceptor, ConnectionLimits, ConnectionQuotas
-from protocol.codec import FileRegion, ResponseBytes, ResponsePart
-from protocol.framing import SCRATCH_BYTES, FrameError, FrameReader, pooled_bytes
-from protocol.memory_pool import MemoryPool
+from tierbroker.broker.acceptor import Acceptor, ConnectionLimits, ConnectionQuotas
+from tierbroker.protocol.codec import FileRegion, ResponseBytes, ResponsePart
+from tierbroker.protocol.framing import SCRATCH_BYTES, FrameError, FrameReader, pooled_bytes
+from tierbroker.protocol.memory_pool import MemoryPool
 
 log = logging.getLogger(__name__)
 

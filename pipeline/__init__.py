@@ -18,19 +18,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.consumer import TieredConsumer
-    from pipeline.modes import ConsumptionMode, TieredConsumerStats
+    from tierbroker.pipeline.consumer import TieredConsumer
+    from tierbroker.pipeline.modes import ConsumptionMode, TieredConsumerStats
 
 __all__ = ["ConsumptionMode", "TieredConsumer", "TieredConsumerStats"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "TieredConsumer":
-        from pipeline.consumer import TieredConsumer
+        from tierbroker.pipeline.consumer import TieredConsumer
 
         return TieredConsumer
     if name in ("ConsumptionMode", "TieredConsumerStats"):
-        from pipeline import modes
+        from tierbroker.pipeline import modes
 
         return getattr(modes, name)
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

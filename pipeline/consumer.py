@@ -35,11 +35,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import ConsumerStoppedError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from pipeline.discovery import SegmentDiscovery
-from pipeline.modes import ConsumptionMode, TieredConsumerStats, TieredRebalanceListener
-from pipeline.remote_fetcher import RemoteFetch, RemoteFetcher
-from pipeline.routing import TierRouter
-from pipeline.storage import open_store
+from tierbroker.pipeline.discovery import SegmentDiscovery
+from tierbroker.pipeline.modes import ConsumptionMode, TieredConsumerStats, TieredRebalanceListener
+from tierbroker.pipeline.remote_fetcher import RemoteFetch, RemoteFetcher
+from tierbroker.pipeline.routing import TierRouter
+from tierbroker.pipeline.storage import open_store
 
 log = logging.getLogger(__name__)
 

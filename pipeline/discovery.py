@@ -30,10 +30,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pipeline.storage import ObjectNotFoundError, ObjectStore
-from storage.checkpoints import topic_id_to_str
-from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.pipeline.storage import ObjectNotFoundError, ObjectStore
+from tierbroker.storage.checkpoints import topic_id_to_str
+from tierbroker.storage.remote.key_layout import (
+    INDEXES_SUFFIX,
+    LOG_SUFFIX,
+    MANIFEST_SUFFIX,
+    ObjectKeyLayout,
+)
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,14 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from pipeline.discovery import SegmentDiscovery, SegmentRange
-from pipeline.segments import DEFAULT_CHUNK_BYTES, parse_batch, read_chunk, start_position
-from pipeline.storage import ObjectNotFoundError
+from tierbroker.pipeline.discovery import SegmentDiscovery, SegmentRange
+from tierbroker.pipeline.segments import (
+    DEFAULT_CHUNK_BYTES,
+    parse_batch,
+    read_chunk,
+    start_position,
+)
+from tierbroker.pipeline.storage import ObjectNotFoundError
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from aiokafka.structs import TopicPartition
 
-from pipeline.modes import ConsumptionMode
-from pipeline.remote_fetcher import RemoteFetcher
+from tierbroker.pipeline.modes import ConsumptionMode
+from tierbroker.pipeline.remote_fetcher import RemoteFetcher
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,12 @@ from collections.abc import Iterator
 
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from pipeline.discovery import RemoteSegment, SegmentRange
-from pipeline.storage import ObjectStore
-from protocol.records import BATCH_HEADER_SIZE, BatchView
-from storage.indexes import OffsetEntries, TimeEntries
-from storage.remote.index_bundle import unpack_indexes
-from storage.remote.storage_manager import IndexType
+from tierbroker.pipeline.discovery import RemoteSegment, SegmentRange
+from tierbroker.pipeline.storage import ObjectStore
+from tierbroker.protocol.records import BATCH_HEADER_SIZE, BatchView
+from tierbroker.storage.indexes import OffsetEntries, TimeEntries
+from tierbroker.storage.remote.index_bundle import unpack_indexes
+from tierbroker.storage.remote.storage_manager import IndexType
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from kio.serial._introspect import (
     get_schema_field_type,
 )
 
-from protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 _FIXED_SIZES = {
     "int8": 1,

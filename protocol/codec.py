@@ -24,8 +24,8 @@ from kio.serial.writers import write_unsigned_varint
 from kio.static.constants import EntityType
 from kio.static.primitive import Records, uvarint
 
-from protocol.bounds import check_bounds
-from protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.bounds import check_bounds
+from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 _REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _INT32 = struct.Struct(">i")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import struct
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.memory_pool import MemoryPool
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.memory_pool import MemoryPool
 
 SIZE_PREFIX_BYTES = 4
 SCRATCH_BYTES = 64 * 1024

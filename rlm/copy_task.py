@@ -14,19 +14,19 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from rlm.config import RemoteLogManagerConfig
-from rlm.metrics import RemoteStorageMetrics
-from rlm.quota import ByteRateLimiter
-from rlm.tiered_partition import TieredPartition
-from storage.log import now_ms
-from storage.remote.metadata_manager import RemoteLogMetadataManager
-from storage.remote.segment_metadata import (
+from tierbroker.rlm.config import RemoteLogManagerConfig
+from tierbroker.rlm.metrics import RemoteStorageMetrics
+from tierbroker.rlm.quota import ByteRateLimiter
+from tierbroker.rlm.tiered_partition import TieredPartition
+from tierbroker.storage.log import now_ms
+from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
 )
-from storage.remote.storage_manager import LogSegmentData, RemoteStorageManager
-from storage.segment import LogSegment
+from tierbroker.storage.remote.storage_manager import LogSegmentData, RemoteStorageManager
+from tierbroker.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 

@@ -20,18 +20,18 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from rlm.config import RemoteLogManagerConfig
-from rlm.metrics import RemoteStorageMetrics
-from rlm.tiered_partition import TieredPartition
-from storage.log import LogStartOffsetIncrementReason, now_ms
-from storage.remote.metadata_manager import RemoteLogMetadataManager
-from storage.remote.segment_metadata import (
+from tierbroker.rlm.config import RemoteLogManagerConfig
+from tierbroker.rlm.metrics import RemoteStorageMetrics
+from tierbroker.rlm.tiered_partition import TieredPartition
+from tierbroker.storage.log import LogStartOffsetIncrementReason, now_ms
+from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from storage.remote.storage_manager import RemoteStorageError, RemoteStorageManager
+from tierbroker.storage.remote.storage_manager import RemoteStorageError, RemoteStorageManager
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from storage.indexes import IndexEntries, OffsetEntries, TimeEntries
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata
-from storage.remote.storage_manager import IndexType
+from tierbroker.storage.indexes import IndexEntries, OffsetEntries, TimeEntries
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.storage_manager import IndexType
 
 log = logging.getLogger(__name__)
 

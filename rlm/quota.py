@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rlm.config import UNLIMITED
+from tierbroker.rlm.config import UNLIMITED
 
 
 class ByteRateLimiter:

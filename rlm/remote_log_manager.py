@@ -21,19 +21,19 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from rlm.config import RemoteLogManagerConfig
-from rlm.copy_task import CopyTask
-from rlm.expiration_task import ExpirationTask, PartitionDeleteTask, SegmentDeleter
-from rlm.index_cache import RemoteIndexCache
-from rlm.metrics import RemoteStorageMetrics
-from rlm.quota import ByteRateLimiter
-from rlm.remote_reader import RemoteLogReader
-from rlm.task_pool import TaskPool
-from rlm.tiered_partition import TieredPartition
-from storage.log import Log, LogStartOffsetIncrementReason
-from storage.remote.metadata_manager import RemoteLogMetadataManager
-from storage.remote.segment_metadata import TopicIdPartition
-from storage.remote.storage_manager import RemoteStorageManager
+from tierbroker.rlm.config import RemoteLogManagerConfig
+from tierbroker.rlm.copy_task import CopyTask
+from tierbroker.rlm.expiration_task import ExpirationTask, PartitionDeleteTask, SegmentDeleter
+from tierbroker.rlm.index_cache import RemoteIndexCache
+from tierbroker.rlm.metrics import RemoteStorageMetrics
+from tierbroker.rlm.quota import ByteRateLimiter
+from tierbroker.rlm.remote_reader import RemoteLogReader
+from tierbroker.rlm.task_pool import TaskPool
+from tierbroker.rlm.tiered_partition import TieredPartition
+from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
+from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
+from tierbroker.storage.remote.segment_metadata import TopicIdPartition
+from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 
 log = logging.getLogger(__name__)
 

@@ -23,15 +23,15 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch, iter_batches
-from rlm.config import RemoteLogManagerConfig
-from rlm.index_cache import RemoteIndexCache
-from rlm.metrics import RemoteStorageMetrics
-from rlm.quota import ByteRateLimiter
-from storage.remote.metadata_manager import RemoteLogMetadataManager
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
-from storage.remote.storage_manager import RemoteStorageManager
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch, iter_batches
+from tierbroker.rlm.config import RemoteLogManagerConfig
+from tierbroker.rlm.index_cache import RemoteIndexCache
+from tierbroker.rlm.metrics import RemoteStorageMetrics
+from tierbroker.rlm.quota import ByteRateLimiter
+from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import random
 from collections.abc import Hashable
 from typing import Protocol
 
-from storage.remote.storage_manager import RemoteStorageError
+from tierbroker.storage.remote.storage_manager import RemoteStorageError
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from storage.log import Log
-from storage.remote.segment_metadata import TopicIdPartition
+from tierbroker.storage.log import Log
+from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 
 
 @dataclass(slots=True)

@@ -19,8 +19,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from storage.file_io import write_file
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.file_io import write_file
+from tierbroker.storage.topic_partition import TopicPartition
 
 VERSION = 0
 

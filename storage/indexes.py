@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
-from storage.file_io import write_fully
+from tierbroker.storage.file_io import write_fully
 
 
 class IndexEntries:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-from storage.checkpoints import read_epoch_entries, write_epoch_entries
+from tierbroker.storage.checkpoints import read_epoch_entries, write_epoch_entries
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BatchView, iter_batches, validate_records
-from storage.checkpoints import read_partition_metadata, write_partition_metadata
-from storage.leader_epoch import LeaderEpochCache
-from storage.log_config import LogConfig
-from storage.producer_state import BatchMetadata, ProducerStateManager
-from storage.segment import FileSlice, LogSegment, file_name
-from storage.topic_partition import TopicPartition
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import BatchView, iter_batches, validate_records
+from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
+from tierbroker.storage.leader_epoch import LeaderEpochCache
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.producer_state import BatchMetadata, ProducerStateManager
+from tierbroker.storage.segment import FileSlice, LogSegment, file_name
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 
 class ConfigType(enum.IntEnum):

@@ -25,12 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from protocol.errors import ErrorCode, KafkaError
-from storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
-from storage.log import Log, flush_segments, now_ms
-from storage.log_config import LogConfig
-from storage.log_dir_failure import LogDirFailureChannel, describe
-from storage.topic_partition import TopicPartition
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
+from tierbroker.storage.log import Log, flush_segments, now_ms
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_dir_failure import LogDirFailureChannel, describe
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

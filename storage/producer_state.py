@@ -28,9 +28,9 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BatchView
-from storage.file_io import write_file
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import BatchView
+from tierbroker.storage.file_io import write_file
 
 log = logging.getLogger(__name__)
 

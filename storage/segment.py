@@ -23,10 +23,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.records import BATCH_HEADER_SIZE, BatchView, InvalidRecordError, Record, decode_batch
-from storage.file_cache import LOG_FILES, LogFile
-from storage.file_io import write_fully
-from storage.indexes import OffsetIndex, TimeIndex
+from tierbroker.protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchView,
+    InvalidRecordError,
+    Record,
+    decode_batch,
+)
+from tierbroker.storage.file_cache import LOG_FILES, LogFile
+from tierbroker.storage.file_io import write_fully
+from tierbroker.storage.indexes import OffsetIndex, TimeIndex
 
 _READ_CHUNK_BYTES = 1 << 20
 _BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength

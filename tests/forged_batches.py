@@ -10,8 +10,8 @@ import struct
 
 from crc32c import crc32c
 
-from protocol.records import Compression, compress
-from protocol.records.builder import _write_varint
+from tierbroker.protocol.records import Compression, compress
+from tierbroker.protocol.records.builder import _write_varint
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 

@@ -16,12 +16,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from broker.cluster.metadata_store import LocalMetadataStore, TopicRecord
-from broker.replica_manager import ReplicaManager
-from protocol.errors import ErrorCode, KafkaError
-from storage.log_config import LogConfig, check_overrides
-from storage.log_dir_failure import describe
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.cluster.metadata_store import LocalMetadataStore, TopicRecord
+from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.log_config import LogConfig, check_overrides
+from tierbroker.storage.log_dir_failure import describe
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from storage.checkpoints import write_atomically
+from tierbroker.storage.checkpoints import write_atomically
 
 METADATA_FILE = "cluster-metadata.json"
 

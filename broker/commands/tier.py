@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from broker.commands.common import (
+from tierbroker.broker.commands.common import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
     Output,
@@ -79,7 +79,7 @@ def status(
 
 
 def _from_config(config: Path | None, override: list[str] | None) -> str:
-    from broker.config import ConfigError, load_config
+    from tierbroker.broker.config import ConfigError, load_config
 
     try:
         broker_config = load_config(config, override or [])

@@ -19,18 +19,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.groups.group import (
+from tierbroker.broker.groups.group import (
     GroupMetadata,
     GroupState,
     JoinResult,
     MemberMetadata,
     SyncResult,
 )
-from broker.groups.offsets_store import GroupMetadataManager
-from broker.groups.records import GroupValue, MemberValue, OffsetValue
-from protocol.errors import ErrorCode, KafkaError
-from storage.log import now_ms
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.groups.offsets_store import GroupMetadataManager
+from tierbroker.broker.groups.records import GroupValue, MemberValue, OffsetValue
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.log import now_ms
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

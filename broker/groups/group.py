@@ -21,8 +21,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.groups.subscription import subscribed_topics
-from protocol.errors import ErrorCode
+from tierbroker.broker.groups.subscription import subscribed_topics
+from tierbroker.protocol.errors import ErrorCode
 
 
 class GroupState(enum.Enum):

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from broker.cluster.controller import Controller
-from broker.groups.records import (
+from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.groups.records import (
     GroupKey,
     GroupValue,
     OffsetKey,
@@ -28,10 +28,10 @@ from broker.groups.records import (
     encode_offset_value,
     partition_for,
 )
-from broker.internal_topic import InternalTopic
-from broker.replica_manager import ReplicaManager
-from protocol.errors import ErrorCode, KafkaError
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.internal_topic import InternalTopic
+from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.handlers import (
+from tierbroker.broker.handlers import (
     admin,
     api_versions,
     fetch,
@@ -22,9 +22,9 @@ from broker.handlers import (
     produce,
     producers,
 )
-from broker.handlers.common import CLIENT_HOST, BrokerContext
-from broker.server import ConnectionClosing
-from protocol.codec import (
+from tierbroker.broker.handlers.common import CLIENT_HOST, BrokerContext
+from tierbroker.broker.server import ConnectionClosing
+from tierbroker.protocol.codec import (
     RecordsSplicer,
     Request,
     ResponsePart,
@@ -32,7 +32,7 @@ from protocol.codec import (
     encode_response,
     parse_request,
 )
-from protocol.errors import KafkaError
+from tierbroker.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
 

@@ -6,12 +6,18 @@ import logging
 import uuid
 from typing import Any
 
-from broker.cluster.controller import check_request_size
-from broker.cluster.metadata_store import TopicRecord
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
-from protocol.codec import Request
-from protocol.errors import ErrorCode, KafkaError
-from storage.log_config import TOPIC_CONFIGS, format_value
+from tierbroker.broker.cluster.controller import check_request_size
+from tierbroker.broker.cluster.metadata_store import TopicRecord
+from tierbroker.broker.handlers.common import (
+    NO_THROTTLE,
+    BrokerContext,
+    field,
+    make,
+    response_module,
+)
+from tierbroker.protocol.codec import Request
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.log_config import TOPIC_CONFIGS, format_value
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4

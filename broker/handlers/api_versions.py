@@ -13,9 +13,9 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.static.primitive import i16
 
-from broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
-from protocol.codec import Request, version_range
-from protocol.errors import ErrorCode
+from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from tierbroker.protocol.codec import Request, version_range
+from tierbroker.protocol.errors import ErrorCode
 
 API_VERSIONS = 18
 PRODUCE = 0

@@ -17,11 +17,11 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from broker.cluster.controller import Controller
-from broker.config import BrokerConfig
-from broker.groups.coordinator import GroupCoordinator
-from broker.replica_manager import ReplicaManager
-from broker.topic_metrics import BrokerTopicMetrics
+from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.groups.coordinator import GroupCoordinator
+from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.topic_metrics import BrokerTopicMetrics
 
 NO_THROTTLE = datetime.timedelta(0)
 # The address of the client whose request is being handled (JoinGroup records it).

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
-from broker.replica_manager import FetchParams, FetchRequestPartition, FetchResultPartition
-from protocol.codec import RecordsSplicer, Request
-from protocol.errors import ErrorCode
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.handlers.common import (
+    NO_THROTTLE,
+    BrokerContext,
+    field,
+    make,
+    response_module,
+)
+from tierbroker.broker.replica_manager import (
+    FetchParams,
+    FetchRequestPartition,
+    FetchResultPartition,
+)
+from tierbroker.protocol.codec import RecordsSplicer, Request
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.storage.topic_partition import TopicPartition
 
 
 async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSplicer) -> Any:

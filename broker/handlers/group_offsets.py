@@ -8,12 +8,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from broker.groups.records import OffsetValue
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
-from protocol.codec import Request
-from protocol.errors import ErrorCode
-from storage.log import now_ms
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.groups.records import OffsetValue
+from tierbroker.broker.handlers.common import (
+    NO_THROTTLE,
+    BrokerContext,
+    field,
+    make,
+    response_module,
+)
+from tierbroker.protocol.codec import Request
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.storage.log import now_ms
+from tierbroker.storage.topic_partition import TopicPartition
 
 ZERO_UUID = uuid.UUID(int=0)
 

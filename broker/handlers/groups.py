@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.groups.coordinator import JoinRequest
-from broker.handlers.common import (
+from tierbroker.broker.groups.coordinator import JoinRequest
+from tierbroker.broker.handlers.common import (
     CLIENT_HOST,
     NO_THROTTLE,
     BrokerContext,
@@ -14,8 +14,8 @@ from broker.handlers.common import (
     make,
     response_module,
 )
-from protocol.codec import Request
-from protocol.errors import ErrorCode
+from tierbroker.protocol.codec import Request
+from tierbroker.protocol.errors import ErrorCode
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1

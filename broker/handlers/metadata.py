@@ -10,12 +10,18 @@ import logging
 import uuid
 from typing import Any
 
-from broker.cluster.controller import INTERNAL_TOPICS, validate_topic_name
-from broker.cluster.metadata_store import TopicRecord
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
-from protocol.codec import Request
-from protocol.errors import ErrorCode, KafkaError
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.cluster.controller import INTERNAL_TOPICS, validate_topic_name
+from tierbroker.broker.cluster.metadata_store import TopicRecord
+from tierbroker.broker.handlers.common import (
+    NO_THROTTLE,
+    BrokerContext,
+    field,
+    make,
+    response_module,
+)
+from tierbroker.protocol.codec import Request
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.topic_partition import TopicPartition
 
 ZERO_UUID = uuid.UUID(int=0)
 log = logging.getLogger(__name__)

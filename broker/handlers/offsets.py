@@ -5,10 +5,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from broker.handlers.common import NO_THROTTLE, BrokerContext, field, make, response_module
-from protocol.codec import Request
-from protocol.errors import ErrorCode, KafkaError
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.handlers.common import (
+    NO_THROTTLE,
+    BrokerContext,
+    field,
+    make,
+    response_module,
+)
+from tierbroker.protocol.codec import Request
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.topic_partition import TopicPartition
 
 
 async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: object) -> Any:

@@ -6,12 +6,12 @@ import datetime
 import logging
 from typing import Any
 
-from broker.cluster.controller import validate_topic_name
-from broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
-from broker.replica_manager import ProduceResult
-from protocol.codec import Request
-from protocol.errors import ErrorCode, KafkaError
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.cluster.controller import validate_topic_name
+from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from tierbroker.broker.replica_manager import ProduceResult
+from tierbroker.protocol.codec import Request
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

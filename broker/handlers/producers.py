@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
-from protocol.codec import Request
-from protocol.errors import ErrorCode, KafkaError
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from tierbroker.protocol.codec import Request
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

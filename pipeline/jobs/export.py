@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pipeline.discovery import RemoteSegment
-from pipeline.spark.plan import ReadOptions, plan
+from tierbroker.pipeline.discovery import RemoteSegment
+from tierbroker.pipeline.spark.plan import ReadOptions, plan
 
 MARKER_DIR = "_exported_segments"
 
@@ -146,7 +146,7 @@ def export(spark: Any, args: argparse.Namespace) -> int:
     """Export the segments not exported yet; returns how many were exported now."""
     from pyspark.sql import functions as F
 
-    from pipeline.spark import register
+    from tierbroker.pipeline.spark import register
 
     register(spark)
     options = source_options(args)

@@ -1,6 +1,6 @@
 """The `tierbroker` Spark data source: a topic's remote tier as Spark's Kafka schema.
 
-    from pipeline.spark import register
+    from tierbroker.pipeline.spark import register
     register(spark)
     df = spark.read.format("tierbroker").option("storage", "s3://bucket/prefix?...") \\
         .option("topic", "events").option("startingOffsets", "earliest").load()
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.spark.source import KAFKA_SCHEMA, TierbrokerDataSource
+from tierbroker.pipeline.spark.source import KAFKA_SCHEMA, TierbrokerDataSource
 
 __all__ = ["KAFKA_SCHEMA", "TierbrokerDataSource", "register"]
 

@@ -33,9 +33,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.discovery import RemoteSegment, SegmentDiscovery, SegmentRange
-from pipeline.segments import load_offset_index, offset_for_timestamp
-from pipeline.storage import ObjectStore, open_store
+from tierbroker.pipeline.discovery import RemoteSegment, SegmentDiscovery, SegmentRange
+from tierbroker.pipeline.segments import load_offset_index, offset_for_timestamp
+from tierbroker.pipeline.storage import ObjectStore, open_store
 
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
 EARLIEST, LATEST = -2, -1

@@ -34,9 +34,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.segments import iter_batches_from, parse_batch, start_position
-from pipeline.spark.plan import ReadOptions, Split, plan
-from pipeline.storage import ObjectNotFoundError, ObjectStore, open_store
+from tierbroker.pipeline.segments import iter_batches_from, parse_batch, start_position
+from tierbroker.pipeline.spark.plan import ReadOptions, Split, plan
+from tierbroker.pipeline.storage import ObjectNotFoundError, ObjectStore, open_store
 
 log = logging.getLogger(__name__)
 

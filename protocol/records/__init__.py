@@ -7,7 +7,7 @@ that need them (pipeline, tests), never the hot paths; `codecs` holds the
 compression codecs they share.
 """
 
-from protocol.records.batch import (
+from tierbroker.protocol.records.batch import (
     BATCH_HEADER_SIZE,
     BatchView,
     Compression,
@@ -15,10 +15,16 @@ from protocol.records.batch import (
     TimestampType,
     iter_batches,
 )
-from protocol.records.builder import build_batch
-from protocol.records.codecs import compress, decompress
-from protocol.records.decoder import DecodedBatch, Header, Record, decode_batch, decode_records
-from protocol.records.validation import validate_records
+from tierbroker.protocol.records.builder import build_batch
+from tierbroker.protocol.records.codecs import compress, decompress
+from tierbroker.protocol.records.decoder import (
+    DecodedBatch,
+    Header,
+    Record,
+    decode_batch,
+    decode_records,
+)
+from tierbroker.protocol.records.validation import validate_records
 
 __all__ = [
     "BATCH_HEADER_SIZE",

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from crc32c import crc32c
 
-from protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
-from protocol.records.batch import (
+from tierbroker.protocol.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
     CRC_OFFSET,
@@ -22,7 +22,7 @@ from protocol.records.batch import (
     Compression,
     TimestampType,
 )
-from protocol.records.codecs import compress
+from tierbroker.protocol.records.codecs import compress
 
 RecordHeaders = Sequence[tuple[str, bytes | None]]
 RecordInput = tuple[bytes | None, bytes | None, RecordHeaders, int]

@@ -21,8 +21,8 @@ from typing import assert_never
 
 import cramjam
 
-from protocol.errors import ErrorCode
-from protocol.records.batch import Compression, InvalidRecordError
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records.batch import Compression, InvalidRecordError
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16

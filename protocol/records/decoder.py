@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode
-from protocol.records.batch import (
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchView,
@@ -32,7 +32,7 @@ from protocol.records.batch import (
     TimestampType,
     iter_batches,
 )
-from protocol.records.codecs import decompress
+from tierbroker.protocol.records.codecs import decompress
 
 _VARINT_BYTES = 5
 _VARLONG_BYTES = 10

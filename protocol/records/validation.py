@@ -27,15 +27,15 @@ from collections.abc import Callable
 
 import cramjam
 
-from protocol.errors import ErrorCode
-from protocol.records.batch import (
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records.batch import (
     BATCH_HEADER_SIZE,
     BatchView,
     Compression,
     InvalidRecordError,
     TimestampType,
 )
-from protocol.records.codecs import XERIAL_MAGIC, decompress
+from tierbroker.protocol.records.codecs import XERIAL_MAGIC, decompress
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ Walker = Callable[[bytes | bytearray | memoryview, int, int, int], tuple[int, in
 def _compiled_walker() -> Walker:
     """The compiled walk (`_walk.c`), or `walk_records` where it was not built."""
     try:
-        from protocol.records._walk import walk_records as compiled
+        from tierbroker.protocol.records._walk import walk_records as compiled
     except ImportError:
         log.warning(
             "record validation runs in pure Python, several times slower on produce: "

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Mapping
 from pathlib import Path
 
-from storage.remote.storage_manager import (
+from tierbroker.storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
     RemoteResourceNotFoundError,

@@ -22,8 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from storage.checkpoints import topic_id_to_str
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from tierbroker.storage.checkpoints import topic_id_to_str
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 MANIFEST_SUFFIX = "manifest.json"
 LOG_SUFFIX = "log"

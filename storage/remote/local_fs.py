@@ -18,16 +18,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from storage.remote.index_bundle import index_from_bundle, read_index_bundle
-from storage.remote.key_layout import (
+from tierbroker.storage.remote.index_bundle import index_from_bundle, read_index_bundle
+from tierbroker.storage.remote.key_layout import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
     MANIFEST_SUFFIX,
     ObjectKeyLayout,
     manifest_json,
 )
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata
-from storage.remote.storage_manager import (
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
     RemoteResourceNotFoundError,

@@ -20,7 +20,7 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from storage.remote.segment_metadata import (
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteState,

@@ -12,7 +12,7 @@ import abc
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
-from storage.remote.segment_metadata import (
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,

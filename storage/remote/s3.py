@@ -67,17 +67,17 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from storage.remote.index_bundle import index_from_bundle, read_index_bundle
-from storage.remote.key_layout import (
+from tierbroker.storage.remote.index_bundle import index_from_bundle, read_index_bundle
+from tierbroker.storage.remote.key_layout import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
     MANIFEST_SUFFIX,
     ObjectKeyLayout,
     manifest_json,
 )
-from storage.remote.s3_payload import HashedBody, read_hashed, sign_prehashed_payloads
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata
-from storage.remote.storage_manager import (
+from tierbroker.storage.remote.s3_payload import HashedBody, read_hashed, sign_prehashed_payloads
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
     RemoteResourceNotFoundError,

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.topic_partition import TopicPartition
 
 
 class RemoteLogSegmentState(enum.IntEnum):

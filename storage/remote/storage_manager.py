@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 
 
 class IndexType(enum.Enum):

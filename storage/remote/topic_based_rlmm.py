@@ -37,15 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.remote.metadata_cache import RemoteLogMetadataCache
-from storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
-from storage.remote.segment_metadata import (
+from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
+from tierbroker.storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import IO, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from storage.remote.s3 import S3RemoteStorageManager
 from tests.integration.broker_process import executable, free_port
+from tierbroker.storage.remote.s3 import S3RemoteStorageManager
 
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 REGION = "us-east-1"

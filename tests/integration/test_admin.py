@@ -25,9 +25,9 @@ from confluent_kafka.admin import (
 )
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from protocol.errors import ErrorCode
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.wire import WireClient
+from tierbroker.protocol.errors import ErrorCode
 
 TIMEOUT_S = 10.0
 

@@ -34,10 +34,10 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.produce.v12.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v12.response import ProduceResponse
 
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.wire import WireClient, decode_response
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import build_batch
 
 MAX_REQUEST_BYTES = 1_048_576
 ACKED_TOPIC = "acked"

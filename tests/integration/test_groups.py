@@ -47,9 +47,9 @@ from kio.schema.offset_delete.v0.request import (
 )
 from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
 
-from protocol.errors import ErrorCode
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.wire import WireClient
+from tierbroker.protocol.errors import ErrorCode
 
 PARTITIONS = 6
 OFFSET_INVALID = -1001  # librdkafka: no committed offset

@@ -28,10 +28,10 @@ from kio.schema.list_offsets.v7.request import (
 )
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from protocol.errors import ErrorCode
-from protocol.records import build_batch, decode_records
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.wire import WireClient
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import build_batch, decode_records
 
 LATEST, EARLIEST = -1, -2
 

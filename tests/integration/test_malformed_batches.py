@@ -16,13 +16,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.errors import ErrorCode
-from protocol.records import Compression, build_batch
 from tests.forged_batches import encode_record, forge_batch
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.test_bad_input import produce
 from tests.integration.test_kcat import kcat
 from tests.integration.wire import WireClient
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import Compression, build_batch
 
 TOPIC = "malformed"
 HOUR_MS = 3_600_000

@@ -17,9 +17,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from protocol.errors import ErrorCode
 from tests.integration.broker_process import BrokerProcess, api_versions_answered
 from tests.integration.wire import WireClient
+from tierbroker.protocol.errors import ErrorCode
 
 FILE_LIMIT = 1024
 PARTITIONS = 10_000

@@ -19,15 +19,15 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pipeline import ConsumptionMode, TieredConsumer
-from pipeline.discovery import SegmentDiscovery
-from pipeline.storage import open_store
 from tests.integration.pipeline_topic import (
     CODECS,
     TieredTopic,
     broker_counter,
     small_tiered_topic,
 )
+from tierbroker.pipeline import ConsumptionMode, TieredConsumer
+from tierbroker.pipeline.discovery import SegmentDiscovery
+from tierbroker.pipeline.storage import open_store
 
 Record = ConsumerRecord[Any, Any]
 
@@ -197,7 +197,7 @@ async def test_log_start_moving_into_the_remote_tier(
     try:
         consumer.assign([tp])
         consumer.seek(tp, 0)
-        with caplog.at_level(logging.WARNING, logger="pipeline.remote_fetcher"):
+        with caplog.at_level(logging.WARNING, logger="tierbroker.pipeline.remote_fetcher"):
             first = await consumer.getone()
     finally:
         await consumer.stop()

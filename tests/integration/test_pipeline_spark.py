@@ -24,8 +24,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from pipeline.discovery import SegmentDiscovery
-from pipeline.storage import open_store
 from tests.integration.broker_process import ROOT, BrokerProcess
 from tests.integration.moto_server import MotoServer
 from tests.integration.pipeline_topic import (
@@ -35,6 +33,8 @@ from tests.integration.pipeline_topic import (
     TieredTopic,
     small_tiered_topic,
 )
+from tierbroker.pipeline.discovery import SegmentDiscovery
+from tierbroker.pipeline.storage import open_store
 
 pytestmark = pytest.mark.slow
 try:
@@ -85,7 +85,7 @@ def tier(tiered_topic: TieredTopic) -> Tier:
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
-    from pipeline.spark import register
+    from tierbroker.pipeline.spark import register
 
     saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH")}
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers import pyarrow and pipeline
@@ -233,7 +233,7 @@ async def test_timestamp_bounds_return_exactly_their_range(spark: Any, tier: Tie
 
 
 def test_export_to_parquet_resumes(spark: Any, tier: Tier, tmp_path: Path, capsys: Any) -> None:
-    from pipeline.jobs import export
+    from tierbroker.pipeline.jobs import export
 
     out = tmp_path / "lake"
     args = ["--storage", tier.storage, "--topic", TOPIC, "--to", str(out), "--format", "parquet"]
@@ -267,7 +267,7 @@ def test_export_to_parquet_resumes(spark: Any, tier: Tier, tmp_path: Path, capsy
 
 
 async def test_s3_remote_tier(spark: Any, tmp_path: Path) -> None:
-    from pipeline import TieredConsumer
+    from tierbroker.pipeline import TieredConsumer
 
     server = MotoServer().start()
     try:

@@ -18,31 +18,36 @@ from typing import Any
 
 import pytest
 
-from protocol.records import build_batch
-from protocol.records.builder import RecordInput
-from storage.log import Log
-from storage.log_config import LogConfig
-from storage.remote.index_bundle import pack_indexes
-from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
-from storage.remote.local_fs import LocalFsRemoteStorageManager
-from storage.remote.segment_metadata import (
+from tests.integration.moto_server import (
+    InstrumentedS3,
+    moto_endpoint,  # noqa: F401 (a fixture)
+    rsm_configs,
+)
+from tierbroker.protocol.records import build_batch
+from tierbroker.protocol.records.builder import RecordInput
+from tierbroker.storage.log import Log
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.remote.index_bundle import pack_indexes
+from tierbroker.storage.remote.key_layout import (
+    INDEXES_SUFFIX,
+    LOG_SUFFIX,
+    MANIFEST_SUFFIX,
+    ObjectKeyLayout,
+)
+from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from storage.remote.storage_manager import (
+from tierbroker.storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
 )
-from storage.topic_partition import TopicPartition
-from tests.integration.moto_server import (
-    InstrumentedS3,
-    moto_endpoint,  # noqa: F401 (a fixture)
-    rsm_configs,
-)
+from tierbroker.storage.topic_partition import TopicPartition
 
 CLUSTER = "c1"
 TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("contract", 0))

@@ -21,22 +21,6 @@ from typing import Any, Protocol
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from storage.remote import s3
-from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, ObjectKeyLayout
-from storage.remote.s3 import MIB, S3RemoteStorageManager, backoff_s
-from storage.remote.s3_payload import OPERATIONS, PREHASHED_S3V4, HashedBody
-from storage.remote.segment_metadata import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    TopicIdPartition,
-)
-from storage.remote.storage_manager import (
-    IndexType,
-    LogSegmentData,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
-)
-from storage.topic_partition import TopicPartition
 from tests.integration.moto_server import (
     FaultyClient,
     InstrumentedS3,
@@ -46,6 +30,27 @@ from tests.integration.moto_server import (
     moto_endpoint,  # noqa: F401 (a fixture)
     rsm_configs,
 )
+from tierbroker.storage.remote import s3
+from tierbroker.storage.remote.key_layout import (
+    INDEXES_SUFFIX,
+    LOG_SUFFIX,
+    MANIFEST_SUFFIX,
+    ObjectKeyLayout,
+)
+from tierbroker.storage.remote.s3 import MIB, S3RemoteStorageManager, backoff_s
+from tierbroker.storage.remote.s3_payload import OPERATIONS, PREHASHED_S3V4, HashedBody
+from tierbroker.storage.remote.segment_metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+)
+from tierbroker.storage.remote.storage_manager import (
+    IndexType,
+    LogSegmentData,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from tierbroker.storage.topic_partition import TopicPartition
 
 TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("s3", 0))
 LAYOUT = ObjectKeyLayout(cluster="c1")

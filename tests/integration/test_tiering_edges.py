@@ -12,11 +12,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 
-from protocol.errors import ErrorCode
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.moto_server import MotoServer
 from tests.integration.tiering_helpers import all_status, status
 from tests.integration.wire import WireClient
+from tierbroker.protocol.errors import ErrorCode
 
 FAST = {
     "remote.log.manager.task.interval.ms": "300",

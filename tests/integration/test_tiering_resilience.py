@@ -25,10 +25,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX
-from storage.remote.local_fs import LocalFsRemoteStorageManager
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata
-from storage.remote.storage_manager import IndexType, LogSegmentData, RemoteStorageError
 from tests.integration import tiering_helpers
 from tests.integration.broker_process import ROOT, BrokerProcess
 from tests.integration.tiering_helpers import (
@@ -48,6 +44,10 @@ from tests.integration.tiering_helpers import (
     value_of,
     wait_for,
 )
+from tierbroker.storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX
+from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.storage_manager import IndexType, LogSegmentData, RemoteStorageError
 
 VALUE_SIZE = 500
 SEGMENT_BYTES = 256 * 1024

@@ -22,10 +22,10 @@ from confluent_kafka import Producer
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from protocol.errors import ErrorCode
-from protocol.records import BatchView, build_batch, decode_batch
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.wire import WireClient, decode_response
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import BatchView, build_batch, decode_batch
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 UNDEFINED = -1

@@ -499,6 +499,6 @@ def fetch(
 
 
 def decode(records: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
-    from protocol.records import decode_records
+    from tierbroker.protocol.records import decode_records
 
     return [(r.offset, r.key, r.value) for r in decode_records(records)]

@@ -11,8 +11,8 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import ErrorCode
-from protocol.records import (
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import (
     BatchView,
     Compression,
     Header,
@@ -25,7 +25,7 @@ from protocol.records import (
     decode_records,
     decompress,
 )
-from protocol.records.builder import RecordInput
+from tierbroker.protocol.records.builder import RecordInput
 
 FAST = settings(max_examples=150, deadline=None)
 

@@ -16,11 +16,11 @@ from kio.index import load_request_schema
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
-from broker.handlers import HANDLERS
-from protocol.bounds import check_bounds
-from protocol.codec import parse_request, supported_versions
-from protocol.errors import ErrorCode, KafkaError
 from tests.integration.wire import encode_request
+from tierbroker.broker.handlers import HANDLERS
+from tierbroker.protocol.bounds import check_bounds
+from tierbroker.protocol.codec import parse_request, supported_versions
+from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 HANDLED = [
     0,

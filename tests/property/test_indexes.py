@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.indexes import OffsetIndex, TimeIndex
+from tierbroker.storage.indexes import OffsetIndex, TimeIndex
 
 BASE = 1000
 

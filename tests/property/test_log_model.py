@@ -13,10 +13,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from protocol.records import build_batch, decode_records
-from storage.log import Log, LogStartOffsetIncrementReason
-from storage.log_config import LogConfig
-from storage.topic_partition import TopicPartition
+from tierbroker.protocol.records import build_batch, decode_records
+from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.topic_partition import TopicPartition
 
 CLIENT_RECORD_DELETION = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 

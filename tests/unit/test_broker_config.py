@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import ConfigError, load_config
 from tests.integration.broker_process import ROOT, executable, free_port
+from tierbroker.broker.config import ConfigError, load_config
 
 BAD_DEFAULTS = {
     "log.segment.bytes=0": "log.segment.bytes='0': must be an integer >= 14",

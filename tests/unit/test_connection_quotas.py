@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from broker.acceptor import ConnectionLimits, parse_per_ip_overrides
-from broker.server import SocketServer
+from tierbroker.broker.acceptor import ConnectionLimits, parse_per_ip_overrides
+from tierbroker.broker.server import SocketServer
 
 
 async def pong(frame: bytes | memoryview, peer: str) -> list[bytes]:

@@ -8,14 +8,6 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from broker.partition import Partition
-from broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
-from rlm.config import RemoteLogManagerConfig
-from rlm.remote_log_manager import RemoteLogManager
-from storage.log_manager import LogManager
-from storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 from tests.unit.test_remote_metadata import MemoryTopic
 from tests.unit.test_rlm_components import (
     TIP,
@@ -25,6 +17,14 @@ from tests.unit.test_rlm_components import (
     local_fs,
     tier_rolled_segments,
 )
+from tierbroker.broker.partition import Partition
+from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import build_batch
+from tierbroker.rlm.config import RemoteLogManagerConfig
+from tierbroker.rlm.remote_log_manager import RemoteLogManager
+from tierbroker.storage.log_manager import LogManager
+from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 
 TP = TIP.topic_partition
 

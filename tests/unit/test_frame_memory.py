@@ -12,9 +12,9 @@ import struct
 
 import pytest
 
-from broker.server import SocketServer
-from protocol.framing import FrameError, FrameReader
-from protocol.memory_pool import MemoryPool
+from tierbroker.broker.server import SocketServer
+from tierbroker.protocol.framing import FrameError, FrameReader
+from tierbroker.protocol.memory_pool import MemoryPool
 
 KIB = 1 << 10
 POOL_BYTES = 1024 * KIB

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from storage.remote.index_bundle import index_from_bundle, pack_indexes, unpack_indexes
-from storage.remote.storage_manager import (
+from tierbroker.storage.remote.index_bundle import index_from_bundle, pack_indexes, unpack_indexes
+from tierbroker.storage.remote.storage_manager import (
     IndexType,
     RemoteResourceNotFoundError,
     RemoteStorageError,

@@ -6,11 +6,11 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
-from protocol.records import build_batch
-from storage.indexes import OffsetEntries, OffsetIndex, TimeEntries, TimeIndex
-from storage.log import Log
-from storage.log_config import LogConfig
-from storage.topic_partition import TopicPartition
+from tierbroker.protocol.records import build_batch
+from tierbroker.storage.indexes import OffsetEntries, OffsetIndex, TimeEntries, TimeIndex
+from tierbroker.storage.log import Log
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.topic_partition import TopicPartition
 
 BASE = 1_000_000
 ENTRIES = 100_000  # a 1 GiB segment at the default index.interval.bytes has ~260,000

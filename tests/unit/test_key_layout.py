@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from storage.checkpoints import topic_id_to_str
-from storage.remote.key_layout import (
+from tierbroker.storage.checkpoints import topic_id_to_str
+from tierbroker.storage.remote.key_layout import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
     MANIFEST_SUFFIX,
@@ -18,12 +18,12 @@ from storage.remote.key_layout import (
     ObjectKeyLayout,
     manifest_json,
 )
-from storage.remote.segment_metadata import (
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.topic_partition import TopicPartition
 
 TOPIC_ID = uuid.UUID("0f3c6a2e-8d41-4b6f-9a57-3c2d1e0f4a5b")
 SEGMENT_ID = uuid.UUID("5b0e7f1c-2a9d-4c3e-8f60-1d2b3c4d5e6f")

@@ -1,5 +1,6 @@
 """Imports point one way: protocol <- storage <- rlm <- broker, and pipeline uses only
-protocol and storage; never up."""
+protocol and storage; never up. Every layer is imported as `tierbroker.<layer>`: the
+installed package has no other top-level name."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ("protocol", "storage", "rlm", "broker", "pipeline")
 FORBIDDEN = {
     "protocol": {"storage", "rlm", "broker", "pipeline"},
     "storage": {"rlm", "broker", "pipeline"},
@@ -17,15 +19,24 @@ FORBIDDEN = {
 }
 
 
-def imported_packages(path: Path) -> set[str]:
+def imported_modules(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.add(node.module)
     return names
+
+
+def imported_packages(path: Path) -> set[str]:
+    """The layers `path` imports (`tierbroker.<layer>...`)."""
+    return {
+        parts[1]
+        for parts in (name.split(".") for name in imported_modules(path))
+        if len(parts) > 1 and parts[0] == "tierbroker"
+    }
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
@@ -33,5 +44,17 @@ def test_layer_imports_point_down(layer: str) -> None:
     offenders = {
         str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[layer])
         for path in (ROOT / layer).rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_layers_are_imported_only_under_the_package_name() -> None:
+    sources = [ROOT / "setup.py", *ROOT.glob("*/**/*.py")]
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            name for name in imported_modules(path) if name.split(".")[0] in LAYERS
+        )
+        for path in sources
+        if ".venv" not in path.parts and "tierbroker" not in path.relative_to(ROOT).parts[:1]
     }
     assert {k: v for k, v in offenders.items() if v} == {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.remote.local_fs import COPY_CHUNK, DIRECT_ALIGNMENT, copy_around_page_cache
+from tierbroker.storage.remote.local_fs import COPY_CHUNK, DIRECT_ALIGNMENT, copy_around_page_cache
 
 SIZES = [
     0,

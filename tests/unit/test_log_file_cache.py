@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from protocol.records import build_batch
-from storage.file_cache import LOG_FILES
-from storage.log import Log
-from storage.log_config import LogConfig
-from storage.topic_partition import TopicPartition
+from tierbroker.protocol.records import build_batch
+from tierbroker.storage.file_cache import LOG_FILES
+from tierbroker.storage.log import Log
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.topic_partition import TopicPartition
 
 CAPACITY = 8
 CONFIG = LogConfig(segment_bytes=1 << 20, segment_ms=10**12, retention_ms=-1)

@@ -9,14 +9,17 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from protocol.errors import ErrorCode, KafkaError
-from rlm.config import RemoteLogManagerConfig
-from rlm.remote_log_manager import RemoteLogManager
-from storage.log import Log, LogStartOffsetIncrementReason
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
-from storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 from tests.unit.test_remote_metadata import MemoryTopic
 from tests.unit.test_rlm_components import TIP, build_log, local_fs, tier_rolled_segments
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.rlm.config import RemoteLogManagerConfig
+from tierbroker.rlm.remote_log_manager import RemoteLogManager
+from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
+from tierbroker.storage.remote.segment_metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+)
+from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 
 
 async def tiered(tmp_path: Path) -> tuple[Log, RemoteLogManager, list[RemoteLogSegmentMetadata]]:

@@ -10,7 +10,7 @@ import socket
 import pytest
 from prometheus_client import CollectorRegistry
 
-from broker.metrics import MetricsServer
+from tierbroker.broker.metrics import MetricsServer
 
 
 def exchange(port: int, request: bytes) -> bytes:

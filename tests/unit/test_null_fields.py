@@ -10,8 +10,8 @@ import struct
 
 import pytest
 
-from protocol.codec import parse_request
-from protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.codec import parse_request
+from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 NULL_ARRAY = struct.pack(">i", -1)
 NULL_STRING = struct.pack(">h", -1)

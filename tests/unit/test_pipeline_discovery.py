@@ -19,20 +19,20 @@ from pathlib import Path
 import pytest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
-from pipeline.discovery import RemoteSegment, SegmentDiscovery, resolve_overlaps
-from pipeline.remote_fetcher import RemoteFetcher
-from pipeline.segments import offset_for_timestamp, read_chunk, start_position
-from pipeline.storage import ObjectNotFoundError, open_store
-from protocol.records import Compression, build_batch
-from storage.remote.key_layout import MANIFEST_SUFFIX
-from storage.remote.local_fs import LocalFsRemoteStorageManager
-from storage.remote.segment_metadata import (
+from tierbroker.pipeline.discovery import RemoteSegment, SegmentDiscovery, resolve_overlaps
+from tierbroker.pipeline.remote_fetcher import RemoteFetcher
+from tierbroker.pipeline.segments import offset_for_timestamp, read_chunk, start_position
+from tierbroker.pipeline.storage import ObjectNotFoundError, open_store
+from tierbroker.protocol.records import Compression, build_batch
+from tierbroker.storage.remote.key_layout import MANIFEST_SUFFIX
+from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from storage.remote.storage_manager import LogSegmentData
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.remote.storage_manager import LogSegmentData
+from tierbroker.storage.topic_partition import TopicPartition
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "events"
@@ -232,7 +232,7 @@ async def test_a_damaged_indexes_object_only_costs_the_index(
     [range_] = SegmentDiscovery(store).ranges(TOPIC, 0)
     assert range_.segment.indexes_key is not None
     (remote / range_.segment.indexes_key).write_bytes(b"\x01\x09garbage")
-    with caplog.at_level(logging.WARNING, logger="pipeline.segments"):
+    with caplog.at_level(logging.WARNING, logger="tierbroker.pipeline.segments"):
         assert start_position(store, range_, 175) == 0  # read from the start instead
         assert offset_for_timestamp(store, [range_], record_ts(123) - 5) == 123
     assert "reading the segment without its indexes" in caplog.text
@@ -256,7 +256,7 @@ async def test_fetcher_skips_segments_deleted_while_reading(
         position = got.position
         await rsm.delete_log_segment_data(metas[0])  # retention, mid-read
         await rsm.delete_log_segment_data(metas[1])
-        with caplog.at_level(logging.WARNING, logger="pipeline.remote_fetcher"):
+        with caplog.at_level(logging.WARNING, logger="tierbroker.pipeline.remote_fetcher"):
             got = await fetcher.fetch(tp, position, max_records=None, skip_missing=True)
         assert got.records[0].offset == 200
         assert (

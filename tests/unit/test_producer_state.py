@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BatchView, build_batch, decode_records
-from storage.log import Log, LogStartOffsetIncrementReason
-from storage.log_config import LogConfig
-from storage.producer_state import INT32_MAX, ProducerStateManager
-from storage.topic_partition import TopicPartition
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import BatchView, build_batch, decode_records
+from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.producer_state import INT32_MAX, ProducerStateManager
+from tierbroker.storage.topic_partition import TopicPartition
 
 CLIENT_RECORD_DELETION = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 

@@ -13,8 +13,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import ErrorCode
-from protocol.records import (
+from tests.forged_batches import encode_record as record
+from tests.forged_batches import forge_batch
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import (
     BatchView,
     Compression,
     InvalidRecordError,
@@ -24,21 +26,19 @@ from protocol.records import (
     validate_records,
     validation,
 )
-from protocol.records.builder import RecordInput, _write_varint
-from protocol.records.codecs import XERIAL_MAGIC
-from protocol.records.validation import walk_records
-from storage.log import Log, now_ms
-from storage.log_config import LogConfig
-from storage.topic_partition import TopicPartition
-from tests.forged_batches import encode_record as record
-from tests.forged_batches import forge_batch
+from tierbroker.protocol.records.builder import RecordInput, _write_varint
+from tierbroker.protocol.records.codecs import XERIAL_MAGIC
+from tierbroker.protocol.records.validation import walk_records
+from tierbroker.storage.log import Log, now_ms
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.topic_partition import TopicPartition
 
 FAST = settings(max_examples=200, deadline=None)
 NOW_MS = 1_700_000_000_000
 UNBOUNDED = 2**63 - 1
 
 try:
-    from protocol.records._walk import walk_records as compiled_walk
+    from tierbroker.protocol.records._walk import walk_records as compiled_walk
 except ImportError:  # pragma: no cover - the message says what to do
     pytest.fail("protocol/records/_walk.c is not built: run `pip install -e .`", pytrace=False)
 

@@ -22,8 +22,8 @@ import confluent_kafka
 import cramjam
 import pytest
 
-from protocol.errors import ErrorCode
-from protocol.records import (
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import (
     BatchView,
     Compression,
     Header,
@@ -36,8 +36,8 @@ from protocol.records import (
     decompress,
     iter_batches,
 )
-from protocol.records.builder import RecordInput
-from protocol.records.codecs import XERIAL_MAGIC
+from tierbroker.protocol.records.builder import RecordInput
+from tierbroker.protocol.records.codecs import XERIAL_MAGIC
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)

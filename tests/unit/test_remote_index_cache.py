@@ -8,10 +8,10 @@ import os
 import tracemalloc
 from pathlib import Path
 
-from rlm.index_cache import CACHE_DIR, RemoteIndexCache
-from storage.remote.segment_metadata import RemoteLogSegmentMetadata
-from storage.remote.storage_manager import IndexType
 from tests.unit.test_rlm_components import metadata
+from tierbroker.rlm.index_cache import CACHE_DIR, RemoteIndexCache
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.storage_manager import IndexType
 
 
 def offset_index(entries: int) -> bytes:

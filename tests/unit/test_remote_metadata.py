@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from storage.remote.metadata_cache import RemoteLogMetadataCache
-from storage.remote.segment_metadata import (
+from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
-from storage.topic_partition import TopicPartition
+from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
+from tierbroker.storage.topic_partition import TopicPartition
 
 TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("t", 0))
 STARTED, FINISHED = (

@@ -16,31 +16,31 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import BatchView, build_batch, iter_batches
-from rlm.config import UNLIMITED, RemoteLogManagerConfig
-from rlm.copy_task import CopyTask
-from rlm.expiration_task import ExpirationTask, SegmentDeleter
-from rlm.index_cache import CACHE_DIR, RemoteIndexCache, parse_index
-from rlm.metrics import RemoteStorageMetrics
-from rlm.quota import ByteRateLimiter
-from rlm.remote_reader import RemoteLogReader
-from rlm.task_pool import TaskPool
-from rlm.tiered_partition import TieredPartition
-from storage.log import Log
-from storage.log_config import LogConfig
-from storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX
-from storage.remote.local_fs import LocalFsRemoteStorageManager
-from storage.remote.segment_metadata import (
+from tests.unit.test_remote_metadata import MemoryTopic
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import BatchView, build_batch, iter_batches
+from tierbroker.rlm.config import UNLIMITED, RemoteLogManagerConfig
+from tierbroker.rlm.copy_task import CopyTask
+from tierbroker.rlm.expiration_task import ExpirationTask, SegmentDeleter
+from tierbroker.rlm.index_cache import CACHE_DIR, RemoteIndexCache, parse_index
+from tierbroker.rlm.metrics import RemoteStorageMetrics
+from tierbroker.rlm.quota import ByteRateLimiter
+from tierbroker.rlm.remote_reader import RemoteLogReader
+from tierbroker.rlm.task_pool import TaskPool
+from tierbroker.rlm.tiered_partition import TieredPartition
+from tierbroker.storage.log import Log
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX
+from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
+from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from storage.remote.storage_manager import IndexType, LogSegmentData, RemoteStorageError
-from storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
-from storage.topic_partition import TopicPartition
-from tests.unit.test_remote_metadata import MemoryTopic
+from tierbroker.storage.remote.storage_manager import IndexType, LogSegmentData, RemoteStorageError
+from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
+from tierbroker.storage.topic_partition import TopicPartition
 
 TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("t", 0))
 
@@ -565,8 +565,8 @@ async def test_a_read_ahead_that_fails_leaves_the_served_fetch_alone(
     def unreadable(data: bytes) -> None:
         raise ValueError("bad batch")
 
-    monkeypatch.setattr("rlm.remote_reader.iter_batches", unreadable)
-    with caplog.at_level(logging.WARNING, "rlm.remote_reader"):
+    monkeypatch.setattr("tierbroker.rlm.remote_reader.iter_batches", unreadable)
+    with caplog.at_level(logging.WARNING, "tierbroker.rlm.remote_reader"):
         assert await reader.read(TIP, 0, 5000, 5) == expected_read(table[:-1], 0, 5000)
     assert "no read ahead" in caplog.text and reader.pending == 0
     await reader.close()
@@ -698,7 +698,7 @@ async def test_retriable_failures_back_off_exponentially_up_to_the_maximum(
 ) -> None:
     """With the jitter pinned to its upper bound, retries come after 40, 80, 160, 200, 200 ms;
     after a success the interval applies and the back-off starts over."""
-    monkeypatch.setattr("rlm.task_pool.random.uniform", lambda low, high: high)
+    monkeypatch.setattr("tierbroker.rlm.task_pool.random.uniform", lambda low, high: high)
     runs: list[float] = []
     outcomes = iter(["fail"] * 5 + ["ok"] + ["fail", "ok"] + ["ok"] * 100)
 
@@ -731,7 +731,7 @@ async def test_a_bug_in_a_task_is_retried_at_the_maximum_back_off(
 
     pool = TaskPool("t", size=1, interval_ms=10, backoff_ms=1, backoff_max_ms=150)
     pool.start()
-    with caplog.at_level(logging.ERROR, logger="rlm.task_pool"):
+    with caplog.at_level(logging.ERROR, logger="tierbroker.rlm.task_pool"):
         pool.schedule("p", Broken())
         await asyncio.sleep(0.5)
     await pool.stop(1.0)

@@ -12,7 +12,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from storage.remote.s3_payload import HashedBody, PrehashedS3SigV4Auth, read_hashed
+from tierbroker.storage.remote.s3_payload import HashedBody, PrehashedS3SigV4Auth, read_hashed
 
 CREDENTIALS = Credentials("key", "secret")
 

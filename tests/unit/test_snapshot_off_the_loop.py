@@ -11,17 +11,7 @@ from typing import Any
 
 import pytest
 
-import storage.remote.topic_based_rlmm as topic_based_rlmm
-from broker.broker_server import BrokerServer
-from storage.checkpoints import OffsetCheckpointFile
-from storage.log_manager import (
-    HIGH_WATERMARK_CHECKPOINT,
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    LogManager,
-)
-from storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
-from storage.topic_partition import TopicPartition
+import tierbroker.storage.remote.topic_based_rlmm as topic_based_rlmm
 from tests.unit.test_remote_metadata import (
     STARTED,
     MemoryTopic,
@@ -31,6 +21,16 @@ from tests.unit.test_remote_metadata import (
     rlmm_view,
     segment,
 )
+from tierbroker.broker.broker_server import BrokerServer
+from tierbroker.storage.checkpoints import OffsetCheckpointFile
+from tierbroker.storage.log_manager import (
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    LogManager,
+)
+from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
+from tierbroker.storage.topic_partition import TopicPartition
 
 
 class GatedWrites:

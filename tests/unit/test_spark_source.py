@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spark.source import KAFKA_SCHEMA, TierbrokerDataSource
 from tests.unit.test_pipeline_discovery import CLUSTER, TOPIC, copy_segment, record_ts, rsm_for
+from tierbroker.pipeline.spark.source import KAFKA_SCHEMA, TierbrokerDataSource
 
 
 async def test_a_timestamp_beyond_sparks_range_fails_the_read_naming_its_offset(

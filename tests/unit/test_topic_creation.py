@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from broker.cluster.controller import (
+from tierbroker.broker.cluster.controller import (
     LEAD_BATCH_PARTITIONS,
     MAX_PARTITIONS_PER_REQUEST,
     Controller,
     check_request_size,
 )
-from broker.cluster.metadata_store import LocalMetadataStore
-from broker.replica_manager import ReplicaManager
-from protocol.errors import ErrorCode, KafkaError
-from storage.log_manager import LogManager
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.cluster.metadata_store import LocalMetadataStore
+from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.log_manager import LogManager
+from tierbroker.storage.topic_partition import TopicPartition
 
 PARTITIONS = 3 * LEAD_BATCH_PARTITIONS
 

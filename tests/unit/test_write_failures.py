@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.controller import Controller
-from broker.cluster.metadata_store import LocalMetadataStore
-from broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
-from protocol.errors import ErrorCode, KafkaError
-from protocol.records import build_batch, decode_records
-from storage.checkpoints import OffsetCheckpointFile
-from storage.log import Log
-from storage.log_config import LogConfig
-from storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
-from storage.producer_state import ProducerStateManager
-from storage.topic_partition import TopicPartition
+from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.cluster.metadata_store import LocalMetadataStore
+from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import build_batch, decode_records
+from tierbroker.storage.checkpoints import OffsetCheckpointFile
+from tierbroker.storage.log import Log
+from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
+from tierbroker.storage.producer_state import ProducerStateManager
+from tierbroker.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("w", 0)
 TOPIC_ID = uuid.uuid4()
@@ -201,7 +201,8 @@ def test_failed_segment_creation_leaves_no_files(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr("storage.segment.TimeIndex", no_space)  # .log and .index already created
+        # The .log and .index files are created before the time index fails.
+        m.setattr("tierbroker.storage.segment.TimeIndex", no_space)
         with pytest.raises(OSError):
             log.roll()
     assert len(log.segments) == 1
