@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine (Debian, Python 3.11):
 #   make run    install if needed, then start one broker on 127.0.0.1:9092 (data in ./data)
-#   make test   install everything the tests need (Python deps with PySpark, Debian's kcat and
-#               a Java runtime), run the suite
+#   make test   install everything the tests need (python3-venv if missing, Python deps with
+#               PySpark, Debian's kcat and a Java runtime), run the suite
 
 PYTHON ?= python3
 VENV   := .venv
@@ -10,6 +10,7 @@ BIN    := $(VENV)/bin
 .PHONY: run test install install-test peers bench check clean
 
 $(BIN)/python:
+	@PYTHON=$(PYTHON) scripts/install-peers.sh venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
@@ -34,7 +35,7 @@ test: install-test
 	$(BIN)/pytest
 
 check: install-test
-	$(BIN)/ruff check protocol storage rlm broker pipeline tests benchmarks
+	$(BIN)/ruff check protocol storage rlm broker pipeline tests benchmarks setup.py
 	$(BIN)/mypy
 
 bench: install-test
@@ -43,6 +44,9 @@ bench: install-test
 	$(BIN)/python -m benchmarks.tiering --mib 512
 	$(BIN)/python -m benchmarks.s3_copy
 	$(BIN)/python -m benchmarks.remote_log_size
+	$(BIN)/python -m benchmarks.record_validation
+	$(BIN)/python -m benchmarks.metadata_snapshot
+	$(BIN)/python -m benchmarks.partitions
 	$(BIN)/python -m benchmarks.pipeline
 
 clean:
