@@ -5,14 +5,18 @@ later; a retriable failure (a remote call that failed or timed out) backs off
 exponentially with full jitter up to a maximum; any other failure is logged with
 its traceback and retried at the maximum back-off, so one bad partition never
 stops the others. At most `size` tasks of the pool run at once; each pool has its
-own limit, so slow copies never delay retention. The pool's routine task and its
-running tasks are owned here and cancelled by `stop()`; cancellation is never
-swallowed.
+own limit, so slow copies never delay retention. Next-run times are kept in a
+heap, and a task is started only when a slot is free, so a wake-up costs the
+partitions it starts, not every partition led (a broker may lead many thousands).
+The pool's routine task and its running tasks are owned here and cancelled by
+`stop()`; cancellation is never swallowed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import random
 from collections.abc import Hashable
@@ -41,27 +45,34 @@ class TaskPool:
         self.interval_s = interval_ms / 1000
         self.backoff_s = backoff_ms / 1000
         self.backoff_max_s = backoff_max_ms / 1000
-        self._semaphore = asyncio.Semaphore(size)
+        self.size = size
         self._tasks: dict[Hashable, PartitionTask] = {}
         self._next_run: dict[Hashable, float] = {}
+        # (next run, tie-breaker, key); an entry whose time is not the key's next run is stale.
+        self._due: list[tuple[float, int, Hashable]] = []
+        self._pushes = itertools.count()
         self._failures: dict[Hashable, int] = {}
         self._running: set[Hashable] = set()
         self._inflight: set[asyncio.Task[None]] = set()
-        self._waiting = 0
         self._wake = asyncio.Event()
         self._routine: asyncio.Task[None] | None = None
 
     @property
     def queued(self) -> int:
         """Partitions due but waiting for a free slot (the pool's queue size)."""
-        return self._waiting
+        now = asyncio.get_running_loop().time()
+        return sum(1 for k, t in self._next_run.items() if t <= now and k not in self._running)
 
     def start(self) -> None:
         self._routine = asyncio.get_running_loop().create_task(self._run(), name=f"rlm-{self.name}")
 
     def schedule(self, key: Hashable, task: PartitionTask, delay_s: float = 0.0) -> None:
         self._tasks[key] = task
-        self._next_run[key] = asyncio.get_running_loop().time() + delay_s
+        self._set_next_run(key, asyncio.get_running_loop().time() + delay_s)
+
+    def _set_next_run(self, key: Hashable, at: float) -> None:
+        self._next_run[key] = at
+        heapq.heappush(self._due, (at, next(self._pushes), key))
         self._wake.set()
 
     def cancel(self, key: Hashable) -> None:
@@ -72,25 +83,31 @@ class TaskPool:
     def trigger(self, key: Hashable) -> None:
         """Run the partition's task as soon as a slot is free."""
         if key in self._tasks:
-            self._next_run[key] = 0.0
-            self._wake.set()
+            self._set_next_run(key, 0.0)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            for key in [
-                k for k, t in self._next_run.items() if t <= now and k not in self._running
-            ]:
+            # Invariant: at most `size` tasks run; due partitions wait in the heap, oldest first.
+            while self._due and len(self._running) < self.size:
+                at, _, key = self._due[0]
+                if self._next_run.get(key) != at or key in self._running:
+                    heapq.heappop(self._due)  # stale: rescheduled, cancelled, or running now
+                    continue
+                if at > now:
+                    break
+                heapq.heappop(self._due)
                 self._running.add(key)
                 task = loop.create_task(
                     self._run_one(key, self._tasks[key]), name=f"rlm-{self.name}-{key}"
                 )
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)
-            waiting = [t for k, t in self._next_run.items() if k not in self._running]
             self._wake.clear()
-            timeout = max(min(waiting) - now, 0.0) if waiting else None
+            timeout = None
+            if self._due and len(self._running) < self.size:
+                timeout = max(self._due[0][0] - now, 0.0)
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
@@ -99,15 +116,7 @@ class TaskPool:
     async def _run_one(self, key: Hashable, task: PartitionTask) -> None:
         delay = self.interval_s
         try:
-            self._waiting += 1
-            try:
-                await self._semaphore.acquire()
-            finally:
-                self._waiting -= 1
-            try:
-                await task.run_once()
-            finally:
-                self._semaphore.release()
+            await task.run_once()
             self._failures.pop(key, None)
         except asyncio.CancelledError:
             raise
@@ -131,7 +140,9 @@ class TaskPool:
         finally:
             self._running.discard(key)
             if self._tasks.get(key) is task:
-                self._next_run[key] = asyncio.get_running_loop().time() + delay
+                self._set_next_run(key, asyncio.get_running_loop().time() + delay)
+            elif key in self._next_run:  # scheduled anew while it ran: its entry was dropped
+                self._set_next_run(key, self._next_run[key])
             self._wake.set()
 
     async def stop(self, timeout_s: float) -> None:

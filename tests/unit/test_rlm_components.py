@@ -139,6 +139,73 @@ def test_a_hanging_task_never_stalls_other_partitions() -> None:
     assert runs["a"] >= 5 and runs["b"] >= 5
 
 
+def test_many_partitions_start_as_slots_free_and_each_runs() -> None:
+    """Thousands of led partitions: the pool starts tasks only into free slots, oldest due
+    first, so a wake-up never creates a task per partition."""
+    size, partitions = 3, 2000
+    runs: dict[int, int] = {}
+    most_started = 0
+    all_ran = asyncio.Event()
+
+    class Records:
+        def __init__(self, key: int) -> None:
+            self.key = key
+
+        async def run_once(self) -> None:
+            nonlocal most_started
+            started = [t for t in asyncio.all_tasks() if t.get_name().startswith("rlm-test-")]
+            most_started = max(most_started, len(started))
+            runs[self.key] = runs.get(self.key, 0) + 1
+            if len(runs) == partitions:
+                all_ran.set()
+            await asyncio.sleep(0)
+
+    async def run() -> None:
+        pool = TaskPool("test", size=size, interval_ms=3_600_000, backoff_ms=10, backoff_max_ms=50)
+        pool.start()
+        for key in range(partitions):
+            pool.schedule(key, Records(key))
+        assert pool.queued == partitions
+        await asyncio.wait_for(all_ran.wait(), 30)
+        assert pool.queued == 0
+        await pool.stop(1.0)
+
+    asyncio.run(run())
+    assert runs == dict.fromkeys(range(partitions), 1)
+    assert most_started <= size
+
+
+def test_a_partition_scheduled_anew_while_its_task_runs_gets_the_new_task() -> None:
+    ran: list[str] = []
+    release, ran_new = asyncio.Event(), asyncio.Event()
+
+    class Named:
+        def __init__(self, name: str, wait: bool) -> None:
+            self.name, self.wait = name, wait
+
+        async def run_once(self) -> None:
+            ran.append(self.name)
+            if self.wait:
+                await release.wait()
+            else:
+                ran_new.set()
+
+    async def run() -> None:
+        pool = TaskPool("test", size=1, interval_ms=3_600_000, backoff_ms=10, backoff_max_ms=50)
+        pool.start()
+        pool.schedule("p", Named("old", wait=True))
+        await asyncio.sleep(0.01)
+        assert ran == ["old"]
+        pool.schedule("p", Named("new", wait=False))  # a new leadership while the old runs
+        await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.wait_for(ran_new.wait(), 5)
+        await pool.stop(1.0)
+
+    asyncio.run(run())
+    assert ran == ["old", "new"]
+
+
 def test_retriable_failures_back_off_and_recover() -> None:
     attempts: list[float] = []
 
