@@ -39,8 +39,10 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 # Creating a log is mostly fsyncs (its metadata and epoch checkpoint): threads let the
-# file system commit them together.
-LOG_CREATION_THREADS = 16
+# file system commit them together. More threads than this contend with the event loop
+# for the GIL: with 16, one CreateTopics of 10,000 partitions kept ApiVersions' p99 at
+# about 120 ms on two cores, against about 30 ms with 4, in the same time.
+LOG_CREATION_THREADS = 4
 
 
 class LogManager:
