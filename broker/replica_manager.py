@@ -154,7 +154,9 @@ class ReplicaManager:
                 partition = self.partition_or_error(tp)
                 info = partition.append_records_to_leader(bytearray(records))
             except OSError as e:
-                error = self.log_manager.storage_error(partition.log, e, f"appending to {tp}")
+                error = self.log_manager.storage_error(
+                    partition.log.dir.parent, tp, e, f"appending to {tp}"
+                )
                 results[tp] = ProduceResult(error.code, error_message=str(error))
                 continue
             except InvalidRecordError as e:

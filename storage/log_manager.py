@@ -50,7 +50,7 @@ class LogManager:
         self.log_dirs = log_dirs
         self.logs: dict[TopicPartition, Log] = {}
         self.failure_channel = LogDirFailureChannel()
-        self._loaded_dirs: set[Path] = set()  # every partition directory opened
+        self._loaded_dirs: set[Path] = set()  # log dirs whose every partition was loaded
         self._logs_per_dir: Counter[Path] = Counter()
         self._creation_pool: ThreadPoolExecutor | None = None
         for d in log_dirs:
@@ -74,12 +74,15 @@ class LogManager:
         except OSError as e:
             self.failure_channel.maybe_add_offline_log_dir(log_dir, e, action)
 
-    def storage_error(self, lg: Log, error: OSError, action: str) -> KafkaError:
-        """Take `lg`'s log dir offline after `error`; the KAFKA_STORAGE_ERROR its client gets."""
-        self.failure_channel.maybe_add_offline_log_dir(lg.dir.parent, error, action)
+    def storage_error(
+        self, log_dir: Path, tp: TopicPartition, error: OSError, action: str
+    ) -> KafkaError:
+        """Take `log_dir` offline after `error` while `action` on `tp`; the
+        KAFKA_STORAGE_ERROR the client gets."""
+        self.failure_channel.maybe_add_offline_log_dir(log_dir, error, action)
         return KafkaError(
             ErrorCode.kafka_storage_error,
-            f"{lg.topic_partition}: log dir {lg.dir.parent} is offline: {describe(error)}",
+            f"{tp}: log dir {log_dir} is offline: {describe(error)}",
         )
 
     def load_logs(self, config_for: Callable[[TopicPartition], LogConfig | None]) -> None:
@@ -142,13 +145,6 @@ class LogManager:
         counts = self._logs_per_dir if planned is None else planned
         return min(online, key=lambda d: counts[d])
 
-    def _creation_failed(self, log_dir: Path, tp: TopicPartition, error: OSError) -> KafkaError:
-        self.failure_channel.maybe_add_offline_log_dir(log_dir, error, f"creating {tp}")
-        return KafkaError(
-            ErrorCode.kafka_storage_error,
-            f"{tp}: log dir {log_dir} is offline: {describe(error)}",
-        )
-
     def get_or_create_log(self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig) -> Log:
         existing = self.logs.get(tp)
         if existing is not None:
@@ -157,7 +153,7 @@ class LogManager:
         try:
             created = Log(log_dir / str(tp), tp, config, topic_id)
         except OSError as e:
-            raise self._creation_failed(log_dir, tp, e) from e
+            raise self.storage_error(log_dir, tp, e, f"creating {tp}") from e
         self._register(created)
         return created
 
@@ -195,7 +191,7 @@ class LogManager:
                 try:
                     self._register(create(log_dir / str(tp), tp))
                 except OSError as e:
-                    raise self._creation_failed(log_dir, tp, e) from e
+                    raise self.storage_error(log_dir, tp, e, f"creating {tp}") from e
             else:
                 job = loop.run_in_executor(pool, create, log_dir / str(tp), tp)
                 pending.append((log_dir, tp, job))
@@ -205,7 +201,7 @@ class LogManager:
             if isinstance(outcome, Log):
                 self._register(outcome)
             elif isinstance(outcome, OSError):
-                failure = failure or self._creation_failed(log_dir, tp, outcome)
+                failure = failure or self.storage_error(log_dir, tp, outcome, f"creating {tp}")
             else:
                 raise outcome
         if failure is not None:
