@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,8 +12,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_wheel_holds_one_top_level_package_and_its_command(tmp_path: Path) -> None:
+    # Built from a copy of the tracked files: a build in the tree leaves build/ behind,
+    # whose stale modules a later wheel would ship.
+    source = tmp_path / "source"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    for name in filter(None, tracked.stdout.split("\0")):
+        target = source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target, follow_symlinks=False)
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path)]
-    built = subprocess.run([*pip_wheel, str(ROOT)], capture_output=True, text=True)
+    built = subprocess.run([*pip_wheel, str(source)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp_path.glob("tierbroker-*.whl")
     with zipfile.ZipFile(wheel) as archive:
