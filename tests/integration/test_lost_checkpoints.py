@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.tiering_helpers import (
@@ -33,6 +39,12 @@ LOST = (
     "replication-offset-checkpoint",
     ".kafka_cleanshutdown",
 )
+
+
+def set_retention_bytes(admin: AdminClient, value: int) -> None:
+    entry = ConfigEntry("retention.bytes", str(value), incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource("topic", TOPIC, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(15)
 
 
 def settled_log_start_offset(broker: BrokerProcess) -> int:
@@ -62,11 +74,18 @@ def test_lost_checkpoints_restore_the_log_start_offset_from_the_remote_tier(
             "remote.storage.enable": "true",
             "segment.bytes": str(64 * 1024),
             "local.retention.bytes": str(128 * 1024),
-            "retention.bytes": str(1024 * 1024),  # about a third of what is produced
         }
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)])[TOPIC].result(15)
         produce(broker.bootstrap, TOPIC, 0, COUNT, VALUE_SIZE)
+        # Retention counts local bytes not yet copied: set while the copy lags, it could take
+        # every remote segment. Set once all is copied, it leaves some records remote only.
+        wait_for(
+            lambda: status(broker, TOPIC)["copy_lag_segments"] == 0,
+            "every rolled segment to be copied",
+            show=lambda: status(broker, TOPIC),
+        )
+        set_retention_bytes(admin, 1024 * 1024)  # about a third of what was produced
         start = settled_log_start_offset(broker)
         assert start < status(broker, TOPIC)["local_log_start_offset"]  # some are remote only
 
