@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tierbroker.broker.long_lived import LongLivedObjects
 from tierbroker.broker.partition import OffsetAndEpoch, Partition
 from tierbroker.broker.purgatory import Purgatory
 from tierbroker.protocol.errors import ErrorCode, KafkaError
@@ -84,6 +85,7 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = Purgatory()
         self.remote: RemoteLogManager | None = None
+        self.long_lived = LongLivedObjects()
 
     # Leadership ----------------------------------------------------------------------
 
@@ -97,6 +99,7 @@ class ReplicaManager:
         self.partitions[tp] = partition
         if self.remote is not None:
             self.remote.on_leadership(TopicIdPartition(topic_id, tp), log_)
+        self.long_lived.partition_led()
         return partition
 
     def attach_remote_log_manager(self, remote: RemoteLogManager) -> None:
@@ -104,6 +107,7 @@ class ReplicaManager:
         self.remote = remote
         for tp, partition in self.partitions.items():
             remote.on_leadership(TopicIdPartition(partition.topic_id, tp), partition.log)
+        self.long_lived.freeze()
 
     def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
         partition = self.partitions.pop(tp, None)

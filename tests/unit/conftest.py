@@ -1,0 +1,16 @@
+"""Leading partitions in-process freezes the heap (`broker.long_lived`): each test ends
+with the collector as the next one expects it, enabled and nothing frozen."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def collector() -> Iterator[None]:
+    yield
+    gc.enable()
+    gc.unfreeze()
