@@ -261,9 +261,15 @@ class Controller:
                 )
 
     def next_producer_id(self) -> int:
-        """A producer id never handed out before, also across restarts (ids go in blocks)."""
+        """A producer id never handed out before, also across restarts (ids go in blocks).
+
+        Raises KAFKA_STORAGE_ERROR when a new block could not be written: no id is given out
+        that a restart could give out again.
+        """
         if self._next_producer_id >= self._producer_id_block_end:
-            self._next_producer_id = self.store.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
+            with self._metadata_write("allocating producer ids"):
+                block = self.store.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
+            self._next_producer_id = block
             self._producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK_SIZE
         producer_id = self._next_producer_id
         self._next_producer_id += 1

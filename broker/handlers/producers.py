@@ -34,11 +34,24 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request, _splicer
             producer_epoch=-1,
         )
     # An idempotent producer always gets a fresh id at epoch 0, as Kafka gives it.
+    try:
+        producer_id = ctx.controller.next_producer_id()
+    except KafkaError as e:
+        # Clients know no storage error here; this one they retry, as Kafka answers while
+        # it cannot allocate ids.
+        log.warning("InitProducerId answered COORDINATOR_NOT_AVAILABLE: %s", e)
+        return make(
+            m.InitProducerIdResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.coordinator_not_available,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     return make(
         m.InitProducerIdResponse,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
-        producer_id=ctx.controller.next_producer_id(),
+        producer_id=producer_id,
         producer_epoch=0,
     )
 

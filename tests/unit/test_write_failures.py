@@ -356,3 +356,20 @@ def test_failed_checkpoint_takes_only_its_dir_offline(tmp_path: Path, faults: Di
     written = OffsetCheckpointFile(tmp_path / "b" / "recovery-point-offset-checkpoint").read()
     assert written == {TopicPartition("w", 1): 3}
     manager.shutdown()
+
+
+def test_failed_producer_id_block_write_hands_out_no_id(tmp_path: Path, faults: DiskFaults) -> None:
+    """An id is handed out only from a block on disk: a restart never hands it out again."""
+    manager = LogManager([tmp_path])
+    manager.load_logs(lambda tp: CONFIG)
+    controller = Controller(0, LocalMetadataStore(tmp_path), ReplicaManager(0, manager), {}, 1, 1)
+    faults.suffix, faults.bytes_left = ".json.tmp", 0
+    with pytest.raises(KafkaError) as refused:
+        controller.next_producer_id()
+    assert refused.value.code == ErrorCode.kafka_storage_error
+    assert manager.online_log_dirs == []
+    faults.heal()
+    restarted = Controller(0, LocalMetadataStore(tmp_path), ReplicaManager(0, manager), {}, 1, 1)
+    first = restarted.next_producer_id()
+    assert LocalMetadataStore(tmp_path).producer_id_block_end > first
+    manager.shutdown()
