@@ -48,6 +48,7 @@ bench: install-test
 	$(BIN)/python -m benchmarks.metadata_snapshot
 	$(BIN)/python -m benchmarks.partitions
 	$(BIN)/python -m benchmarks.pipeline
+	$(BIN)/python -m benchmarks.startup
 
 clean:
 	rm -rf $(VENV) data
