@@ -37,6 +37,7 @@ test: install-test
 check: install-test
 	$(BIN)/ruff check protocol storage rlm broker pipeline tests benchmarks setup.py
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: install-test
 	$(BIN)/python -m benchmarks.throughput

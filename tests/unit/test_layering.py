@@ -1,22 +1,17 @@
 """Imports point one way: protocol <- storage <- rlm <- broker, and pipeline uses only
-protocol and storage; never up. Every layer is imported as `tierbroker.<layer>`: the
-installed package has no other top-level name."""
+protocol and storage; never up (the contracts are import-linter's, in pyproject.toml).
+Every layer is imported as `tierbroker.<layer>`: the installed package has no other
+top-level name."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("protocol", "storage", "rlm", "broker", "pipeline")
-FORBIDDEN = {
-    "protocol": {"storage", "rlm", "broker", "pipeline"},
-    "storage": {"rlm", "broker", "pipeline"},
-    "rlm": {"broker", "pipeline"},
-    "pipeline": {"rlm", "broker"},
-}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -30,22 +25,12 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def imported_packages(path: Path) -> set[str]:
-    """The layers `path` imports (`tierbroker.<layer>...`)."""
-    return {
-        parts[1]
-        for parts in (name.split(".") for name in imported_modules(path))
-        if len(parts) > 1 and parts[0] == "tierbroker"
-    }
-
-
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
-def test_layer_imports_point_down(layer: str) -> None:
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[layer])
-        for path in (ROOT / layer).rglob("*.py")
-    }
-    assert {k: v for k, v in offenders.items() if v} == {}
+def test_layer_contracts_hold() -> None:
+    """The contracts in pyproject.toml's [tool.importlinter], checked by import-linter."""
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    assert lint_imports.exists(), "import-linter is missing: pip install -e '.[test]'"
+    run = subprocess.run([lint_imports], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
 
 
 def test_layers_are_imported_only_under_the_package_name() -> None:
