@@ -3,11 +3,12 @@
 kio's native reader trusts declared lengths: a compact array that claims 2^32
 elements makes it allocate that much and abort the process. Kafka's generated
 readers refuse a count larger than the bytes left. This pass walks the same
-schema (kio's dataclass metadata, so nothing is hand-written per API), reads only
-lengths and counts, and raises `KafkaError(INVALID_REQUEST)` when one cannot fit
-in the rest of the frame, or is null (-1) where the field is not nullable: kio
-would hand a handler `None` for a non-nullable array, where Kafka's readers refuse
-the request. Records and bytes are skipped, never read.
+schema (kio's dataclasses: their field types and `kafka_type` metadata, so nothing
+is hand-written per API), reads only lengths and counts, and raises
+`KafkaError(INVALID_REQUEST)` when one cannot fit in the rest of the frame, or is
+null (-1) where the field is not nullable: kio would hand a handler `None` for a
+non-nullable array, where Kafka's readers refuse the request. Records and bytes
+are skipped, never read.
 """
 
 from __future__ import annotations
@@ -16,14 +17,6 @@ import dataclasses
 from functools import cache
 from types import NoneType, UnionType
 from typing import Any, Union, get_args, get_origin
-
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveTupleField,
-    classify_field,
-    get_schema_field_type,
-)
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 
@@ -90,20 +83,26 @@ def _steps(entity_type: type, header: bool) -> tuple[tuple[Step, ...], bool]:
     for f in dataclasses.fields(entity_type):
         if "tag" in f.metadata:
             continue
-        kind = classify_field(f)
         nullable = _nullable(f.type)
         name = f"{entity_type.__name__}.{f.name}"
-        if isinstance(kind, EntityField):
-            steps.append(("entity", kind.type_, nullable, name))
-        elif isinstance(kind, EntityTupleField):
-            steps.append(("entity_array", kind.type_, nullable, name))
+        element, array = _element_type(f.type)
+        if dataclasses.is_dataclass(element):
+            steps.append(("entity_array" if array else "entity", element, nullable, name))
         else:
-            kafka_type = get_schema_field_type(f)
+            kafka_type = f.metadata["kafka_type"]  # on every primitive field kio generates
             if header and f.name == "client_id":
                 kafka_type = "legacy_string"  # always a legacy string, as Kafka special-cases it
-            array = isinstance(kind, PrimitiveTupleField)
             steps.append(("array" if array else "primitive", kafka_type, nullable, name))
     return tuple(steps), bool(getattr(entity_type, "__flexible__"))  # noqa: B009
+
+
+def _element_type(field_type: Any) -> tuple[Any, bool]:
+    """A field's type without `| None`, and whether it is an array (`tuple[X, ...]`)."""
+    if get_origin(field_type) in (UnionType, Union):
+        (field_type,) = (t for t in get_args(field_type) if t is not NoneType)
+    if get_origin(field_type) is tuple:
+        return get_args(field_type)[0], True
+    return field_type, False
 
 
 def _nullable(field_type: Any) -> bool:

@@ -18,32 +18,18 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
 from kio.index import load_request_schema
-from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial.writers import write_unsigned_varint
-from kio.static.constants import EntityType
 from kio.static.primitive import Records, uvarint
 
 from tierbroker.protocol.bounds import check_bounds
 from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.versions import SUPPORTED_VERSIONS
 
 _REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _INT32 = struct.Struct(">i")
 _PLACEHOLDER_BYTES = 16
 _PLACEHOLDER_TAG = os.urandom(_PLACEHOLDER_BYTES - 4)
-
-
-def supported_versions() -> dict[int, tuple[int, int]]:
-    """The (min, max) request versions kio has a schema for, per API key."""
-    ranges = {}
-    for api_key, name in api_key_map.items():
-        versions = [v for v, types in schema_name_map[name].items() if EntityType.request in types]
-        if versions:
-            ranges[api_key] = (min(versions), max(versions))
-    return ranges
-
-
-_VERSIONS = supported_versions()
 
 
 class FileRegion(Protocol):
@@ -94,7 +80,7 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
 def parse_request(frame: bytes | memoryview) -> Request:
     """Decode a request frame (without its size prefix) into kio entities."""
     api_key, api_version, correlation_id = peek_header(frame)
-    low, high = _VERSIONS.get(api_key, (0, -1))
+    low, high = SUPPORTED_VERSIONS.get(api_key, (0, -1))
     if not low <= api_version <= high:
         raise UnsupportedVersionError(api_key, api_version, correlation_id)
     request_type = load_request_schema(api_key, api_version)
@@ -176,4 +162,4 @@ def _records_length(length: int, flexible: bool) -> bytes:
 
 
 def version_range(api_key: int) -> tuple[int, int] | None:
-    return _VERSIONS.get(api_key)
+    return SUPPORTED_VERSIONS.get(api_key)

@@ -1,8 +1,8 @@
 """ApiVersions: the API keys and version ranges this broker answers.
 
-Ranges are kio's, except Produce, advertised from v0 as Kafka 4 does: older
-librdkafka releases stop compressing when v0-2 are missing; those versions are
-still refused (kio has no schema for them, so the connection is closed).
+Ranges are the pinned `protocol.versions`, except Produce, advertised from v0 as
+Kafka 4 does: older librdkafka releases stop compressing when v0-2 are missing;
+those versions are still refused (the connection is closed).
 """
 
 from __future__ import annotations

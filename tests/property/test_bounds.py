@@ -19,8 +19,9 @@ from kio.static.primitive import Records
 from tests.integration.wire import encode_request
 from tierbroker.broker.handlers import HANDLERS
 from tierbroker.protocol.bounds import check_bounds
-from tierbroker.protocol.codec import parse_request, supported_versions
+from tierbroker.protocol.codec import parse_request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.versions import SUPPORTED_VERSIONS
 
 HANDLED = [
     0,
@@ -58,7 +59,7 @@ st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 SCHEMAS = [
     load_request_schema(key, version)
     for key in sorted(HANDLERS)
-    for version in range(supported_versions()[key][0], supported_versions()[key][1] + 1)
+    for version in range(SUPPORTED_VERSIONS[key][0], SUPPORTED_VERSIONS[key][1] + 1)
 ]
 
 
