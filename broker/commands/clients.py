@@ -121,8 +121,20 @@ def consume(
         list[int] | None, typer.Option("--partition", "-p", help="repeatable; default: all")
     ] = None,
     offset: Annotated[
-        str, typer.Option("--offset", "-o", help="beginning, end, N, or -N (N before the end)")
-    ] = "beginning",
+        str | None,
+        typer.Option(
+            "--offset",
+            "-o",
+            help="beginning, end, N, or -N (N before the end); default: the group's "
+            "committed offsets with -G, else beginning",
+        ),
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group", "-G", help="start from this group's committed offsets; commit what is read"
+        ),
+    ] = None,
     count: Annotated[int | None, typer.Option("--count", "-c", help="stop after N records")] = None,
     exit_at_end: Annotated[
         bool, typer.Option("--exit", "-e", help="stop at the end of every partition")
@@ -146,8 +158,19 @@ def consume(
         Output, typer.Option("--output", help="json: one object per record and line")
     ] = Output.table,
 ) -> None:
-    """Print records as lines, from --offset on, until interrupted, --count or --exit."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+    """Print records as lines, from --offset on, until interrupted, --count or --exit.
+
+    With --group the partitions are still assigned, not subscribed: the group's committed
+    offsets are read and written as a simple consumer does, so no rebalance happens.
+    """
+    from confluent_kafka import (
+        OFFSET_BEGINNING,
+        OFFSET_END,
+        OFFSET_STORED,
+        Consumer,
+        KafkaError,
+        TopicPartition,
+    )
 
     if fmt is None:
         fmt = (
@@ -155,7 +178,9 @@ def consume(
             + ("\t%h" if print_headers else "")
             + "\\n"
         )
-    start = {"beginning": OFFSET_BEGINNING, "end": OFFSET_END}.get(offset)
+    if offset is None:
+        offset = "stored" if group else "beginning"
+    start = {"beginning": OFFSET_BEGINNING, "end": OFFSET_END, "stored": OFFSET_STORED}.get(offset)
     if start is None:
         try:
             n = int(offset)
@@ -163,7 +188,8 @@ def consume(
             raise typer.BadParameter(f"--offset {offset!r}: beginning, end, N or -N") from None
         start = n if n >= 0 else TAIL_BASE + n
     config = client_config(bootstrap, timeout) | {
-        "group.id": "tierbroker-cli",  # never joined: partitions are assigned, not subscribed
+        "group.id": group or "tierbroker-cli",  # never joined: partitions are assigned
+        "auto.offset.reset": "earliest",  # for a partition the group has no offset for
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": exit_at_end,
@@ -171,6 +197,7 @@ def consume(
     what = f"consume from {topic}"
     out = sys.stdout.buffer
     seen = 0
+    printed: dict[int, int] = {}  # partition: the offset after the last record printed
     with failing(what, bootstrap):
         consumer = Consumer(config)
         try:
@@ -199,6 +226,7 @@ def consume(
                             else _formatted(message, fmt)
                         )
                         seen += 1
+                        printed[message.partition() or 0] = (message.offset() or 0) + 1
                         if count is not None and seen >= count:
                             break
                     out.flush()
@@ -210,7 +238,12 @@ def consume(
         except BrokenPipeError:  # the reader went away (`| head`): stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         finally:
-            consumer.close()
+            try:
+                if group and printed:
+                    commits = [TopicPartition(topic, p, o) for p, o in sorted(printed.items())]
+                    consumer.commit(offsets=commits, asynchronous=False)
+            finally:
+                consumer.close()
 
 
 def _check_topic(metadata: Any, topic: str) -> Any:

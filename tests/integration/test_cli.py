@@ -230,6 +230,25 @@ def test_group_describe_and_reset_offsets(broker: BrokerProcess) -> None:
     assert "t-group" in table and "empty" in table
 
 
+def test_consume_as_a_group_resumes_from_its_commits(broker: BrokerProcess) -> None:
+    cli(broker, "topic", "create", "t-resume", "-p", "2")
+    lines = [f"k{i}:{i}" for i in range(10)]
+    cli(broker, "produce", "t-resume", "-K", ":", stdin="".join(f"{x}\n" for x in lines))
+
+    def read(*args: str) -> list[str]:
+        return cli(broker, "consume", "t-resume", "-G", "g-resume", "-K", ":", *args).stdout.split()
+
+    first = read("-c", "4")
+    assert len(first) == 4
+    rest = read("-e")
+    assert sorted(first + rest, key=lambda x: int(x.split(":")[1])) == lines
+    assert read("-e") == []  # everything is committed
+    rows = cli_json(broker, "group", "describe", "g-resume")["partitions"]
+    assert sum(r["committed_offset"] for r in rows) == 10
+    cli(broker, "group", "reset-offsets", "g-resume", "--to-earliest", "--execute")
+    assert sorted(read("-e")) == sorted(lines)
+
+
 def test_cluster_info(broker: BrokerProcess) -> None:
     info = cli_json(broker, "cluster", "info")
     assert info["cluster_id"]
