@@ -32,7 +32,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tierbroker.pipeline.discovery import RemoteSegment
-from tierbroker.pipeline.spark.plan import ReadOptions, plan
 
 MARKER_DIR = "_exported_segments"
 
@@ -147,6 +146,7 @@ def export(spark: Any, args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     from tierbroker.pipeline.spark import register
+    from tierbroker.pipeline.spark.plan import ReadOptions, plan
 
     register(spark)
     options = source_options(args)
