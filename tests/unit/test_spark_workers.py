@@ -62,3 +62,16 @@ def test_export_without_pyspark_says_what_to_install(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == "tierbroker export needs PySpark: pip install 'tierbroker[spark]'\n"
+
+
+def test_importing_the_source_without_pyarrow_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [m for m in sys.modules if m.startswith("tierbroker.pipeline.spark")]:
+        monkeypatch.delitem(sys.modules, name)  # restored afterwards
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # None: the import fails
+    with pytest.raises(ModuleNotFoundError) as failed:
+        import tierbroker.pipeline.spark  # noqa: F401
+    assert str(failed.value) == (
+        "tierbroker.pipeline.spark needs pyarrow: pip install 'tierbroker[spark]'"
+    )
