@@ -14,6 +14,12 @@ commits and offset look-ups; only the bytes of records may come from elsewhere
 - REMOTE_ONLY: the object store only; reading stops at the end of the remote tier
   and resumes when new segments appear. Record bytes never come from the broker.
 
+A bounded read (`bounded=True`, for backfills) stops instead of polling: each
+partition ends at the end of the remote tier as it was when the partition was
+first read (or at `end_offsets[tp]`, exclusive). Records at or past the end are
+never returned, whatever the tier; once every assigned partition reached its end,
+`getmany` returns `{}` at once, `async for` ends and `getone` raises EOFError.
+
 Partitions read from the object store are paused in the wrapped consumer (so it
 fetches nothing for them) and its position is moved past every record returned,
 so `position()`, `commit()` and auto-commit behave as with the broker path. Offset
@@ -52,7 +58,9 @@ class TieredConsumer:
     `storage` is a URL (`file:///dir`, `s3://bucket/prefix?endpoint=...`), required
     unless the mode is KAFKA_ONLY; `storage_options` carries the RSM-named settings
     (credentials, path style); `cluster` and `entropy_bits` locate the partitions as
-    the broker's `ObjectKeyLayout` does. Other keyword arguments go to aiokafka.
+    the broker's `ObjectKeyLayout` does. `bounded` and `end_offsets` make a bounded
+    read (see the module docstring); `end_offsets` alone implies `bounded`. Other
+    keyword arguments go to aiokafka.
     Like aiokafka's, it must be created inside a running event loop.
     """
 
@@ -66,9 +74,15 @@ class TieredConsumer:
         entropy_bits: int = 0,
         remote_refresh_interval_ms: int = 2000,
         remote_read_threads: int = 4,
+        bounded: bool = False,
+        end_offsets: Mapping[TopicPartition, int] | None = None,
         **kafka_options: Any,
     ) -> None:
         self.mode = ConsumptionMode.of(mode)
+        self.bounded = bounded or end_offsets is not None
+        if self.bounded and self.mode is ConsumptionMode.KAFKA_ONLY:
+            raise ValueError("a bounded read ends at the remote tier's end: not in KAFKA_ONLY")
+        self._ends: dict[TopicPartition, int] = dict(end_offsets or {})  # exclusive
         reset = str(kafka_options.get("auto_offset_reset", "latest"))
         if reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto_offset_reset={reset!r}: earliest, latest or none")
@@ -228,6 +242,50 @@ class TieredConsumer:
         """The partitions paused by `pause`."""
         return set(self._user_paused) if self._router is not None else self._kafka.paused()
 
+    # Bounded reads ----------------------------------------------------------------------
+
+    async def end_offset(self, partition: TopicPartition) -> int:
+        """Where a bounded read of `partition` ends (exclusive), fixed at its first call."""
+        assert self._fetcher is not None
+        end = self._ends.get(partition)
+        if end is None:
+            await self._fetcher.ranges(partition, refresh=True)
+            bounds = await self._fetcher.bounds(partition)
+            end = self._ends[partition] = 0 if bounds is None else bounds[1]
+            log.info("%s: the bounded read ends at offset %d", partition, end)
+        return end
+
+    async def at_end(self, *partitions: TopicPartition) -> bool:
+        """Whether a bounded read is done: every (given or assigned) partition is at its end."""
+        wanted = set(partitions) or self._kafka.assignment()
+        return self.bounded and bool(wanted) and not await self._unfinished(wanted)
+
+    async def _unfinished(self, wanted: set[TopicPartition]) -> set[TopicPartition]:
+        """The partitions below their end; those at it are paused in the wrapped consumer."""
+        left: set[TopicPartition] = set()
+        for tp in wanted:
+            if await self.position(tp) < await self.end_offset(tp):
+                left.add(tp)
+            elif tp not in self._kafka.paused():
+                self._kafka.pause(tp)  # fetch nothing more for it
+        return left
+
+    def _until(self, tp: TopicPartition) -> int | None:
+        """Where object-store reads of `tp` stop: the router's limit or the bounded end."""
+        assert self._router is not None
+        limits = [self._router.until(tp), self._ends.get(tp) if self.bounded else None]
+        return min((x for x in limits if x is not None), default=None)
+
+    def _below_end(
+        self, tp: TopicPartition, records: list[ConsumerRecord[Any, Any]]
+    ) -> list[ConsumerRecord[Any, Any]]:
+        """Broker records of a bounded read below the end; the position moves back to it."""
+        end = self._ends.get(tp)
+        if not self.bounded or end is None or not records or records[-1].offset < end:
+            return records
+        self._kafka.seek(tp, end)
+        return [r for r in records if r.offset < end]
+
     # Reading ----------------------------------------------------------------------------
 
     async def _plan(
@@ -257,7 +315,7 @@ class TieredConsumer:
         self, positions: dict[TopicPartition, int], max_records: int | None
     ) -> Records:
         assert self._fetcher is not None and self._router is not None
-        fetcher, until = self._fetcher, self._router.until
+        fetcher, until = self._fetcher, self._until
         skip = self.mode in (ConsumptionMode.REMOTE_ONLY, ConsumptionMode.REMOTE_PREFERRED)
         results: list[tuple[TopicPartition, RemoteFetch]] = []
         if max_records is None:
@@ -302,6 +360,10 @@ class TieredConsumer:
                 raise ConsumerStoppedError()
             assigned = self._kafka.assignment()
             wanted = set(partitions) & assigned if partitions else set(assigned)
+            if self.bounded and wanted:
+                wanted = await self._unfinished(wanted)
+                if not wanted:
+                    return {}  # every partition asked for is at its end
             remote, broker = await self._plan(wanted)
             out = await self._fetch_remote(remote, max_records) if remote else {}
             budget = None if max_records is None else max_records - sum(map(len, out.values()))
@@ -321,14 +383,17 @@ class TieredConsumer:
                     await self._router.reset(e.args[0], self._router.reset_policy)
                     got = {}
                 for tp, records in got.items():
-                    out[tp] = records
-                    self.stats.broker_records[tp] += len(records)
+                    records = self._below_end(tp, records)
+                    if records:
+                        out[tp] = records
+                        self.stats.broker_records[tp] += len(records)
             elif not broker:
                 # Nothing to fetch from the broker, but poll it: that checks group errors
                 # and keeps the member alive (max.poll.interval.ms). Paused partitions
                 # return nothing, so no record bytes are fetched.
                 stray = await self._kafka.getmany(*wanted, timeout_ms=0)
                 for tp, records in stray.items():
+                    records = self._below_end(tp, records)
                     out.setdefault(tp, []).extend(records)
                     self.stats.broker_records[tp] += len(records)
             if out or loop.time() >= deadline:
@@ -336,18 +401,34 @@ class TieredConsumer:
             if not broker:
                 await asyncio.sleep(min(self._poll_s, max(0.0, deadline - loop.time())))
 
-    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord[Any, Any]:
-        """The next record of any (or the given) assigned partitions, waiting for one."""
+    async def _next_record(self, *partitions: TopicPartition) -> ConsumerRecord[Any, Any] | None:
+        """The next record, waiting for one; None once a bounded read is at its end."""
         while True:
             got = await self.getmany(*partitions, timeout_ms=1000, max_records=1)
             for records in got.values():
                 return records[0]
+            if self.bounded and await self.at_end(*partitions):
+                return None
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord[Any, Any]:
+        """The next record of any (or the given) assigned partitions, waiting for one.
+
+        Raises EOFError when a bounded read has reached the end of these partitions.
+        """
+        record = await self._next_record(*partitions)
+        if record is None:
+            raise EOFError("the bounded read is at its end offsets")
+        return record
 
     def __aiter__(self) -> TieredConsumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord[Any, Any]:
+        """The next record; the iteration ends when the consumer stops or a bounded read ends."""
         try:
-            return await self.getone()
+            record = await self._next_record()
         except ConsumerStoppedError:
             raise StopAsyncIteration from None
+        if record is None:
+            raise StopAsyncIteration
+        return record

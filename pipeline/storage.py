@@ -15,8 +15,8 @@ Options use the RSM's own names (the `rsm.config.` prefix removed), so one set o
 settings serves the broker and its readers: `storage.s3.endpoint.url`,
 `storage.s3.region`, `storage.s3.path.style.access.enabled`,
 `storage.aws.access.key.id`, `storage.aws.secret.access.key`, `key.prefix`. Query
-parameters of the URL are shorthands for the first three. Without keys, boto3's
-default credential chain applies.
+parameters of the URL are shorthands for the first three. Without keys, botocore's
+default credential chain applies (environment, shared config, instance role).
 
 The interface is synchronous: Spark executors call it directly, the asyncio
 consumer in a thread pool. A store is safe to use from several threads.
@@ -123,7 +123,11 @@ class LocalObjectStore(ObjectStore):
 
 
 class S3ObjectStore(ObjectStore):
-    """Objects in an S3 bucket (AWS, MinIO, moto), read with boto3's synchronous client."""
+    """Objects in an S3 bucket (AWS, MinIO, moto), read with botocore's synchronous client.
+
+    botocore, not boto3: it comes with aiobotocore (the broker's S3 plugin), at the
+    version aiobotocore pins, so a plain install can read S3 without another package.
+    """
 
     def __init__(
         self,
@@ -136,13 +140,13 @@ class S3ObjectStore(ObjectStore):
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
     ) -> None:
-        import boto3
+        import botocore.session
         from botocore.config import Config
 
         self.bucket = bucket
         self.key_prefix = key_prefix
         self.url = f"s3://{bucket}/{key_prefix}"
-        self._client: Any = boto3.session.Session().client(
+        self._client: Any = botocore.session.get_session().create_client(
             "s3",
             region_name=region,
             endpoint_url=endpoint_url,

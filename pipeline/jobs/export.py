@@ -21,6 +21,7 @@ Progress goes to stdout, one line per job.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -31,7 +32,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tierbroker.pipeline.discovery import RemoteSegment
-from tierbroker.pipeline.spark.plan import ReadOptions, plan
 
 MARKER_DIR = "_exported_segments"
 
@@ -127,13 +127,12 @@ class Markers:
 
 
 def _session(master: str) -> Any:
-    """The active Spark session, or a new one (whose Python workers use this interpreter)."""
+    """The active Spark session, or a new one (`register` picks its Python workers)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (
         SparkSession.builder.appName("tierbroker-export")
         .master(master)
@@ -147,6 +146,7 @@ def export(spark: Any, args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     from tierbroker.pipeline.spark import register
+    from tierbroker.pipeline.spark.plan import ReadOptions, plan
 
     register(spark)
     options = source_options(args)
@@ -193,9 +193,21 @@ def export(spark: Any, args: argparse.Namespace) -> int:
     return len(pending)
 
 
+def missing_spark() -> str | None:
+    """What to install, in one line, if PySpark or PyArrow is missing; else None."""
+    for module, name in (("pyspark", "PySpark"), ("pyarrow", "PyArrow")):
+        if importlib.util.find_spec(module) is None:
+            return f"tierbroker export needs {name}: pip install 'tierbroker[spark]'"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point (`tierbroker export`-style): parse, export, exit status 0."""
+    """Entry point (`tierbroker export`-style): parse, export; exit status 0, 1 if unable."""
     args = parse_args(argv)
+    missing = missing_spark()
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 1
     spark = _session(args.master)
     export(spark, args)
     return 0

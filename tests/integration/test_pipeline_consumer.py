@@ -203,3 +203,57 @@ async def test_log_start_moving_into_the_remote_tier(
         await consumer.stop()
     assert first == reference[segment.start_offset]
     assert f"skipping forward to {segment.start_offset}" in caplog.text
+
+
+async def test_a_bounded_read_stops_at_its_end(tiered_topic: TieredTopic) -> None:
+    """REMOTE_PREFERRED, bounded: every remote record, none of the broker's tail, then the end.
+    KAFKA_PREFERRED with end_offsets past the remote end: broker records up to it, not one more.
+    """
+    t = tiered_topic
+    tps = [TopicPartition(t.topic, p) for p in sorted(t.ends)]
+    remote_ends = {tp: t.remote_ends[tp.partition] for tp in tps}
+    assert all(remote_ends[tp] < t.ends[tp.partition] for tp in tps)  # an untiered tail exists
+    common: dict[str, Any] = {"bootstrap_servers": t.broker.bootstrap, "storage": t.storage}
+    rows = {tp: [r for r in t.rows if r[0] == tp.partition] for tp in tps}
+
+    consumer = TieredConsumer(
+        mode="REMOTE_PREFERRED", bounded=True, auto_offset_reset="earliest", **common
+    )
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        got: dict[TopicPartition, list[Record]] = {tp: [] for tp in tps}
+        while not await consumer.at_end():
+            for tp, records in (await consumer.getmany(timeout_ms=500, max_records=5000)).items():
+                got[tp].extend(records)
+        assert await consumer.getmany(timeout_ms=5000) == {}
+        with pytest.raises(EOFError):
+            await consumer.getone()
+        for tp in tps:
+            assert await consumer.end_offset(tp) == remote_ends[tp]
+            assert [as_row(r) for r in got[tp]] == rows[tp][: remote_ends[tp]]
+        assert consumer.stats.broker_records == {}
+    finally:
+        await consumer.stop()
+
+    tp = tps[0]
+    end = remote_ends[tp] + 50  # in the broker's part of the log
+    consumer = TieredConsumer(
+        mode="KAFKA_PREFERRED", end_offsets={tp: end}, auto_offset_reset="earliest", **common
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        offsets = []
+        while not await consumer.at_end():  # whole fetches: the broker sends past the end
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                offsets += [r.offset for r in records]
+        assert offsets == [r[1] for r in rows[tp][:end]]
+        assert await consumer.position(tp) == end
+        assert [record async for record in consumer] == []
+    finally:
+        await consumer.stop()
+
+    with pytest.raises(ValueError, match="KAFKA_ONLY"):
+        TieredConsumer(mode="KAFKA_ONLY", bounded=True, **common)

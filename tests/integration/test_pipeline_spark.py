@@ -5,7 +5,12 @@ values); the records of its remote tier, as read through the broker, are the
 reference ("the remote set"). Spark (local[2], no UI) must return exactly that set:
 same count, min/max offset per partition, and an order-independent checksum over
 (partition, offset, key, value, headers); offset and timestamp bounds must return
-exactly their range. One small case runs over S3 (moto's standalone server).
+exactly their range. One small case runs over S3 (moto's standalone server): the
+README's Spark example, as written, and a bounded `TieredConsumer` read.
+
+The session is made as a user makes it, without PYSPARK_PYTHON: `register` must
+give Spark's Python workers an interpreter that imports tierbroker and pyarrow
+(`python3` from PATH need not).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +93,7 @@ def spark() -> Iterator[Any]:
     from tierbroker.pipeline.spark import register
 
     saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH")}
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers import pyarrow and pipeline
+    os.environ.pop("PYSPARK_PYTHON", None)  # register() chooses the workers' interpreter
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved["PYTHONPATH"]]))
     session = (
         SparkSession.builder.master("local[2]")
@@ -266,48 +271,61 @@ def test_export_to_parquet_resumes(spark: Any, tier: Tier, tmp_path: Path, capsy
         assert str(r["date"]) == r["timestamp"].date().isoformat()
 
 
-async def test_s3_remote_tier(spark: Any, tmp_path: Path) -> None:
+def readme_spark_example(endpoint: str) -> str:
+    """The README's Spark example, its S3 endpoint (MinIO's default port) made `endpoint`."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "register(" in b]
+    assert "http://127.0.0.1:9000" in block
+    return block.replace("http://127.0.0.1:9000", endpoint)
+
+
+async def test_s3_remote_tier(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """The README's example reads the tier a broker wrote to S3 (its bucket, prefix and
+    topic); a bounded TieredConsumer read returns every remote record, then stops."""
     from tierbroker.pipeline import TieredConsumer
 
+    assert "PYSPARK_PYTHON" not in os.environ
     server = MotoServer().start()
     try:
         server.create_bucket("lake")
         overrides = {
             **BROKER_OVERRIDES,
             **server.rsm_overrides("lake"),
-            "rsm.config.key.prefix": "tb/",
+            "rsm.config.key.prefix": "tiered/",
         }
         broker = BrokerProcess(tmp_path, overrides).start()
         try:
-            topic = "pipeline-s3"
+            topic = "events"
             end = small_tiered_topic(broker, topic)["remote_log_end_offset"] + 1
-            storage = f"s3://lake/tb/?endpoint={server.endpoint}&path_style=true"
-            credentials = {
-                "storage.aws.access.key.id": "testing",
-                "storage.aws.secret.access.key": "testing",
-            }
-            frame = (
-                spark.read.format("tierbroker")
-                .options(storage=storage, topic=topic, **credentials)
-                .load()
-            )
+            example: dict[str, Any] = {}
+            exec(readme_spark_example(server.endpoint), example)
+            frame = example["df"]
             assert frame.count() == end
             assert frame.selectExpr("max(offset)").first()[0] == end - 1
+            assert f"|0|{end}|" in capsys.readouterr().out.replace(" ", "")  # df...show()
+
+            storage = f"s3://lake/tiered/?endpoint={server.endpoint}&path_style=true"
             consumer = TieredConsumer(
+                topic,
                 mode="REMOTE_ONLY",
+                bounded=True,
                 bootstrap_servers=broker.bootstrap,
+                group_id="backfill",
+                auto_offset_reset="earliest",
                 storage=storage,
-                storage_options=credentials,
+                storage_options={
+                    "storage.aws.access.key.id": "testing",
+                    "storage.aws.secret.access.key": "testing",
+                },
             )
             await consumer.start()
             try:
+                offsets = [record.offset async for record in consumer]
                 tp = TopicPartition(topic, 0)
-                consumer.assign([tp])
-                await consumer.seek_to_beginning(tp)
-                got = 0
-                while await consumer.position(tp) < end:
-                    got += sum(map(len, (await consumer.getmany(timeout_ms=500)).values()))
-                assert got == end and consumer.stats.broker_records == {}
+                assert offsets == list(range(end))
+                assert await consumer.position(tp) == await consumer.end_offset(tp) == end
+                assert await consumer.at_end() and await consumer.getmany(timeout_ms=5000) == {}
+                assert consumer.stats.broker_records == {}
             finally:
                 await consumer.stop()
         finally:
