@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the project needs: with `venv`, only what creating the
 # virtualenv needs (python3-venv, where the Python lacks ensurepip); otherwise what the
-# integration tests need too: kcat, and a Java runtime for PySpark (the pipeline tests
-# run Spark on local[*]).
+# integration tests need too: kcat, curl (the README's examples use both), and a Java
+# runtime for PySpark (the pipeline tests run Spark on local[*]).
 set -euo pipefail
 missing=()
 ${PYTHON:-python3} -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
 if [ "${1:-}" != venv ]; then
   command -v kcat >/dev/null || missing+=(kcat)
+  command -v curl >/dev/null || missing+=(curl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
