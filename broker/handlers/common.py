@@ -1,13 +1,16 @@
 """What every handler needs: the broker's parts, and building kio entities of any version.
 
 A response class of one API differs between versions in which fields it has;
-`make` builds an entity from keyword arguments, keeping those the version knows.
+`make` builds an entity from keyword arguments, keeping those the version knows
+and refusing a name no version of the class has (a misspelt field).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib
+import pkgutil
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
@@ -47,9 +50,28 @@ def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
+@cache
+def _names_in_any_version(cls: type) -> frozenset[str]:
+    """The fields of `cls` in every version kio has of its API (`kio.schema.<api>.vN`)."""
+    api, _version, kind = cls.__module__.rsplit(".", 2)
+    names: set[str] = set()
+    for found in pkgutil.iter_modules(importlib.import_module(api).__path__):
+        module = importlib.import_module(f"{api}.{found.name}.{kind}")
+        same = getattr(module, cls.__name__, None)
+        if same is not None:
+            names |= _field_names(same)
+    return frozenset(names)
+
+
 def make(cls: type, **values: Any) -> Any:
-    """An instance of the kio entity `cls` from the `values` its version has."""
+    """An instance of the kio entity `cls` from the `values` its version has.
+
+    Raises TypeError for a name that no version of `cls` has.
+    """
     names = _field_names(cls)
+    unknown = values.keys() - names - _names_in_any_version(cls)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))} in any version")
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
