@@ -107,7 +107,7 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
     return make(
         m.MetadataResponse,
         throttle_time=NO_THROTTLE,
-        brokers=(_this_broker(ctx, m.MetadataResponseBroker),),
+        brokers=(_this_broker(ctx, m.MetadataResponseBroker, node_id=ctx.config.broker_id),),
         cluster_id=ctx.controller.cluster_id,
         controller_id=ctx.config.broker_id,
         topics=tuple(topics),
@@ -116,19 +116,10 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
     )
 
 
-def _this_broker(ctx: BrokerContext, cls: type) -> Any:
-    """This broker as an entry of a Metadata or DescribeCluster response (field names vary)."""
+def _this_broker(ctx: BrokerContext, cls: type, **identity: Any) -> Any:
+    """This broker as an entry of a Metadata or DescribeCluster response."""
     host, port = ctx.config.advertised_listener
-    broker_id = ctx.config.broker_id
-    return make(
-        cls,
-        node_id=broker_id,
-        broker_id=broker_id,
-        host=host,
-        port=port,
-        rack=ctx.config.broker_rack,
-        is_fenced=False,
-    )
+    return make(cls, host=host, port=port, rack=ctx.config.broker_rack, **identity)
 
 
 async def handle_describe_cluster(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -141,7 +132,11 @@ async def handle_describe_cluster(ctx: BrokerContext, request: Request, _splicer
         endpoint_type=1,
         cluster_id=ctx.controller.cluster_id,
         controller_id=ctx.config.broker_id,
-        brokers=(_this_broker(ctx, m.DescribeClusterBroker),),
+        brokers=(
+            _this_broker(
+                ctx, m.DescribeClusterBroker, broker_id=ctx.config.broker_id, is_fenced=False
+            ),
+        ),
         cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
     )
 
