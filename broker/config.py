@@ -7,7 +7,6 @@ properties are logged and ignored, as Kafka does; known ones are type-checked.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,7 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tierbroker.broker.acceptor import ConnectionLimits, parse_per_ip_overrides
 from tierbroker.protocol.errors import KafkaError
-from tierbroker.storage.log_config import TOPIC_CONFIGS, ConfigDef, format_value, parse_value
+from tierbroker.storage.topic_configs import (
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigType,
+    format_value,
+    parse_value,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +124,10 @@ class BrokerConfig(BaseModel):
     rsm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
     rlmm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
     controlled_shutdown_timeout_ms: int = Field(30_000, alias="shutdown.timeout.ms", ge=0)
-    # Topic defaults (log.*): the topic config table names the broker property of each.
+    # Topic defaults (log.*): the topic config table names the broker properties of each.
     log_defaults: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    # Those broker properties as set (DescribeConfigs reports them as synonyms).
+    log_default_synonyms: dict[str, str] = Field(default_factory=dict, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -128,23 +135,19 @@ class BrokerConfig(BaseModel):
         """Topic defaults from the broker's `log.*` properties, checked as topic configs are."""
         values = dict(values)
         defaults: dict[str, Any] = {}
-        retention = _first_present(
-            values,
-            ("log.retention.ms", 1),
-            ("log.retention.minutes", 60_000),
-            ("log.retention.hours", 3_600_000),
-        )
-        roll = _first_present(values, ("log.roll.ms", 1), ("log.roll.hours", 3_600_000))
-        for name, found in (("retention.ms", retention), ("segment.ms", roll)):
-            if found is not None:
-                defaults[name] = _checked_default(found[0], found[1], TOPIC_CONFIGS[name], found[2])
         for definition in TOPIC_CONFIGS.values():
-            broker_property = definition.broker_property
-            if broker_property in values and definition.name not in defaults:
+            found = next((s for s in definition.synonyms if s.name in values), None)
+            if found is not None:  # the first synonym set wins, as in Kafka
                 defaults[definition.name] = _checked_default(
-                    broker_property, values[broker_property], definition
+                    found.name, values[found.name], definition, found.unit_ms
                 )
         values["log_defaults"] = defaults
+        values["log_default_synonyms"] = {
+            s.name: format_value(values[s.name])
+            for d in TOPIC_CONFIGS.values()
+            for s in d.synonyms
+            if s.name in values
+        }
         for prefix, key in (("rsm.config.", "rsm_configs"), ("rlmm.config.", "rlmm_configs")):
             values[key] = {
                 k[len(prefix) :]: str(v)
@@ -186,16 +189,6 @@ class BrokerConfig(BaseModel):
         return ("127.0.0.1" if host in ("", "0.0.0.0") else host), port
 
 
-def _first_present(
-    values: Mapping[str, Any], *props: tuple[str, int]
-) -> tuple[str, Any, int] | None:
-    """The first of `props` (name, unit in ms) that is set, as (name, raw value, unit)."""
-    for prop, unit_ms in props:
-        if prop in values:
-            return prop, values[prop], unit_ms
-    return None
-
-
 def _checked_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 1) -> Any:
     """The topic default `prop` supplies, in the topic config's unit, checked as the topic
     config is; a `ValueError` naming `prop` and the valid values if it is not valid."""
@@ -207,7 +200,7 @@ def _checked_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 
             text = str(int(text.strip()) * unit_ms)
         return parse_value(definition, text)
     except (KafkaError, ValueError):
-        kind = "an integer " if definition.type is int else ""
+        kind = "an integer " if definition.config_type in (ConfigType.INT, ConfigType.LONG) else ""
         unit = f" once in ms (x {unit_ms})" if unit_ms != 1 else ""
         raise ValueError(f"{prop}={raw!r}: must be {kind}{definition.valid}{unit}") from None
 
@@ -248,8 +241,7 @@ def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
             raise ConfigError(f"--override {item!r}: expected key=value")
         props[key.strip()] = value.strip()
     known = {f.alias for f in BrokerConfig.model_fields.values() if f.alias}
-    known |= {d.broker_property for d in TOPIC_CONFIGS.values() if d.broker_property}
-    known |= {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.dir"}
+    known |= {s.name for d in TOPIC_CONFIGS.values() for s in d.synonyms} | {"log.dir"}
     plugin_keys = {k for k in props if k.startswith(("rsm.config.", "rlmm.config."))}
     for key in sorted(set(props) - known - plugin_keys):
         log.warning("The configuration %r was supplied but isn't a known config", key)

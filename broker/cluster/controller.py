@@ -19,8 +19,9 @@ from typing import Any
 from tierbroker.broker.cluster.metadata_store import LocalMetadataStore, TopicRecord
 from tierbroker.broker.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.storage.log_config import LogConfig, check_overrides
+from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_dir_failure import describe
+from tierbroker.storage.topic_configs import check_overrides, not_applied
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -183,12 +184,13 @@ class Controller:
                 ErrorCode.invalid_replication_factor,
                 f"replication factor {replication_factor} is larger than the 1 available broker",
             )
-        self._check_tiering(check_overrides(configs), None)
+        self._check_configs(configs, None)
         topic = TopicRecord(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
         if not validate_only:
             with self._metadata_write(f"creating topic {name}"):
                 self.store.put(topic)
             log.info("created topic %s (%s) with %d partitions", name, topic.topic_id, partitions)
+            _note_not_applied(name, configs)
         return topic
 
     def delete_topic(self, name: str) -> TopicRecord:
@@ -220,12 +222,13 @@ class Controller:
     def alter_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
         """Replace the topic's config overrides with `configs` (already merged by the caller)."""
         topic = self.topic_or_error(name)
-        self._check_tiering(check_overrides(configs), self.log_config(topic))
+        self._check_configs(configs, self.log_config(topic))
         if validate_only:
             return
         updated = topic.with_changes(configs=dict(configs))
         with self._metadata_write(f"altering the configs of {name}"):
             self.store.put(updated)
+        _note_not_applied(name, {k: v for k, v in configs.items() if topic.configs.get(k) != v})
         config = self.log_config(updated)
         for p in range(updated.partitions):
             self.replicas.update_config(TopicPartition(name, p), config)
@@ -242,6 +245,13 @@ class Controller:
             raise KafkaError(
                 ErrorCode.kafka_storage_error, f"{action}: {self.store.path}: {describe(e)}"
             ) from e
+
+    def _check_configs(self, configs: Mapping[str, str], current: LogConfig | None) -> None:
+        """Each override's name and value, then the topic's configs together, as Kafka
+        checks them (`current`: the topic's configs before an alteration)."""
+        overrides = check_overrides(configs)
+        LogConfig.from_configs({**self.log_defaults, **overrides}).check()
+        self._check_tiering(overrides, current)
 
     def _check_tiering(self, overrides: Mapping[str, Any], current: LogConfig | None) -> None:
         """remote.storage.enable needs the broker's remote tier; turning it off needs
@@ -280,3 +290,14 @@ class Controller:
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         return topic
+
+
+def _note_not_applied(topic: str, configs: Mapping[str, str]) -> None:
+    """One log line naming the configs just set that change nothing in tierbroker."""
+    names = not_applied(configs)
+    if names:
+        log.info(
+            "topic %s: %s accepted and stored, but without effect in tierbroker",
+            topic,
+            ", ".join(f"{n}={configs[n]}" for n in names),
+        )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from tierbroker.broker.cluster.controller import check_request_size
 from tierbroker.broker.cluster.metadata_store import TopicRecord
@@ -17,7 +18,12 @@ from tierbroker.broker.handlers.common import (
 )
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.storage.log_config import TOPIC_CONFIGS, format_value
+from tierbroker.storage.topic_configs import (
+    TOPIC_CONFIGS,
+    ConfigDef,
+    check_overrides,
+    format_value,
+)
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -102,29 +108,72 @@ def _creatable_configs(ctx: BrokerContext, m: Any, topic: TopicRecord) -> list[A
         return []
     return [
         m.CreatableTopicConfigs(
-            name=name, value=value, read_only=False, config_source=source, is_sensitive=False
+            name=row.name,
+            value=row.value,
+            read_only=False,
+            config_source=row.source,
+            is_sensitive=False,
         )
-        for name, value, source, _type in _topic_configs(ctx, topic)
+        for row in _topic_configs(ctx, topic)
     ]
 
 
-ConfigRow = tuple[str, str, int, int]
-"""(name, value, config source, config type) as DescribeConfigs reports them."""
+Synonym = tuple[str, str, int]
+"""(name, value, config source) of a config's synonym, as DescribeConfigs reports it."""
+
+
+class ConfigRow(NamedTuple):
+    """One config as DescribeConfigs reports it."""
+
+    name: str
+    value: str
+    source: int
+    config_type: int
+    synonyms: tuple[Synonym, ...] = ()
 
 
 def _topic_configs(ctx: BrokerContext, topic: TopicRecord) -> list[ConfigRow]:
-    """Every topic config: overrides, broker defaults, Kafka defaults."""
-    rows: list[ConfigRow] = []
+    """Every topic config: the topic's override, else the broker's default, else Kafka's.
+
+    Synonyms and source as Kafka's ConfigHelper gives them: the override, then the
+    broker properties set, then those with a default of their own, each in the order
+    Kafka tries them; the source is the first synonym's.
+    """
+    overrides = check_overrides(topic.configs)
+    rows = []
     for name, definition in TOPIC_CONFIGS.items():
-        kind = definition.config_type
-        if name in topic.configs:
-            rows.append((name, topic.configs[name], DYNAMIC_TOPIC_CONFIG, kind))
-        elif name in ctx.controller.log_defaults:
-            value = format_value(ctx.controller.log_defaults[name])
-            rows.append((name, value, STATIC_BROKER_CONFIG, kind))
+        synonyms = _broker_synonyms(definition, ctx.config.log_default_synonyms)
+        if name in overrides:
+            value = format_value(overrides[name])
+            synonyms.insert(0, (name, value, DYNAMIC_TOPIC_CONFIG))
         else:
-            rows.append((name, format_value(definition.default), DEFAULT_CONFIG, kind))
+            value = format_value(ctx.controller.log_defaults.get(name, definition.default))
+        source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
+        rows.append(ConfigRow(name, value, source, definition.config_type, tuple(synonyms)))
     return rows
+
+
+def _broker_synonyms(definition: ConfigDef, set_properties: dict[str, str]) -> list[Synonym]:
+    """The broker properties behind a topic config's default: those set, then those with
+    a default, dropping any listed before the first synonym's own (as Kafka does: so
+    `retention.ms` from `log.retention.hours` alone reports no synonym)."""
+    found = [
+        (s.name, set_properties[s.name], STATIC_BROKER_CONFIG)
+        for s in definition.synonyms
+        if s.name in set_properties
+    ]
+    found += [
+        (s.name, format_value(_in_unit(definition.default, s.unit_ms)), DEFAULT_CONFIG)
+        for s in definition.synonyms
+        if s.has_default
+    ]
+    first = definition.broker_property
+    return list(itertools.dropwhile(lambda synonym: synonym[0] != first, found))
+
+
+def _in_unit(value: Any, unit_ms: int) -> Any:
+    """A default in ms in a synonym's unit (hours: `log.retention.hours`)."""
+    return value if unit_ms == 1 else value // unit_ms
 
 
 async def handle_delete_topics(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -197,20 +246,26 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
         except KafkaError as e:
             error, message = _error(e)
         keys = set(r.configuration_keys) if r.configuration_keys else None
+        with_synonyms = field(request.body, "include_synonyms", False)
         configs = tuple(
             make(
                 m.DescribeConfigsResourceResult,
-                name=name,
-                value=value,
+                name=row.name,
+                value=row.value,
                 read_only=r.resource_type == BROKER_RESOURCE,
-                config_source=source,
+                config_source=row.source,
                 is_sensitive=False,
-                synonyms=(),
-                config_type=config_type,
+                synonyms=tuple(
+                    m.DescribeConfigsSynonym(name=name, value=value, source=source)
+                    for name, value, source in row.synonyms
+                )
+                if with_synonyms
+                else (),
+                config_type=row.config_type,
                 documentation=None,
             )
-            for name, value, source, config_type in rows
-            if keys is None or name in keys
+            for row in rows
+            if keys is None or row.name in keys
         )
         results.append(
             make(
@@ -233,7 +288,9 @@ def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[ConfigR
             raise KafkaError(ErrorCode.invalid_request, f"broker {name!r} is not this broker")
         values = ctx.config.model_dump(by_alias=True)
         return sorted(
-            (k, "" if v is None else format_value(v), STATIC_BROKER_CONFIG, UNKNOWN_CONFIG_TYPE)
+            ConfigRow(
+                k, "" if v is None else format_value(v), STATIC_BROKER_CONFIG, UNKNOWN_CONFIG_TYPE
+            )
             for k, v in values.items()
         )
     raise KafkaError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")

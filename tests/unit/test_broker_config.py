@@ -19,7 +19,7 @@ BAD_DEFAULTS = {
     "log.message.timestamp.type=Now": (
         "log.message.timestamp.type='Now': must be CreateTime or LogAppendTime"
     ),
-    "log.index.size.max.bytes=4": "log.index.size.max.bytes='4': must be an integer >= 8",
+    "log.index.size.max.bytes=3": "log.index.size.max.bytes='3': must be an integer >= 4",
 }
 
 
