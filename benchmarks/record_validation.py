@@ -41,7 +41,7 @@ from kio.serial import entity_reader, entity_writer
 
 from benchmarks.targets import ROOT, Broker, free_port, spawn, stop
 from tierbroker.protocol.records import BatchView, Compression, build_batch, validation
-from tierbroker.storage import log as log_module
+from tierbroker.storage import log_validator
 from tierbroker.storage.log import Log
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.topic_partition import TopicPartition
@@ -75,13 +75,13 @@ def _own_max_timestamp(view: BatchView, **_: Any) -> int:
 @contextmanager
 def record_validation(enabled: bool) -> Iterator[None]:
     """The append path as shipped, or with the record walk stubbed out (benchmark only)."""
-    shipped = log_module.validate_records
+    shipped = log_validator.validate_records
     if not enabled:
-        log_module.validate_records = _own_max_timestamp  # type: ignore[assignment]
+        log_validator.validate_records = _own_max_timestamp  # type: ignore[assignment]
     try:
         yield
     finally:
-        log_module.validate_records = shipped
+        log_validator.validate_records = shipped
 
 
 def time_appends(batch: bytes, enabled: bool, mib: int) -> float:

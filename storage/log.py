@@ -24,10 +24,11 @@ from enum import Enum
 from pathlib import Path
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.protocol.records import BatchView, iter_batches, validate_records
+from tierbroker.protocol.records import BatchView
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_validator import validate_batches
 from tierbroker.storage.producer_state import BatchMetadata, ProducerStateManager
 from tierbroker.storage.segment import FileSlice, LogSegment, file_name
 from tierbroker.storage.topic_partition import TopicPartition
@@ -226,28 +227,13 @@ class Log:
     # Appends -------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytearray, leader_epoch: int) -> LogAppendInfo:
-        """Validate batches, assign offsets and the leader epoch in place, and write them.
+        """Validate batches (re-encoding them for a topic `compression.type`: `log_validator`),
+        assign offsets and the leader epoch in place, and write them.
 
         A batch an idempotent producer already wrote is not written again: the answer
         carries the offsets it got the first time.
         """
-        batches = list(iter_batches(records))
-        if not batches:
-            raise KafkaError(ErrorCode.corrupt_message, f"{self.topic_partition}: empty records")
-        # Every batch is checked, records included, before anything is written.
-        validated_ms = now_ms()
-        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
-        for batch in batches:
-            batch.validate(self.config.max_message_bytes, from_client=True)
-            max_timestamp = validate_records(
-                batch,
-                now_ms=validated_ms,
-                log_append_time=log_append_time,
-                timestamp_before_max_ms=self.config.message_timestamp_before_max_ms,
-                timestamp_after_max_ms=self.config.message_timestamp_after_max_ms,
-            )
-            if not log_append_time and batch.max_timestamp != max_timestamp:
-                batch.set_max_timestamp(max_timestamp)  # as Kafka: the records' own maximum
+        records, batches = validate_batches(records, self.config, now_ms(), self.topic_partition)
         duplicate = self._check_producer_state(batches)
         if duplicate is not None:
             return LogAppendInfo(
