@@ -51,7 +51,7 @@ def compress(codec: Compression, data: bytes | memoryview, level: int | None = N
                 content_checksum=False,
                 block_linked=False,
             )
-            compressor.compress(data)
+            compressor.compress(bytes(data))  # its streaming compressor takes bytes only
             return bytes(compressor.finish())
         case Compression.ZSTD:
             return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL if level is None else level))
