@@ -118,14 +118,14 @@ def time_walk(batch: bytes, mib: int) -> float:
 # End to end -----------------------------------------------------------------------------
 
 
-def encode_produce(batch: bytes, correlation_id: int) -> bytes:
+def encode_produce(batch: bytes, correlation_id: int, topic: str = TOPIC) -> bytes:
     request = ProduceRequest(
         transactional_id=None,
         acks=1,
         timeout=datetime.timedelta(seconds=30),
         topic_data=(
             TopicProduceData(
-                name=TOPIC, partition_data=(PartitionProduceData(index=0, records=batch),)
+                name=topic, partition_data=(PartitionProduceData(index=0, records=batch),)
             ),
         ),
     )
