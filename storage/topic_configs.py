@@ -252,7 +252,7 @@ def parse_value(definition: ConfigDef, raw: str) -> Any:
     try:
         value = _parse(definition.config_type, raw.strip())
     except ValueError:
-        kind = _TYPE_NAMES.get(definition.config_type, "one of " + definition.valid)
+        kind = _TYPE_NAMES[definition.config_type]  # strings and lists always parse
         raise KafkaError(ErrorCode.invalid_config, f"{name}={raw!r}: not {kind}") from None
     if not definition.check(value):
         raise KafkaError(ErrorCode.invalid_config, f"{name}={raw!r}: must be {definition.valid}")
@@ -264,13 +264,15 @@ def parse_value(definition: ConfigDef, raw: str) -> Any:
     return ",".join(value) if definition.config_type is ConfigType.LIST else value
 
 
-def check_overrides(overrides: Mapping[str, str]) -> dict[str, Any]:
+def check_overrides(overrides: Mapping[str, str | None]) -> dict[str, Any]:
     """Validate topic config overrides by name and value; the parsed values."""
     parsed = {}
     for name, raw in overrides.items():
         definition = TOPIC_CONFIGS.get(name)
         if definition is None:
             raise KafkaError(ErrorCode.invalid_config, f"unknown topic config {name!r}")
+        if raw is None:  # CreateTopics allows a null value; Kafka refuses it
+            raise KafkaError(ErrorCode.invalid_config, f"{name}: a null value is not supported")
         parsed[name] = parse_value(definition, raw)
     return parsed
 

@@ -193,6 +193,11 @@ def test_broker_properties_set_are_the_topics_defaults(
         ("log.retention.hours", "168", DEFAULT),
     ]
     assert (configs["preallocate"].value, configs["preallocate"].source) == ("true", STATIC)
+    # The broker's compression.type is the default of a topic that sets none.
+    create(admin, "lz4-by-default", {})
+    sent = produce_uncompressed(broker.bootstrap, "lz4-by-default")
+    assert stored_codecs(broker, "lz4-by-default") == {Compression.LZ4}
+    assert read_confluent(broker.bootstrap, "lz4-by-default") == sent
 
 
 # Refusals -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from tierbroker.storage.topic_configs import (
 )
 
 
-def refusal(overrides: dict[str, str]) -> str:
+def refusal(overrides: dict[str, str | None]) -> str:
     with pytest.raises(KafkaError) as refused:
         check_overrides(overrides)
     assert refused.value.code == ErrorCode.invalid_config
@@ -87,8 +87,9 @@ def test_compaction_is_refused_saying_so(policy: str) -> None:
     assert "compaction is not supported" in refusal({"cleanup.policy": policy})
 
 
-def test_an_unknown_name_is_refused() -> None:
+def test_an_unknown_name_or_a_null_value_is_refused() -> None:
     assert "unknown topic config 'retention.minutes'" in refusal({"retention.minutes": "5"})
+    assert "retention.ms: a null value" in refusal({"retention.ms": None})
 
 
 def test_configs_without_effect_are_named() -> None:
