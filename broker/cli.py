@@ -42,6 +42,10 @@ def serve(
         list[str] | None, typer.Option("--override", help="key=value, repeatable")
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    brokers: Annotated[
+        int, typer.Option(min=1, help="brokers to run in this process (ports from listeners up)")
+    ] = 1,
+    racks: Annotated[str | None, typer.Option(help="racks of the brokers, in turn: a,b,c")] = None,
 ) -> None:
     """Run a broker until SIGINT or SIGTERM."""
     logging.basicConfig(
@@ -55,31 +59,36 @@ def serve(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     reuse_large_buffers()
-    fatal_error = asyncio.run(_serve(broker_config))
+    rack_list = [r.strip() for r in racks.split(",") if r.strip()] if racks else []
+    fatal_error = asyncio.run(_serve(broker_config, brokers, rack_list))
     if fatal_error is not None:
         typer.echo(f"error: {fatal_error}", err=True)
         raise typer.Exit(1)
 
 
-async def _serve(config: BrokerConfig) -> str | None:
-    """Serve until a signal (None) or until no log dir is left online (what failed)."""
+async def _serve(config: BrokerConfig, brokers: int, racks: list[str]) -> str | None:
+    """Serve until a signal (None), or until a broker must stop (what failed)."""
     from tierbroker.broker.broker_server import (  # `tier status` needs none
-        BrokerServer,
         LogDirsOffline,
+        StartupError,
     )
+    from tierbroker.broker.cluster.store import ConnectionLossError
+    from tierbroker.broker.cluster_runner import ClusterRunner
 
-    server = BrokerServer(config)
+    runner = ClusterRunner(config, brokers, racks)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, server.stop_requested.set)
+        loop.add_signal_handler(sig, runner.stop_requested.set)
     try:
-        await server.start()
-        await server.stop_requested.wait()
-    except LogDirsOffline as e:
+        await runner.start()
+        await runner.stop_requested.wait()
+    except (LogDirsOffline, StartupError) as e:
         return str(e)
+    except ConnectionLossError as e:
+        return f"cannot reach the metadata store ({e}): check zookeeper.connect"
     finally:
-        await server.stop()
-    return server.fatal_error
+        await runner.stop()
+    return runner.fatal_error
 
 
 app.add_typer(topics.app, name="topic")

@@ -59,6 +59,7 @@ class BrokerConfig(BaseModel):
         5_000, alias="replica.high.watermark.checkpoint.interval.ms", ge=1
     )
     offsets_topic_num_partitions: int = Field(50, alias="offsets.topic.num.partitions", ge=1)
+    offsets_topic_replication_factor: int = Field(3, alias="offsets.topic.replication.factor", ge=1)
     offsets_retention_minutes: int = Field(10_080, alias="offsets.retention.minutes", ge=1)
     offsets_retention_check_interval_ms: int = Field(
         600_000, alias="offsets.retention.check.interval.ms", ge=1
@@ -119,6 +120,28 @@ class BrokerConfig(BaseModel):
     remote_log_manager_task_retry_backoff_max_ms: int = Field(
         30_000, alias="remote.log.manager.task.retry.backoff.max.ms", ge=1
     )
+    remote_log_metadata_topic_replication_factor: int = Field(
+        3, alias="remote.log.metadata.topic.replication.factor", ge=1
+    )
+    # The cluster: where its metadata lives, and how replicas follow their leaders.
+    metadata_store: str = Field(
+        "inprocess", alias="metadata.store", pattern="^(inprocess|zookeeper)$"
+    )
+    zookeeper_connect: str | None = Field(None, alias="zookeeper.connect")
+    zookeeper_session_timeout_ms: int = Field(18_000, alias="zookeeper.session.timeout.ms", ge=1)
+    zookeeper_connection_timeout_ms: int | None = Field(
+        None, alias="zookeeper.connection.timeout.ms", ge=1
+    )
+    replica_lag_time_max_ms: int = Field(30_000, alias="replica.lag.time.max.ms", ge=1)
+    replica_fetch_wait_max_ms: int = Field(500, alias="replica.fetch.wait.max.ms", ge=0)
+    replica_fetch_min_bytes: int = Field(1, alias="replica.fetch.min.bytes", ge=1)
+    replica_fetch_max_bytes: int = Field(1_048_576, alias="replica.fetch.max.bytes", ge=0)
+    replica_fetch_response_max_bytes: int = Field(
+        10_485_760, alias="replica.fetch.response.max.bytes", ge=0
+    )
+    replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms", ge=0)
+    replica_socket_timeout_ms: int = Field(30_000, alias="replica.socket.timeout.ms", ge=1)
+    controlled_shutdown_enable: bool = Field(True, alias="controlled.shutdown.enable")
     metrics_port: int = Field(-1, alias="metrics.port", ge=-1)
     # `rsm.config.*` and `rlmm.config.*`, prefixes removed.
     rsm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
@@ -162,6 +185,12 @@ class BrokerConfig(BaseModel):
             parse_per_ip_overrides(self.max_connections_per_ip_overrides)
         except ValueError as e:
             raise ValueError(f"max.connections.per.ip.overrides: {e}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _check_metadata_store(self) -> BrokerConfig:
+        if self.metadata_store == "zookeeper" and not self.zookeeper_connect:
+            raise ValueError("metadata.store=zookeeper needs zookeeper.connect=host:port[/chroot]")
         return self
 
     @property

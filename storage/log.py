@@ -24,7 +24,7 @@ from enum import Enum
 from pathlib import Path
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.protocol.records import BatchView
+from tierbroker.protocol.records import BatchView, iter_batches
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.log_config import LogConfig
@@ -57,6 +57,7 @@ class LogStartOffsetIncrementReason(Enum):
     CLIENT_RECORD_DELETION = "DeleteRecords"
     SEGMENT_DELETION = "segment deletion"
     REMOTE_TIER_RESTORED = "the remote tier's earliest segment"
+    LEADER_OFFSET_INCREMENTED = "the leader's log start offset"
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +266,46 @@ class Log:
             first_offset, next_offset - 1, max_timestamp, append_time, self.log_start_offset, count
         )
 
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches a leader already stamped: offsets, leader epochs and timestamps are
+        kept as they are; the epoch cache and producer state follow the batches.
+
+        Each batch is checked (magic, size, CRC), not its records: the leader validated
+        them. Raises CORRUPT_MESSAGE, or OFFSET_OUT_OF_RANGE if the batches do not start at
+        the log end offset, before anything is written.
+        """
+        batches = list(iter_batches(records))
+        if not batches:
+            raise KafkaError(ErrorCode.corrupt_message, f"{self.topic_partition}: empty records")
+        expected = self.log_end_offset
+        max_timestamp = -1
+        count = 0
+        for batch in batches:
+            batch.validate()
+            if batch.base_offset != expected:
+                raise KafkaError(
+                    ErrorCode.offset_out_of_range,
+                    f"{self.topic_partition}: fetched batch at offset {batch.base_offset}, "
+                    f"log end offset {expected}",
+                )
+            expected = batch.next_offset
+            max_timestamp = max(max_timestamp, batch.max_timestamp)
+            count += batch.record_count
+        self._append(batches, records, max_timestamp)
+        for batch in batches:
+            if batch.partition_leader_epoch >= 0:
+                self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
+            if batch.has_producer_id:
+                self.producer_state.update(batch)
+        return LogAppendInfo(
+            batches[0].base_offset,
+            expected - 1,
+            max_timestamp,
+            -1,
+            self.log_start_offset,
+            count,
+        )
+
     def _check_producer_state(self, batches: list[BatchView]) -> BatchMetadata | None:
         """Check idempotent batches; the cached metadata if the first one is a duplicate."""
         previous: dict[int, BatchView] = {}
@@ -298,7 +339,7 @@ class Log:
         return None
 
     def _append(
-        self, batches: list[BatchView], data: bytearray | memoryview, max_timestamp: int
+        self, batches: list[BatchView], data: bytes | bytearray | memoryview, max_timestamp: int
     ) -> None:
         self._maybe_roll(len(data), max_timestamp)
         self.active_segment.append(batches, data)
@@ -486,6 +527,7 @@ class Log:
         self._load_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it again at `offset` (a follower far behind its leader)."""
         self._remove_segments(list(self.segments))
         self._add(self._new_segment(offset))
         self.log_start_offset = self.high_watermark = self.recovery_point = offset

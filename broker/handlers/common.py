@@ -20,7 +20,8 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.cluster.metadata_cache import MetadataCache
+from tierbroker.broker.cluster.topic_admin import TopicAdmin
 from tierbroker.broker.config import BrokerConfig
 from tierbroker.broker.groups.coordinator import GroupCoordinator
 from tierbroker.broker.replica_manager import ReplicaManager
@@ -35,9 +36,17 @@ CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 class BrokerContext:
     config: BrokerConfig
     replicas: ReplicaManager
-    controller: Controller
+    metadata: MetadataCache
+    admin: TopicAdmin
     groups: GroupCoordinator
     topic_metrics: BrokerTopicMetrics
+
+    def this_broker(self) -> tuple[str, int]:
+        """This broker's advertised host and the port it listens on."""
+        registered = self.metadata.brokers.get(self.config.broker_id)
+        if registered is not None:
+            return registered.host, registered.port
+        return self.config.advertised_listener
 
 
 @cache
