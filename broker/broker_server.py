@@ -227,6 +227,7 @@ class BrokerServer:
         self._schedule_jobs()
         if c.metrics_port >= 0:
             await self.metrics_server.start(host, c.metrics_port)
+        await self.replicas.applied.wait()
         self._started = True
         log.info("broker %d started (cluster %s)", c.broker_id, self.cache.cluster_id)
 

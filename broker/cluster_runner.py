@@ -95,6 +95,24 @@ class ClusterRunner:
             self.fatal_error = broker.fatal_error
         self.stop_requested.set()
 
+    def broker(self, broker_id: int) -> BrokerServer:
+        return next(b for b in self.brokers if b.broker_id == broker_id)
+
+    async def stop_broker(self, broker_id: int) -> None:
+        """Stop one broker as SIGTERM would: its leadership moves first."""
+        await self.broker(broker_id).stop()
+
+    async def start_broker(self, broker_id: int) -> None:
+        """Start a stopped broker again, on the port it had, with its logs."""
+        old = self.broker(broker_id)
+        host, _ = old.config.listener
+        scheme = old.config.listeners.split("://", 1)[0]
+        port = old.registration.port if old.registration else old.config.listener[1]
+        config = old.config.model_copy(update={"listeners": f"{scheme}://{host}:{port}"})
+        new = BrokerServer(config, self._session(config))
+        self.brokers[self.brokers.index(old)] = new
+        await new.start()
+
     async def stop(self) -> None:
         """Stop every broker, then the service. A broker of a cluster that goes on (over
         ZooKeeper) hands its leadership over first; brokers that all stop do not."""

@@ -154,17 +154,20 @@ class ReplicaManager:
             if self.broker_id not in self.cache.replicas(tp):
                 full.partitions.setdefault(tp, None)
         await self._apply(full)
-        self.cache.add_listener(self._deltas.put_nowait)
+        self.cache.add_listener(self._enqueue)
         self._applier = asyncio.get_running_loop().create_task(
             self._apply_deltas(), name=f"replica-manager-{self.broker_id}"
         )
+
+    def _enqueue(self, delta: MetadataDelta) -> None:
+        self.applied.clear()
+        self._deltas.put_nowait(delta)
 
     async def _apply_deltas(self) -> None:
         while True:
             if self._deltas.empty():
                 self.applied.set()
             delta = await self._deltas.get()
-            self.applied.clear()
             try:
                 await self._apply(delta)
             except KafkaError as e:  # a log that could not be created: its dir is offline

@@ -209,7 +209,10 @@ class InProcessZooKeeper:
         result: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(session_id, apply, result))
         self._wake.set()
-        return await result
+        try:
+            return await result
+        finally:
+            del result  # an error's traceback holds this frame: no cycle through the future
 
     async def _write_batches(self) -> None:
         while True:
