@@ -24,7 +24,7 @@ from enum import Enum
 from pathlib import Path
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.protocol.records import BatchView, iter_batches
+from tierbroker.protocol.records import BatchView, iter_batches, whole_batches_size
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.log_config import LogConfig
@@ -266,17 +266,19 @@ class Log:
             first_offset, next_offset - 1, max_timestamp, append_time, self.log_start_offset, count
         )
 
-    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
         """Append batches a leader already stamped: offsets, leader epochs and timestamps are
-        kept as they are; the epoch cache and producer state follow the batches.
+        kept as they are; the epoch cache and producer state follow the batches. A batch
+        cut at the end of the fetch is left for the next one; None if nothing is whole.
 
         Each batch is checked (magic, size, CRC), not its records: the leader validated
         them. Raises CORRUPT_MESSAGE, or OFFSET_OUT_OF_RANGE if the batches do not start at
         the log end offset, before anything is written.
         """
+        records = memoryview(records)[: whole_batches_size(records)]
         batches = list(iter_batches(records))
         if not batches:
-            raise KafkaError(ErrorCode.corrupt_message, f"{self.topic_partition}: empty records")
+            return None
         expected = self.log_end_offset
         max_timestamp = -1
         count = 0

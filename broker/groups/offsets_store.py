@@ -79,7 +79,9 @@ class GroupMetadataManager:
         the last metadata of each."""
         groups: dict[str, GroupValue] = {}
         self.unload_partition(partition)
-        for _, key_bytes, value in self.topic.read(partition):
+        # To the log end: a new leader may not know the high watermark the old one had
+        # reached, and what it holds is what it serves from now on.
+        for _, key_bytes, value in self.topic.read(partition, to_log_end=True):
             key = decode_key(key_bytes)
             if isinstance(key, OffsetKey):
                 tp = TopicPartition(key.topic, key.partition)

@@ -266,6 +266,18 @@ class BatchView:
             )
 
 
+def whole_batches_size(buf: memoryview | bytes | bytearray) -> int:
+    """The size of the whole batches `buf` starts with: a fetch may end in part of a batch
+    (a read cut at its byte limit), which is not there yet."""
+    position, end = 0, len(buf)
+    while end - position >= LOG_OVERHEAD:
+        size = LOG_OVERHEAD + _INT32.unpack_from(buf, position + 8)[0]
+        if size <= LOG_OVERHEAD or position + size > end:
+            break
+        position += size
+    return position
+
+
 def iter_batches(buf: memoryview | bytes | bytearray) -> Iterator[BatchView]:
     """Yield the batch headers of a buffer of whole batches, without validating them."""
     position, end = 0, len(buf)
