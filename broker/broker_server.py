@@ -143,7 +143,7 @@ class BrokerServer:
         )
         self.replicas.leadership_listeners.append(self._on_leadership)
         self.remote: RemoteLogManager | None = None
-        self.metrics_server = MetricsServer(self.registry, self._tier_status)
+        self.metrics_server = MetricsServer(self.registry, self._tier_status, self._tier_health)
         self.scheduler = Scheduler()
         self.socket_server = SocketServer(
             RequestDispatcher(
@@ -354,6 +354,11 @@ class BrokerServer:
 
     def _tier_status(self) -> list[dict[str, Any]]:
         return self.remote.status() if self.remote is not None else []
+
+    def _tier_health(self) -> dict[str, Any]:
+        if self.remote is None:
+            return {"state": "disabled", "error": None, "since_ms": -1}
+        return self.remote.storage_health()
 
     async def _remote_housekeeping(self) -> None:
         assert self.remote is not None

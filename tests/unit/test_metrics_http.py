@@ -41,7 +41,7 @@ CASES = {
 async def test_a_bad_request_is_answered_with_an_http_error(
     request_bytes: bytes, status: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server = MetricsServer(CollectorRegistry(), lambda: [])
+    server = MetricsServer(CollectorRegistry(), lambda: [], lambda: {})
     await server.start("127.0.0.1", 0)
     assert server._server is not None
     port = server._server.sockets[0].getsockname()[1]
