@@ -32,14 +32,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from tierbroker.broker.broker_lifecycle import BrokerLifecycle, RegistrationError
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.controller import Controller
 from tierbroker.broker.cluster.metadata_cache import MetadataCache
 from tierbroker.broker.cluster.store import (
     MetadataStore,
     NodeExistsError,
-    NoNodeError,
-    SessionState,
     StoreError,
 )
 from tierbroker.broker.cluster.topic_admin import TopicAdmin
@@ -70,8 +69,6 @@ from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
-
-_REGISTRATION_RETRY_S = 0.2
 
 
 class LogDirsOffline(Exception):
@@ -160,8 +157,10 @@ class BrokerServer:
             config.queued_max_request_bytes,
             config.connection_limits,
         )
+        self.lifecycle = BrokerLifecycle(
+            config.broker_id, config.broker_rack, store, self.cache, self.replicas
+        )
         self.registration: BrokerRegistration | None = None
-        self._registering: asyncio.Task[None] | None = None
         self._started = False
         self._stopped = False
         self.stop_requested = asyncio.Event()  # set by signals, or when every log dir failed
@@ -203,8 +202,11 @@ class BrokerServer:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
         host, port = self.config.listener
         await self.socket_server.start(host, port)
-        self.store.add_state_listener(self._on_session_state)
-        await self._register()
+        host, _ = self.config.advertised_listener
+        try:
+            self.registration = await self.lifecycle.register(host, self.socket_server.port)
+        except RegistrationError as e:
+            raise StartupError(str(e)) from None
 
     async def serve(self) -> None:
         """Take the partitions assigned here, stand for controller, start everything else."""
@@ -260,70 +262,6 @@ class BrokerServer:
         if self.broker_id not in assignment.partitions.get(tp.partition, ()):
             return None
         return self.admin.log_config(tp.topic)
-
-    async def _register(self) -> None:
-        """Register as live: an ephemeral znode with the bound port. A registration left by
-        this broker's previous process (its session not yet expired) is waited out."""
-        host, _ = self.config.advertised_listener
-        registration = BrokerRegistration(
-            self.broker_id, host, self.socket_server.port, self.config.broker_rack
-        )
-        path = zk.broker_path(self.broker_id)
-        deadline = asyncio.get_running_loop().time() + 1.5 * self.store.session_timeout_ms / 1000
-        while True:
-            try:
-                created = await self.store.create(path, registration.encode(), ephemeral=True)
-                break
-            except NodeExistsError:
-                try:
-                    _, stat = await self.store.get(path)
-                except NoNodeError:
-                    continue
-                if stat.ephemeral_owner == self.store.session_id:
-                    created = path
-                    break
-                if asyncio.get_running_loop().time() > deadline:
-                    raise StartupError(
-                        f"broker.id={self.broker_id} is registered by another live broker "
-                        f"(session {stat.ephemeral_owner:#x}): give this broker another broker.id"
-                    ) from None
-                await asyncio.sleep(_REGISTRATION_RETRY_S)
-        _, stat = await self.store.get(created)
-        self.registration = BrokerRegistration(
-            registration.broker_id,
-            registration.host,
-            registration.port,
-            registration.rack,
-            stat.czxid,
-        )
-        self.replicas.broker_epoch = stat.czxid
-        # Topics created from here on may place replicas here: the cache must know it.
-        await self.cache.wait_until(
-            lambda: self.broker_id in self.cache.brokers, self.store.session_timeout_ms / 1000
-        )
-        log.info(
-            "broker %d registered at %s:%d (rack %s, broker epoch %d)",
-            self.broker_id,
-            registration.host,
-            registration.port,
-            registration.rack,
-            stat.czxid,
-        )
-
-    def _on_session_state(self, state: SessionState) -> None:
-        """After the session was lost (and the registration with it), register again."""
-        if state == SessionState.CONNECTED and self._started and not self._stopped:
-            if self._registering is None or self._registering.done():
-                self._registering = asyncio.get_running_loop().create_task(
-                    self._reregister(), name=f"broker-{self.broker_id}-register"
-                )
-
-    async def _reregister(self) -> None:
-        try:
-            if await self.store.exists(zk.broker_path(self.broker_id)) is None:
-                await self._register()
-        except StoreError as e:
-            log.warning("broker %d: registering again failed: %s", self.broker_id, e)
 
     def _schedule_jobs(self) -> None:
         c = self.config
@@ -416,9 +354,7 @@ class BrokerServer:
         await self.socket_server.stop(timeout_s)
         await self.scheduler.stop()
         await self.metrics_server.stop()
-        if self._registering is not None:
-            self._registering.cancel()
-            await asyncio.gather(self._registering, return_exceptions=True)
+        await self.lifecycle.close()
         await self.replicas.stop()
         await self.controller.stop()
         await self.cache.close()

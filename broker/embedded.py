@@ -8,7 +8,8 @@ loopback port unless told otherwise; data lives in the directory given.
 Faults on demand: `stop_broker` (a SIGTERM: leadership moves first), `start_broker`
 (again, on the same port, with its logs), `expire_session` (the broker's metadata-store
 session ends, as when ZooKeeper loses it: it re-registers, and the controller reacts
-as to a broker that went and came back).
+as to a broker that went and came back), `suspend_session` / `resume_session` (the
+broker cannot reach the store while its clients still reach it, as in a partition).
 """
 
 from __future__ import annotations
@@ -120,7 +121,23 @@ class EmbeddedCluster:
         assert self.runner is not None
         self.call(self.runner.start_broker(broker_id), timeout_s)
 
-    def expire_session(self, broker_id: int) -> None:
+    def _session(self, broker_id: int) -> InProcessSession:
         session = self.broker(broker_id).store
-        assert isinstance(session, InProcessSession), "only in-process sessions expire on demand"
-        self.call(session.expire())
+        assert isinstance(session, InProcessSession), "only in-process sessions fail on demand"
+        return session
+
+    def expire_session(self, broker_id: int) -> None:
+        self.call(self._session(broker_id).expire())
+
+    def suspend_session(self, broker_id: int) -> None:
+        """The broker loses its metadata store (clients still reach it); after the session
+        timeout the store expires its session."""
+        session = self._session(broker_id)
+
+        async def suspend() -> None:
+            session.suspend()
+
+        self.call(suspend())
+
+    def resume_session(self, broker_id: int) -> None:
+        self.call(self._session(broker_id).resume())

@@ -135,6 +135,7 @@ class ReplicaManager:
         self.remote: RemoteLogManager | None = None
         self.long_lived = LongLivedObjects()
         self.broker_epoch = -1  # the czxid of this broker's registration
+        self.fenced = False  # its metadata session is gone: a successor may lead
         self.alter_partition = AlterPartitionManager(store, self._on_isr_committed)
         self.fetchers = ReplicaFetcherManager(
             broker_id, lambda: self.broker_epoch, self.config.fetcher, self._on_follower_appended
@@ -314,6 +315,15 @@ class ReplicaManager:
             )
         return partition
 
+    def fence(self) -> None:
+        """Acknowledge no acks=all write until `unfence`: this broker may no longer lead."""
+        self.fenced = True
+        for tp in self.partitions:
+            self.produce_purgatory.notify(tp)
+
+    def unfence(self) -> None:
+        self.fenced = False
+
     # The ISR -------------------------------------------------------------------------
 
     def _is_isr_eligible(self, broker_id: int) -> bool:
@@ -358,6 +368,12 @@ class ReplicaManager:
         waiting: dict[TopicPartition, int] = {}  # partition -> the offset the HW must pass
         for tp, records in entries.items():
             partition: Partition | None = None
+            if required_acks == -1 and self.fenced:
+                results[tp] = ProduceResult(
+                    ErrorCode.not_leader_or_follower,
+                    error_message=f"broker {self.broker_id} lost its metadata session",
+                )
+                continue
             try:
                 partition = self.partition_or_error(tp)
                 info = partition.append_records_to_leader(bytearray(records), required_acks)
@@ -404,7 +420,7 @@ class ReplicaManager:
                 partition = self.partitions.get(tp)
                 code = (
                     partition.check_enough_replicas(offset)
-                    if partition is not None
+                    if partition is not None and not self.fenced
                     else ErrorCode.not_leader_or_follower
                 )
                 if code is not None:

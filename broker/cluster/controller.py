@@ -159,9 +159,13 @@ class Controller:
             return
         _, stat = await self.store.get(zk.CONTROLLER_EPOCH)
         await self.store.exists(zk.CONTROLLER, watch)
+        if self._stopped:
+            return  # stopped while electing: /controller goes with the session
         self.epoch, self._epoch_version = new_epoch, stat.version
         self._active = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        if self._task is not None:
+            self._task.cancel()  # a run of an earlier term, ended by ControllerMoved
         self._events = asyncio.Queue()
         self._events.put_nowait(_Event("startup"))
         self._task = asyncio.get_running_loop().create_task(
@@ -193,8 +197,12 @@ class Controller:
                 self._active = False
                 self._elect_soon()
                 return
-            except (ConnectionLossError, SessionExpiredError) as e:
-                # The session state listener resigns if the session is gone; else retry.
+            except SessionExpiredError:
+                log.warning("controller %d: session expired; resigning", self.broker_id)
+                self._active = False
+                return
+            except ConnectionLossError as e:
+                # Disconnected, perhaps briefly: try again (a lost session ends as above).
                 log.info("controller %d: %s while handling %s; retrying", self.broker_id, e, event)
                 await asyncio.sleep(0.2)
                 self._events.put_nowait(event)

@@ -74,6 +74,7 @@ class MetadataCache:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._resync = False
+        self.full_reads = 0  # the whole view was read this many times
 
     # Queries -------------------------------------------------------------------------
 
@@ -200,6 +201,7 @@ class MetadataCache:
         delta = MetadataDelta(brokers_changed=await self._read_brokers())
         await self._read_controller()
         await self._read_topics(delta, reread=True)
+        self.full_reads += 1
         return delta
 
     async def _read_brokers(self) -> bool:
@@ -230,9 +232,11 @@ class MetadataCache:
         for gone in set(self.topics) - names:
             self._forget_topic(gone, delta)
         todo = sorted(names if reread else names - set(self.topics))
-        await _gather_bounded(self._read_topic(name, delta) for name in todo)
+        await _gather_bounded(self._read_topic(name, delta, reread) for name in todo)
 
-    async def _read_topic(self, name: str, delta: MetadataDelta) -> None:
+    async def _read_topic(self, name: str, delta: MetadataDelta, reread: bool = False) -> None:
+        """Read a topic's assignment, and the states of its partitions that are new or moved
+        (`reread`: of all of them, which also arms their watches again)."""
         try:
             data, _ = await self.store.get(zk.topic_path(name), self._watch("topic", name))
         except NoNodeError:
@@ -245,7 +249,7 @@ class MetadataCache:
             previous = None
         self.topics[name] = assignment
         self._names_by_id[assignment.topic_id] = name
-        if previous is None or name not in self.configs:
+        if previous is None or reread or name not in self.configs:
             await self._read_config(name, delta)
         known = previous.partitions if previous is not None else {}
         for p in set(known) - set(assignment.partitions):
@@ -255,7 +259,7 @@ class MetadataCache:
         await _gather_bounded(
             self._read_state(TopicPartition(name, p), delta)
             for p in sorted(assignment.partitions)
-            if previous is None or p not in known or known[p] != assignment.partitions[p]
+            if reread or previous is None or p not in known or known[p] != assignment.partitions[p]
         )
 
     def _forget_topic(self, name: str, delta: MetadataDelta) -> None:

@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import executable
 from tierbroker.broker.embedded import EmbeddedCluster
-from tierbroker.protocol.records import iter_batches
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import build_batch, iter_batches
 from tierbroker.storage.topic_partition import TopicPartition
 
 LEGACY_RESOURCES = r"(read|open)_text is deprecated"
@@ -41,7 +42,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
         tmp_path_factory.mktemp("cluster"),
         brokers=3,
         racks=["a", "b", "c"],
-        properties={"replica.lag.time.max.ms": "3000", "metrics.port": "-1"},
+        properties={
+            "replica.lag.time.max.ms": "3000",
+            "zookeeper.session.timeout.ms": "3000",
+            "metrics.port": "-1",
+        },
     ) as running:
         admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
         topic = NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})
@@ -203,3 +208,43 @@ def test_the_isr_follows_brokers_that_stop_and_return(cluster: EmbeddedCluster) 
     cluster.start_broker(2)
     assert_replicas_identical(cluster)
     assert produce_confluent(bootstrap, [b"all-back-%d" % i for i in range(300)]) == [None] * 300
+
+
+def test_a_zombie_leader_acknowledges_nothing_once_a_successor_leads(
+    cluster: EmbeddedCluster,
+) -> None:
+    """Broker 0 leads alone (its follower stopped), then loses the metadata store while its
+    clients still reach it; the follower returns and is elected (unclean election). The
+    zombie answers acks=all with NOT_LEADER_OR_FOLLOWER: it acknowledges nothing the new
+    leader lacks. Back in touch, it follows the new leader and drops its divergent tail."""
+    topic = "zombie"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    config = {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"}
+    admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replica_assignment=[[0, 1]], config=config)]
+    )[topic].result(30)
+    tp = TopicPartition(topic, 0)
+    zombie = cluster.address(0)
+    cluster.stop_broker(1)
+    wait_for(lambda: cluster.broker(2).cache.states[tp].isr == (0,), "an ISR of broker 0 alone")
+    cluster.suspend_session(0)
+    wait_for(lambda: 0 not in cluster.broker(2).cache.brokers, "broker 0's session to expire")
+    cluster.start_broker(1)
+    wait_for(lambda: cluster.broker(2).cache.states[tp].leader == 1, "broker 1 to lead")
+
+    producer = Producer({"bootstrap.servers": zombie, "acks": "all", "message.timeout.ms": 3000})
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, b"to the zombie", on_delivery=lambda e, _m: outcome.append(e))
+    producer.flush(30)
+    assert len(outcome) == 1 and outcome[0] is not None  # never acknowledged
+    answered = cluster.call(
+        cluster.broker(0).replicas.append_records({tp: build_batch([(None, b"z", [], 0)])}, -1)
+    )
+    assert answered[tp].error == ErrorCode.not_leader_or_follower
+
+    cluster.resume_session(0)
+    wait_for(lambda: 0 in cluster.broker(2).cache.brokers, "broker 0 to register again")
+    wait_for(lambda: set(cluster.broker(2).cache.states[tp].isr) == {0, 1}, "broker 0 in the ISR")
+    logs = [cluster.broker(b).replicas.partitions[tp].log for b in (0, 1)]
+    wait_for(lambda: logs[0].log_end_offset == logs[1].log_end_offset, "equal log ends")
+    assert b"to the zombie" not in (Path(logs[0].dir) / "00000000000000000000.log").read_bytes()
