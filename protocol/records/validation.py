@@ -30,6 +30,7 @@ import cramjam
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records.batch import (
     BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchView,
     Compression,
     InvalidRecordError,
@@ -285,21 +286,20 @@ def validate_records(
     a producer may not set LogAppendTime on a batch: INVALID_TIMESTAMP. Call
     `view.validate(from_client=True)` first: it checks the header, sizes and CRC.
     """
-    walk = _WALK
     compression = view.compression
     start = view.position + BATCH_HEADER_SIZE
-    end = view.position + view.size_in_bytes
+    end = view.position + LOG_OVERHEAD + view.batch_length  # batchLength counts from byte 12
     try:
         if compression is Compression.NONE:
-            min_delta, max_delta = walk(view.buffer, start, end, view.record_count)
+            min_delta, max_delta = _WALK(view.buffer, start, end, view.record_count)
         else:
             records = _SCRATCH.decompress(
                 compression,
                 memoryview(view.buffer)[start:end],
-                max_uncompressed_bytes(view.size_in_bytes),
+                max_uncompressed_bytes(end - view.position),
             )
             try:
-                min_delta, max_delta = walk(records, 0, len(records), view.record_count)
+                min_delta, max_delta = _WALK(records, 0, len(records), view.record_count)
             finally:
                 records.release()
                 _SCRATCH.maybe_release()
@@ -308,25 +308,26 @@ def validate_records(
         raise InvalidRecordError(
             ErrorCode.invalid_record, f"batch at position {view.position}: {reason}"
         ) from exc
-    if view.timestamp_type is TimestampType.LOG_APPEND_TIME:
-        timestamps = (view.max_timestamp, view.max_timestamp)  # every record's timestamp
+    producer_set_log_append_time = view.timestamp_type is TimestampType.LOG_APPEND_TIME
+    if producer_set_log_append_time:
+        lowest = highest = view.max_timestamp  # every record's timestamp
     else:
-        timestamps = (view.base_timestamp + min_delta, view.base_timestamp + max_delta)
-    if log_append_time or timestamps == (NO_TIMESTAMP, NO_TIMESTAMP):
-        if view.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        lowest, highest = view.base_timestamp + min_delta, view.base_timestamp + max_delta
+    if log_append_time or highest == lowest == NO_TIMESTAMP:
+        if producer_set_log_append_time:
             raise InvalidRecordError(
                 ErrorCode.invalid_timestamp,
                 f"batch at position {view.position}: a producer may not set LogAppendTime",
             )
-        return timestamps[1]
-    lowest, highest = now_ms - timestamp_before_max_ms, now_ms + timestamp_after_max_ms
-    if timestamps[0] < lowest or timestamps[1] > highest:
+        return highest
+    if lowest < now_ms - timestamp_before_max_ms or highest > now_ms + timestamp_after_max_ms:
         raise InvalidRecordError(
             ErrorCode.invalid_timestamp,
-            f"batch at position {view.position}: timestamps [{timestamps[0]}, {timestamps[1]}] "
-            f"are out of range: they must lie within [{lowest}, {highest}]",
+            f"batch at position {view.position}: timestamps [{lowest}, {highest}] are out of "
+            f"range: they must lie within [{now_ms - timestamp_before_max_ms}, "
+            f"{now_ms + timestamp_after_max_ms}]",
         )
-    return timestamps[1]
+    return highest
 
 
 _WALK = _compiled_walker()

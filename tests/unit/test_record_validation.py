@@ -108,6 +108,41 @@ def test_the_compiled_walk_reads_what_the_python_walk_reads(records: list[Record
     assert compiled_walk(body, 0, len(body), len(records)) == expected
 
 
+@pytest.mark.parametrize(
+    ("body", "valid"),
+    [
+        pytest.param(record(headers=[(b"h", b"\x00")]), True, id="header value ends in 0"),
+        pytest.param(  # the header count is cut off: its length ends at the value's 0
+            record(value=b"a\x00", length_error=-1)[:-1], False, id="value's 0 ends it"
+        ),
+        pytest.param(record(length_error=1) + b"\x00", False, id="a 0 after its fields"),
+        pytest.param(record(value=b"", length_error=1) + b"\x00", False, id="empty value"),
+    ],
+)
+def test_a_record_ending_in_a_zero_byte_is_read_field_by_field(body: bytes, valid: bool) -> None:
+    # The compiled walk takes a last byte of 0 right after the value as "no headers".
+    outcomes = []
+    for walk in (walk_records, compiled_walk):
+        try:
+            outcomes.append(walk(body, 0, len(body), 1) == (0, 0))
+        except (ValueError, IndexError):
+            outcomes.append(False)
+    assert outcomes == [valid, valid]
+
+
+@FAST
+@given(_records, st.sampled_from(Compression))
+def test_the_pure_python_fallback_validates_as_the_compiled_walk(
+    records: list[RecordInput], compression: Compression
+) -> None:
+    # Where the extension cannot be built, validate_records walks in Python.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(validation, "_WALK", walk_records)
+        assert check(build_batch(records, compression=compression)) == max(r[3] for r in records)
+        malformed = rebuild(section(records), count=len(records) + 1, compression=compression)
+        assert refused(malformed) == ErrorCode.invalid_record
+
+
 def test_an_uncompressed_batch_is_walked_where_it_lies_in_the_request() -> None:
     first = build_batch([(None, b"a", [], NOW_MS)])
     second = build_batch([(b"k", b"b" * 300, [("h", b"v")], NOW_MS + 5)] * 3)
