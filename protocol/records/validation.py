@@ -36,7 +36,7 @@ from tierbroker.protocol.records.batch import (
     InvalidRecordError,
     TimestampType,
 )
-from tierbroker.protocol.records.codecs import XERIAL_MAGIC, decompress
+from tierbroker.protocol.records.codecs import XERIAL_MAGIC
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,9 @@ NO_TIMESTAMP = -1
 MIN_RECORD_BODY_BYTES = 6  # attributes, timestampDelta, offsetDelta, key, value, header count
 _VARINT_BYTES = 5
 _VARLONG_BYTES = 10
-_FIRST_GUESS_RATIO = 4  # decompression starts with a buffer this many times the input
-_KEEP_SCRATCH_BYTES = 8 << 20
+_FIRST_GUESS_RATIO = 4.0  # the first decompression's buffer, in times the input
+_MARGIN = 1.25  # later ones: the previous batch's expansion and this much more
+_KEEP_SCRATCH_BYTES = 16 << 20
 _XERIAL_HEADER_BYTES = 16
 _INT32 = struct.Struct(">i")
 
@@ -199,57 +200,55 @@ def max_uncompressed_bytes(batch_bytes: int) -> int:
     return 64 * max(batch_bytes, 1 << 20)
 
 
-def _snappy_size(data: memoryview) -> int:
-    """The uncompressed size raw snappy (one block) or xerial framing (blocks) states."""
+def _snappy_blocks(data: memoryview) -> list[memoryview]:
+    """The raw snappy blocks of a records section: itself, or the blocks of xerial framing."""
     if bytes(data[:8]) != XERIAL_MAGIC:
-        return int(cramjam.snappy.decompress_raw_len(data))
-    position, end, total = _XERIAL_HEADER_BYTES, len(data), 0
+        return [data]
+    position, end, blocks = _XERIAL_HEADER_BYTES, len(data), []
     while position < end:
         (length,) = _INT32.unpack_from(data, position) if end - position >= 4 else (-1,)
         if length < 0 or position + 4 + length > end:
             raise cramjam.DecompressionError(f"xerial block at byte {position} overruns")
-        total += int(cramjam.snappy.decompress_raw_len(data[position + 4 : position + 4 + length]))
+        blocks.append(data[position + 4 : position + 4 + length])
         position += 4 + length
-    return total
+    return blocks
 
 
 class _Scratch:
     """One reusable buffer that compressed records sections are decompressed into.
 
-    Reused so a decompression neither allocates nor zero-fills its output; above
-    `_KEEP_SCRATCH_BYTES` it is dropped after use, so a rare large batch does not
-    hold memory. Not shared between threads: appends run on the event loop.
+    Reused so a decompression neither allocates nor zero-fills its output. Snappy
+    states its size up front; for the other codecs the first try is sized by the
+    expansion of the previous batch (producers' data changes slowly), and a try that
+    fills the buffer is repeated in one four times larger, up to the bound. Above
+    `_KEEP_SCRATCH_BYTES` the buffer is dropped after use, so a rare large batch does
+    not hold memory. Not shared between threads: appends run on the event loop.
     """
 
     def __init__(self) -> None:
         self.buffer = bytearray()
+        self.expansion = _FIRST_GUESS_RATIO
 
     def decompress(self, codec: Compression, data: memoryview, limit: int) -> memoryview:
         """The records section, at most `limit` bytes (else MESSAGE_TOO_LARGE), as a view
         valid until the next call."""
-        too_large = InvalidRecordError(
-            ErrorCode.message_too_large,
-            f"{codec.name.lower()} records section expands past {limit} bytes",
-        )
         try:
-            if codec is Compression.SNAPPY:  # snappy states its size up front
-                if _snappy_size(data) > limit:
-                    raise too_large
-                return memoryview(decompress(codec, data))
+            if codec is Compression.SNAPPY:
+                return self._snappy(data, limit)
             module = _CODECS[codec]
-            size = min(limit, max(_FIRST_GUESS_RATIO * len(data), len(self.buffer)))
+            size = min(limit, max(int(len(data) * self.expansion), len(self.buffer)))
             while True:
-                if len(self.buffer) < size:
-                    self.buffer = bytearray(size)
+                self._reserve(size)
                 try:
                     with memoryview(self.buffer) as whole:
                         written = int(module.decompress_into(data, whole[:size]))
+                    self.expansion = _MARGIN * written / max(len(data), 1)
                     return memoryview(self.buffer)[:written]
                 except cramjam.DecompressionError as exc:
                     if "whole buffer" not in str(exc):  # cramjam's words for a full output
                         raise
                     if size >= limit:
-                        raise too_large from exc
+                        raise _too_large(codec, limit) from exc
                     size = min(limit, size * 4)
         except cramjam.DecompressionError as exc:
             raise InvalidRecordError(
@@ -257,9 +256,34 @@ class _Scratch:
                 f"{codec.name.lower()} payload does not decompress: {exc}",
             ) from exc
 
+    def _snappy(self, data: memoryview, limit: int) -> memoryview:
+        blocks = _snappy_blocks(data)
+        sizes = [int(cramjam.snappy.decompress_raw_len(block)) for block in blocks]
+        if sum(sizes) > limit:
+            raise _too_large(Compression.SNAPPY, limit)
+        self._reserve(sum(sizes))
+        position = 0
+        with memoryview(self.buffer) as whole:
+            for block, size in zip(blocks, sizes, strict=True):
+                position += int(
+                    cramjam.snappy.decompress_raw_into(block, whole[position : position + size])
+                )
+        return memoryview(self.buffer)[:position]
+
+    def _reserve(self, size: int) -> None:
+        if len(self.buffer) < size:
+            self.buffer = bytearray(size)
+
     def maybe_release(self) -> None:
         if len(self.buffer) > _KEEP_SCRATCH_BYTES:
             self.buffer = bytearray()
+
+
+def _too_large(codec: Compression, limit: int) -> InvalidRecordError:
+    return InvalidRecordError(
+        ErrorCode.message_too_large,
+        f"{codec.name.lower()} records section expands past {limit} bytes",
+    )
 
 
 _SCRATCH = _Scratch()

@@ -356,6 +356,22 @@ def test_a_compressed_batch_may_not_expand_past_its_bound(
     check(batch)
 
 
+@pytest.mark.parametrize(
+    "codec", [c for c in Compression if c is not Compression.NONE], ids=lambda c: c.name.lower()
+)
+def test_batches_of_changing_expansion_share_the_buffer_without_mixing(codec: Compression) -> None:
+    # Decompression reuses one buffer sized by the previous batch: a batch that expands
+    # further is still read whole, and a shorter one after it never reads what the
+    # longer one left behind.
+    short = [(None, b"a", [], NOW_MS)]
+    long = [(None, bytes(5000), [], NOW_MS + i) for i in range(200)]  # about 1000:1
+    assert check(build_batch(short, compression=codec)) == NOW_MS
+    assert check(build_batch(long, compression=codec)) == NOW_MS + 199
+    missing = rebuild(section(short), count=2, compression=codec)
+    assert refused(missing) == ErrorCode.invalid_record
+    assert check(build_batch(short * 3, compression=codec)) == NOW_MS
+
+
 def test_the_expansion_bound_is_64_times_the_batch_and_at_least_64_mib() -> None:
     assert validation.max_uncompressed_bytes(100) == 64 << 20
     assert validation.max_uncompressed_bytes(4 << 20) == 256 << 20
