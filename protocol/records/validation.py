@@ -21,6 +21,7 @@ attributes int8, timestampDelta varlong, offsetDelta varint, key (varint length,
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 from collections.abc import Callable
@@ -49,6 +50,12 @@ _MARGIN = 1.25  # later ones: the previous batch's expansion and this much more
 _KEEP_SCRATCH_BYTES = 16 << 20
 _XERIAL_HEADER_BYTES = 16
 _INT32 = struct.Struct(">i")
+_UINT32_LE = struct.Struct("<I")
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_CLIENT_FLAGS = (0x60, 0x68)  # version 1, independent blocks, maybe a content size
+_LZ4_BLOCK_BYTES = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}  # by BD bits 6-4
+_LZ4_STORED = 0x80000000  # a block size's high bit: the block is not compressed
+_XXH32_PRIMES = (2654435761, 2246822519, 3266489917, 668265263, 374761393)
 
 
 class MalformedRecords(ValueError):
@@ -214,13 +221,70 @@ def _snappy_blocks(data: memoryview) -> list[memoryview]:
     return blocks
 
 
+def _lz4_client_frame(data: memoryview) -> tuple[int, list[tuple[memoryview, bool]]] | None:
+    """The blocks of an LZ4 frame as Kafka's clients write it, else None.
+
+    The Java client and librdkafka write one frame of independent blocks without
+    block or content checksums (the batch's CRC32C covers the bytes). Such a frame
+    is returned as its maximum block size and its (block, compressed) pairs; any
+    other frame, or one that does not parse, is left to the frame decoder, which
+    checks whatever checksums it carries.
+    """
+    if len(data) < 7 or data[:4] != _LZ4_MAGIC or data[4] not in _LZ4_CLIENT_FLAGS:
+        return None
+    descriptor_end = 14 if data[4] & 0x08 else 6
+    block_bytes = _LZ4_BLOCK_BYTES.get(data[5] >> 4) if not data[5] & 0x8F else None
+    if (
+        block_bytes is None
+        or len(data) <= descriptor_end
+        or data[descriptor_end] != _lz4_header_checksum(bytes(data[4:descriptor_end]))
+    ):
+        return None
+    position, end = descriptor_end + 1, len(data)
+    blocks: list[tuple[memoryview, bool]] = []
+    while position + 4 <= end:
+        (size,) = _UINT32_LE.unpack_from(data, position)
+        position += 4
+        if size == 0:  # the end mark: the frame must end the records section
+            return (block_bytes, blocks) if position == end else None
+        length = size & ~_LZ4_STORED
+        if length > block_bytes or position + length > end:
+            return None
+        blocks.append((data[position : position + length], not size & _LZ4_STORED))
+        position += length
+    return None
+
+
+@functools.cache
+def _lz4_header_checksum(descriptor: bytes) -> int:
+    """The frame descriptor's check byte: the second byte of its XXH32 (seed 0).
+
+    Descriptors are at most 14 bytes, and nearly always the same few (cached).
+    """
+    p1, p2, p3, p4, p5 = _XXH32_PRIMES
+    mask = 0xFFFFFFFF
+    value = (p5 + len(descriptor)) & mask
+    whole = len(descriptor) & ~3
+    for (word,) in struct.iter_unpack("<I", descriptor[:whole]):
+        value = (value + word * p3) & mask
+        value = (((value << 17) | (value >> 15)) & mask) * p4 & mask
+    for byte in descriptor[whole:]:
+        value = (value + byte * p5) & mask
+        value = (((value << 11) | (value >> 21)) & mask) * p1 & mask
+    value = ((value ^ (value >> 15)) * p2) & mask
+    value = ((value ^ (value >> 13)) * p3) & mask
+    return ((value ^ (value >> 16)) >> 8) & 0xFF
+
+
 class _Scratch:
     """One reusable buffer that compressed records sections are decompressed into.
 
     Reused so a decompression neither allocates nor zero-fills its output. Snappy
-    states its size up front; for the other codecs the first try is sized by the
-    expansion of the previous batch (producers' data changes slowly), and a try that
-    fills the buffer is repeated in one four times larger, up to the bound. Above
+    states its size up front, and an LZ4 frame as clients write it bounds its size by
+    its block count; both are decompressed block by block into place. For the others
+    the first try is sized by the expansion of the previous batch (producers' data
+    changes slowly), and a try that fills the buffer is repeated in one four times
+    larger, up to the bound. Above
     `_KEEP_SCRATCH_BYTES` the buffer is dropped after use, so a rare large batch does
     not hold memory. Not shared between threads: appends run on the event loop.
     """
@@ -235,6 +299,10 @@ class _Scratch:
         try:
             if codec is Compression.SNAPPY:
                 return self._snappy(data, limit)
+            if codec is Compression.LZ4 and (frame := _lz4_client_frame(data)) is not None:
+                records = self._lz4_blocks(*frame, limit)
+                if records is not None:
+                    return records
             module = _CODECS[codec]
             size = min(limit, max(int(len(data) * self.expansion), len(self.buffer)))
             while True:
@@ -268,6 +336,30 @@ class _Scratch:
                 position += int(
                     cramjam.snappy.decompress_raw_into(block, whole[position : position + size])
                 )
+        return memoryview(self.buffer)[:position]
+
+    def _lz4_blocks(
+        self, block_bytes: int, blocks: list[tuple[memoryview, bool]], limit: int
+    ) -> memoryview | None:
+        """Each block decompressed in place, as the frame decoder would but without its
+        copy through a block buffer (about 4 times faster); None if a block does not
+        decompress or the records pass `limit`: the frame decoder then says why."""
+        size = min(limit, block_bytes * len(blocks))
+        self._reserve(size)
+        position = 0
+        with memoryview(self.buffer)[:size] as whole:  # slices of it stop at the bound
+            try:
+                for block, compressed in blocks:
+                    room = whole[position : position + block_bytes]
+                    if compressed:
+                        position += int(cramjam.lz4.decompress_block_into(block, room))
+                    elif len(block) <= len(room):
+                        room[: len(block)] = block
+                        position += len(block)
+                    else:
+                        return None
+            except cramjam.DecompressionError:
+                return None
         return memoryview(self.buffer)[:position]
 
     def _reserve(self, size: int) -> None:

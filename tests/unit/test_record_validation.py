@@ -383,6 +383,101 @@ def test_a_zstd_bomb_is_refused_at_the_bound() -> None:
     assert refused(batch) == ErrorCode.message_too_large
 
 
+def _client_lz4(data: bytes, *, block_id: int = 4, content_size: bool = False) -> bytes:
+    """An LZ4 frame as the Java client and librdkafka write it: independent blocks, no
+    block or content checksums; a block that does not shrink is stored as it is."""
+    block_bytes = 1 << (8 + 2 * block_id)
+    descriptor = bytes([0x68 if content_size else 0x60, block_id << 4])
+    if content_size:
+        descriptor += len(data).to_bytes(8, "little")
+    frame = bytearray(b"\x04\x22\x4d\x18" + descriptor)
+    frame.append(validation._lz4_header_checksum(descriptor))
+    for start in range(0, len(data), block_bytes):
+        chunk = data[start : start + block_bytes]
+        packed = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
+        stored = len(packed) >= len(chunk)
+        frame += (len(chunk) | 1 << 31 if stored else len(packed)).to_bytes(4, "little")
+        frame += chunk if stored else packed
+    return bytes(frame + bytes(4))
+
+
+_lz4_sections = st.builds(  # (records section, record count)
+    lambda records, random_value: (
+        section([*records, (None, random_value, [], NOW_MS)]),
+        len(records) + 1,
+    ),
+    _records,
+    st.binary(min_size=0, max_size=70_000),  # incompressible: a stored block
+)
+
+
+@FAST
+@given(_lz4_sections, st.sampled_from([4, 5]), st.booleans())
+def test_lz4_frames_as_clients_write_them_are_read_block_by_block(
+    body_and_count: tuple[bytes, int], block_id: int, content_size: bool
+) -> None:
+    body, count = body_and_count
+    frame = _client_lz4(body, block_id=block_id, content_size=content_size)
+    assert bytes(cramjam.lz4.decompress(frame)) == body  # liblz4 agrees: a valid frame
+    assert validation._lz4_client_frame(memoryview(frame)) is not None
+    read = validation._SCRATCH.decompress(Compression.LZ4, memoryview(frame), len(body))
+    assert bytes(read) == body
+    read.release()
+    check(rebuild(b"", count=count, compression=Compression.LZ4, raw_payload=frame))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _lz4_sections,
+    st.lists(
+        st.tuples(_mutations, st.integers(0, 8) | st.integers(0, 2**20), st.integers(0, 255)),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_a_mutated_lz4_frame_gets_the_frame_decoders_answer(
+    body_and_count: tuple[bytes, int], mutations: list[tuple[str, int, int]]
+) -> None:
+    body, count = body_and_count
+    frame = _client_lz4(body)
+    for kind, index, byte in mutations:
+        frame = mutate(frame, kind, index, byte)
+    batch = rebuild(b"", count=count, compression=Compression.LZ4, raw_payload=frame)
+
+    def outcome() -> object:
+        try:
+            return check(batch)
+        except InvalidRecordError as exc:
+            return exc.code
+
+    block_by_block = outcome()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(validation, "_lz4_client_frame", lambda _data: None)
+        assert outcome() == block_by_block
+
+
+@pytest.mark.parametrize(
+    ("at", "value"),
+    [(4, 0x70), (4, 0x40), (5, 0x30), (6, None), (-1, 1)],
+    ids=["block checksums", "linked blocks", "no block size", "header checksum", "end mark"],
+)
+def test_an_unusual_or_broken_lz4_frame_is_left_to_the_frame_decoder(
+    at: int, value: int | None
+) -> None:
+    frame = bytearray(_client_lz4(section([(None, b"v" * 500, [], NOW_MS)])))
+    frame[at] = frame[at] ^ 1 if value is None else value
+    assert validation._lz4_client_frame(memoryview(frame)) is None
+
+
+def test_an_lz4_frame_past_the_bound_is_too_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = section([(None, bytes(2000), [], NOW_MS)] * 100)
+    batch = rebuild(b"", count=100, compression=Compression.LZ4, raw_payload=_client_lz4(body))
+    monkeypatch.setattr(validation, "max_uncompressed_bytes", lambda _size: len(body) - 1)
+    assert refused(batch) == ErrorCode.message_too_large
+    monkeypatch.setattr(validation, "max_uncompressed_bytes", lambda _size: len(body))
+    assert check(batch) == NOW_MS
+
+
 # Timestamps -------------------------------------------------------------------------
 
 
