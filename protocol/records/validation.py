@@ -284,18 +284,32 @@ class _Scratch:
     its block count; both are decompressed block by block into place. For the others
     the first try is sized by the expansion of the previous batch (producers' data
     changes slowly), and a try that fills the buffer is repeated in one four times
-    larger, up to the bound. Above
-    `_KEEP_SCRATCH_BYTES` the buffer is dropped after use, so a rare large batch does
-    not hold memory. Not shared between threads: appends run on the event loop.
+    larger, up to the bound. A buffer above `_KEEP_SCRATCH_BYTES` is kept only while
+    batches need it (`maybe_release`). Not shared between threads: appends run on
+    the event loop.
     """
 
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.expansion = _FIRST_GUESS_RATIO
+        self.needed = 0  # bytes the last decompression wrote; 0 if it failed
 
     def decompress(self, codec: Compression, data: memoryview, limit: int) -> memoryview:
         """The records section, at most `limit` bytes (else MESSAGE_TOO_LARGE), as a view
         valid until the next call."""
+        self.needed = 0
+        records = self._decompress(codec, data, limit)
+        self.needed = len(records)
+        return records
+
+    def maybe_release(self) -> None:
+        """Drop a buffer above `_KEEP_SCRATCH_BYTES` unless the last batch needed it: a
+        run of large batches keeps it (zero-filling 60 MiB takes longer than
+        decompressing into it), one among small ones or a refused one does not."""
+        if len(self.buffer) > _KEEP_SCRATCH_BYTES >= self.needed:
+            self.buffer = bytearray()
+
+    def _decompress(self, codec: Compression, data: memoryview, limit: int) -> memoryview:
         try:
             if codec is Compression.SNAPPY:
                 return self._snappy(data, limit)
@@ -366,10 +380,6 @@ class _Scratch:
         if len(self.buffer) < size:
             self.buffer = bytearray(size)
 
-    def maybe_release(self) -> None:
-        if len(self.buffer) > _KEEP_SCRATCH_BYTES:
-            self.buffer = bytearray()
-
 
 def _too_large(codec: Compression, limit: int) -> InvalidRecordError:
     return InvalidRecordError(
@@ -409,15 +419,15 @@ def validate_records(
         if compression is Compression.NONE:
             min_delta, max_delta = _WALK(view.buffer, start, end, view.record_count)
         else:
-            records = _SCRATCH.decompress(
-                compression,
-                memoryview(view.buffer)[start:end],
-                max_uncompressed_bytes(end - view.position),
-            )
             try:
-                min_delta, max_delta = _WALK(records, 0, len(records), view.record_count)
+                records = _SCRATCH.decompress(
+                    compression,
+                    memoryview(view.buffer)[start:end],
+                    max_uncompressed_bytes(end - view.position),
+                )
+                with records:
+                    min_delta, max_delta = _WALK(records, 0, len(records), view.record_count)
             finally:
-                records.release()
                 _SCRATCH.maybe_release()
     except (ValueError, IndexError) as exc:  # the C walk raises ValueError, ours a subclass
         reason = "a record runs past the records section" if isinstance(exc, IndexError) else exc

@@ -372,6 +372,25 @@ def test_batches_of_changing_expansion_share_the_buffer_without_mixing(codec: Co
     assert check(build_batch(short * 3, compression=codec)) == NOW_MS
 
 
+def test_a_large_buffer_is_kept_only_while_batches_need_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(validation, "_KEEP_SCRATCH_BYTES", 1 << 20)
+    large = build_batch([(None, bytes(1 << 20), [], NOW_MS)] * 2, compression=Compression.ZSTD)
+    small = build_batch([(None, b"v", [], NOW_MS)], compression=Compression.ZSTD)
+    check(large)
+    check(large)
+    assert len(validation._SCRATCH.buffer) > 2 << 20  # a run of large batches keeps it
+    check(small)
+    assert len(validation._SCRATCH.buffer) <= 1 << 20
+    check(large)
+    bomb = bytes(cramjam.zstd.compress(bytes(80 << 20)))
+    assert refused(rebuild(b"", count=1, compression=Compression.ZSTD, raw_payload=bomb)) == (
+        ErrorCode.message_too_large
+    )
+    assert len(validation._SCRATCH.buffer) <= 1 << 20  # nor does a refused one
+
+
 def test_the_expansion_bound_is_64_times_the_batch_and_at_least_64_mib() -> None:
     assert validation.max_uncompressed_bytes(100) == 64 << 20
     assert validation.max_uncompressed_bytes(4 << 20) == 256 << 20
