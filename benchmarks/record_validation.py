@@ -11,7 +11,7 @@ end to end: a pre-encoded Produce request (one ~1 MB batch, acks=1, up to 8 in
     round after round, each in a fresh temp dir. Reported: MiB/s and the broker's CPU
     seconds per GiB of batches (medians), and the ratios with validation / without.
 
-    python -m benchmarks.record_validation                 # about 4 minutes on 2 cores
+    python -m benchmarks.record_validation                 # about a minute on 2 cores
     python -m benchmarks.record_validation --mib 100 --repeat 1
 """
 
