@@ -53,6 +53,11 @@ class TimestampType(enum.IntEnum):
     LOG_APPEND_TIME = 1
 
 
+# By value: calling an Enum class costs about 0.4 us, once per batch on produce.
+_COMPRESSIONS = tuple(Compression)
+_TIMESTAMP_TYPES = tuple(TimestampType)
+
+
 class InvalidRecordError(KafkaError):
     """A batch that cannot be stored: bad size, bad CRC, old magic, malformed records."""
 
@@ -135,17 +140,17 @@ class BatchView:
 
     @property
     def compression(self) -> Compression:
-        codec = self.attributes & 0x07
-        if codec > Compression.ZSTD:
+        try:
+            return _COMPRESSIONS[self.attributes & 0x07]
+        except IndexError:
             raise InvalidRecordError(
                 ErrorCode.corrupt_message,
-                f"unknown compression codec {codec} at position {self.position}",
-            )
-        return Compression(codec)
+                f"unknown compression codec {self.attributes & 0x07} at position {self.position}",
+            ) from None
 
     @property
     def timestamp_type(self) -> TimestampType:
-        return TimestampType((self.attributes >> 3) & 1)
+        return _TIMESTAMP_TYPES[(self.attributes >> 3) & 1]
 
     @property
     def is_transactional(self) -> bool:
