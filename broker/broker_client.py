@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024  # a bound on what one response may make us allocate
+# The stream reader pauses the socket above twice its limit: at asyncio's 64 KiB default, a
+# fetch response of several MiB would pause and resume it dozens of times.
+_READ_LIMIT_BYTES = 8 * 1024 * 1024
 
 
 class BrokerUnavailable(ConnectionError):
@@ -71,7 +74,7 @@ class BrokerClient:
                 raise BrokerUnavailable(f"{self}: closed")
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port),
+                    asyncio.open_connection(self.host, self.port, limit=_READ_LIMIT_BYTES),
                     self.request_timeout_ms / 1000,
                 )
             except (OSError, TimeoutError) as e:

@@ -113,6 +113,7 @@ class BrokerServer:
             ),
             self.admin.log_config,
         )
+        self.admin.applied_here = self.replicas.applied
         self.controller = Controller(
             config.broker_id,
             store,
@@ -204,7 +205,7 @@ class BrokerServer:
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
         host, port = self.config.listener
-        await self.socket_server.start(host, port)
+        self.socket_server.listen(host, port)
         host, _ = self.config.advertised_listener
         try:
             self.registration = await self.lifecycle.register(host, self.socket_server.port)
@@ -233,6 +234,7 @@ class BrokerServer:
         if c.metrics_port >= 0:
             await self.metrics_server.start(host, c.metrics_port)
         await self.replicas.applied.wait()
+        await self.socket_server.start()
         self._started = True
         log.info("broker %d started (cluster %s)", c.broker_id, self.cache.cluster_id)
 
@@ -364,7 +366,10 @@ class BrokerServer:
         if self.remote is not None:
             await self.remote.stop(timeout_s)
         self.log_manager.shutdown()
-        await self.store.close()
+        try:
+            await self.store.close()
+        except StoreError as e:  # the registration goes with the session anyway
+            log.warning("broker %d: closing the metadata store session: %s", self.broker_id, e)
         log.info("broker %d shut down cleanly", self.broker_id)
 
     async def _controlled_shutdown(self, timeout_s: float) -> None:

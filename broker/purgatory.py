@@ -33,7 +33,8 @@ class Purgatory:
             for key in keys:
                 self._watchers[key].add(waiter)
             try:
-                await asyncio.wait_for(waiter, remaining)
+                async with asyncio.timeout(remaining):  # no task per wait, as wait_for makes
+                    await waiter
             except TimeoutError:
                 return condition()
             finally:

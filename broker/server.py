@@ -253,15 +253,22 @@ class SocketServer:
         self._idle_task: asyncio.Task[None] | None = None
         self._no_connections = asyncio.Event()
 
-    async def start(self, host: str, port: int) -> None:
-        loop = asyncio.get_running_loop()
-        self.use_sendfile = _loop_has_sendfile(loop)
+    def listen(self, host: str, port: int) -> None:
+        """Bind and listen (port 0: a free one, see `port`); connections wait in the
+        backlog until `start`, as Kafka enables request processing once it is ready."""
         self._sock = socket.create_server((host, port), backlog=1024)
         self._sock.setblocking(False)
+
+    async def start(self) -> None:
+        """Accept connections and serve their requests."""
+        assert self._sock is not None, "start before listen"
+        loop = asyncio.get_running_loop()
+        self.use_sendfile = _loop_has_sendfile(loop)
         self._acceptor = Acceptor(self._sock, self.quotas, self._admit)
         self._acceptor.start()
         self._idle_task = loop.create_task(self._close_idle_connections(), name="idle-connections")
-        log.info("listening on %s:%d (sendfile: %s)", host, self.port, self.use_sendfile)
+        host, port = self._sock.getsockname()[:2]
+        log.info("listening on %s:%d (sendfile: %s)", host, port, self.use_sendfile)
 
     async def _admit(self, sock: socket.socket, ip: str) -> None:
         loop = asyncio.get_running_loop()

@@ -454,6 +454,9 @@ class Controller:
         """Write new partition states, each conditional on the version it replaces; a state
         changed meanwhile (a leader's ISR write) is read again and decided again."""
         items = [(tp, s) for tp, s in changes.items() if s != self.states.get(tp)]
+        moved = sum(1 for tp, s in items if s.leader != self._leader_of(tp))
+        if moved:
+            log.info("controller: %d partitions get a new leader", moved)
         for start in range(0, len(items), _OPS_PER_MULTI - 1):
             chunk = items[start : start + _OPS_PER_MULTI - 1]
             ops: list[Op] = [
@@ -469,6 +472,10 @@ class Controller:
             for (tp, s), stat in zip(chunk, results[1:], strict=True):
                 assert stat is not None and not isinstance(stat, str)
                 self.states[tp] = replace(s, partition_epoch=stat.version)
+
+    def _leader_of(self, tp: TopicPartition) -> int:
+        state = self.states.get(tp)
+        return state.leader if state is not None else zk.NO_LEADER
 
     async def _write_state_alone(self, tp: TopicPartition, state: PartitionState) -> None:
         path = zk.state_path(tp.topic, tp.partition)

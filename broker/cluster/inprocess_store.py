@@ -312,8 +312,9 @@ class InProcessZooKeeper:
             parent.cversion -= 1
 
         batch.undo.append(undo)
-        self._remember(batch, path)
-        self._remember(batch, parent_path)
+        if not owner:  # ephemerals die with the process: nothing of them is stored
+            self._remember(batch, path)
+            self._remember(batch, parent_path)
         batch.events += [(path, WatchEvent.CREATED, False), (parent_path, WatchEvent.CHILD, True)]
         return path
 
@@ -356,7 +357,7 @@ class InProcessZooKeeper:
         batch.undo.append(undo)
         if not znode.ephemeral_owner:
             self._remember(batch, path)
-        self._remember(batch, parent_path)
+            self._remember(batch, parent_path)
         batch.events += [
             (path, WatchEvent.DELETED, False),
             (path, WatchEvent.DELETED, True),

@@ -13,6 +13,7 @@ KAFKA_STORAGE_ERROR; one it did not answer is REQUEST_TIMED_OUT.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import uuid
@@ -98,6 +99,8 @@ class TopicAdmin:
         self.default_replication_factor = default_replication_factor
         self.tiering_enabled = tiering_enabled
         self._next_producer_id = self._producer_id_block_end = 0
+        # Set while this broker has applied every metadata change it saw (its replicas).
+        self.applied_here: asyncio.Event | None = None
 
     def log_config(self, topic: str) -> LogConfig:
         return LogConfig.from_configs(
@@ -385,10 +388,19 @@ class TopicAdmin:
             await self.store.create(path, data, make_parents=True)
 
     async def _wait(self, condition: Any, timeout_s: float, what: str) -> None:
-        if not await self.cache.wait_until(condition, timeout_s):
-            raise KafkaError(
-                ErrorCode.request_timed_out, f"{what}: not seen within {timeout_s:.0f} s"
-            )
+        """Until the cache shows the change and this broker applied it (a client's next
+        request here finds the new partitions led), or REQUEST_TIMED_OUT."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        if await self.cache.wait_until(condition, timeout_s):
+            if self.applied_here is None:
+                return
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self.applied_here.wait()
+                return
+            except TimeoutError:
+                pass
+        raise KafkaError(ErrorCode.request_timed_out, f"{what}: not seen within {timeout_s:.0f} s")
 
 
 def _note_not_applied(topic: str, configs: Mapping[str, str]) -> None:

@@ -83,8 +83,11 @@ def admin_client(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
+    """The topic, and the group coordinator ready, as a client's first FindCoordinator
+    leaves it (__consumer_offsets created and loaded): tests below join without one."""
     admin = admin_client(bootstrap)  # held: the future fails if its client is destroyed
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
+    admin.describe_consumer_groups(["coordinator-probe"])["coordinator-probe"].result(15)
 
 
 def idempotent_producer(bootstrap: str) -> Producer:

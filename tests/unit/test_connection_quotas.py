@@ -26,7 +26,8 @@ async def ping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, wait_
 
 async def test_at_max_connections_the_broker_stops_accepting_until_one_closes() -> None:
     server = SocketServer(pong, 1024, 1 << 20, ConnectionLimits(max_connections=2))
-    await server.start("127.0.0.1", 0)
+    server.listen("127.0.0.1", 0)
+    await server.start()
     try:
         first, second, third = [
             await asyncio.open_connection("127.0.0.1", server.port) for _ in range(3)

@@ -64,7 +64,8 @@ def test_a_frame_larger_than_the_pool_is_refused() -> None:
 
 async def test_muted_connections_wait_for_memory_while_others_are_served() -> None:
     server = SocketServer(echo_size, max_request_bytes=POOL_BYTES, max_queued_bytes=POOL_BYTES)
-    await server.start("127.0.0.1", 0)
+    server.listen("127.0.0.1", 0)
+    await server.start()
     pool = server.memory_pool
     try:
         clients = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(10)]

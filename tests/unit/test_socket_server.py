@@ -19,7 +19,8 @@ async def test_a_large_part_waits_for_the_client_a_slice_at_a_time_and_arrives_w
         return [struct.pack(">i", len(payload)), payload]
 
     server = SocketServer(handler, max_request_bytes=MIB, max_queued_bytes=MIB)
-    await server.start("127.0.0.1", 0)
+    server.listen("127.0.0.1", 0)
+    await server.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(struct.pack(">i", 4) + b"ping")
@@ -50,7 +51,8 @@ async def test_accepted_connections_send_small_parts_without_waiting_for_an_ack(
         return [struct.pack(">i", 4), b"pong"]
 
     server = SocketServer(handler, max_request_bytes=MIB, max_queued_bytes=MIB)
-    await server.start("127.0.0.1", 0)
+    server.listen("127.0.0.1", 0)
+    await server.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(struct.pack(">i", 4) + b"ping")
