@@ -57,6 +57,7 @@ from tierbroker.broker.partition import Partition
 from tierbroker.broker.remote_storage import build_remote_log_manager
 from tierbroker.broker.replica_fetcher import FetcherConfig
 from tierbroker.broker.replica_manager import ReplicaManager, ReplicationConfig
+from tierbroker.broker.replica_selector import load_selector
 from tierbroker.broker.replication_metrics import ReplicationMetrics
 from tierbroker.broker.scheduler import Scheduler
 from tierbroker.broker.server import SocketServer
@@ -110,6 +111,8 @@ class BrokerServer:
                     backoff_ms=config.replica_fetch_backoff_ms,
                     socket_timeout_ms=config.replica_socket_timeout_ms,
                 ),
+                # Followers serve consumers committed data: tell them the HW at once.
+                propagate_high_watermark=config.replica_selector_class is not None,
             ),
             self.admin.log_config,
         )
@@ -193,6 +196,14 @@ class BrokerServer:
     async def join(self) -> None:
         """Load the logs, listen and register: the controller may place replicas here now."""
         loop = asyncio.get_running_loop()
+        settings = self.config.model_dump(by_alias=True)
+        try:
+            self.replicas.reader.selector = load_selector(
+                self.config.replica_selector_class,
+                {k: str(v) for k, v in settings.items() if v is not None},
+            )
+        except ValueError as e:
+            raise StartupError(str(e)) from None
         self.log_manager.failure_channel.listeners.append(
             lambda log_dir, error: loop.call_soon_threadsafe(
                 self._on_log_dir_offline, log_dir, error

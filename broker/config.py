@@ -142,6 +142,7 @@ class BrokerConfig(BaseModel):
     replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms", ge=0)
     replica_socket_timeout_ms: int = Field(30_000, alias="replica.socket.timeout.ms", ge=1)
     controlled_shutdown_enable: bool = Field(True, alias="controlled.shutdown.enable")
+    replica_selector_class: str | None = Field(None, alias="replica.selector.class")
     metrics_port: int = Field(-1, alias="metrics.port", ge=-1)
     # `rsm.config.*` and `rlmm.config.*`, prefixes removed.
     rsm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)

@@ -24,6 +24,8 @@ from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState
 from tierbroker.broker.replica import ReplicaState
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     FetchDataInfo,
     Log,
     LogAppendInfo,
@@ -31,6 +33,8 @@ from tierbroker.storage.log import (
     now_ms,
 )
 from tierbroker.storage.topic_partition import TopicPartition
+
+DEBUGGING_CONSUMER = -2  # ListOffsets' ReplicaId that any replica may answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,11 @@ class DivergingEpoch:
     end_offset: int
 
 
+class OffsetNotAvailableYet(Exception):
+    """A follower's consumer asked for an offset past this replica's log end that the
+    leader's high watermark already covers: it may arrive with the next replica fetch."""
+
+
 class Partition:
     def __init__(self, log: Log, local_broker_id: int, replica_lag_time_max_ms: int = 30_000):
         self.log = log
@@ -72,6 +81,7 @@ class Partition:
         self.pending_isr: frozenset[int] | None = None
         self.remote_replicas: dict[int, ReplicaState] = {}
         self.leader_epoch_start_offset = -1
+        self.leader_high_watermark = -1  # as a follower: the last one its leader sent
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -163,6 +173,14 @@ class Partition:
             f"{self.topic_partition}: leader epoch {current_leader_epoch} given, "
             f"current {self.leader_epoch}",
         )
+
+    def check_readable(self, current_leader_epoch: int, follower_allowed: bool) -> None:
+        """A consumer may read here: this replica leads, or follows and `follower_allowed`
+        (a fetch of v11 or later, which KIP-392 lets read a follower)."""
+        if follower_allowed and self.leader_id != NO_LEADER:
+            self.check_leader_epoch(current_leader_epoch)
+            return
+        self.check_leader(current_leader_epoch)
 
     def check_leader(self, current_leader_epoch: int) -> None:
         self.check_leader_epoch(current_leader_epoch)
@@ -299,6 +317,7 @@ class Partition:
         """Append what the leader sent (if anything), then follow its high watermark and
         log start offset, each capped at this log's end."""
         info = self.log.append_as_follower(records) if records else None
+        self.leader_high_watermark = leader_high_watermark
         self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
         if leader_log_start > self.log.log_start_offset:
             self.log.maybe_increment_log_start_offset(
@@ -310,15 +329,44 @@ class Partition:
     # Consumers -----------------------------------------------------------------------
 
     def read(
-        self, offset: int, max_bytes: int, min_one_batch: bool, current_leader_epoch: int
+        self,
+        offset: int,
+        max_bytes: int,
+        min_one_batch: bool,
+        current_leader_epoch: int,
+        from_follower_allowed: bool = False,
     ) -> FetchDataInfo:
-        self.check_leader(current_leader_epoch)
-        return self.log.read(offset, max_bytes, self.log.high_watermark, min_one_batch)
+        """A consumer's read, up to the high watermark. On a follower (KIP-392, section 2.6
+        of the cluster notes): an offset past the log end that the leader's high watermark
+        covers raises OffsetNotAvailableYet, one past both OFFSET_OUT_OF_RANGE."""
+        self.check_readable(current_leader_epoch, from_follower_allowed)
+        lg = self.log
+        if not self.is_leader and lg.log_end_offset < offset <= max(
+            self.leader_high_watermark, lg.log_end_offset
+        ):
+            raise OffsetNotAvailableYet(offset)
+        return lg.read(offset, max_bytes, lg.high_watermark, min_one_batch)
 
     def fetch_offset_for_timestamp(
-        self, timestamp_ms: int, current_leader_epoch: int, from_follower: bool = False
+        self, timestamp_ms: int, current_leader_epoch: int, replica_id: int = -1
     ) -> OffsetAndEpoch | None:
-        self.check_leader(current_leader_epoch)
+        """ListOffsets. A follower answers only the debugging consumer (ReplicaId -2), as
+        Kafka does: earliest is its local log start, latest its high watermark."""
+        from_follower = replica_id >= 0
+        if replica_id == DEBUGGING_CONSUMER and not self.is_leader:
+            self.check_leader_epoch(current_leader_epoch)
+            if timestamp_ms == EARLIEST_TIMESTAMP:
+                offset = self.log.local_log_start_offset
+                return OffsetAndEpoch(
+                    offset, -1, self.log.leader_epoch_cache.epoch_for_offset(offset)
+                )
+            if timestamp_ms == LATEST_TIMESTAMP:
+                offset = self.log.high_watermark
+                return OffsetAndEpoch(
+                    offset, -1, self.log.leader_epoch_cache.epoch_for_offset(offset)
+                )
+        else:
+            self.check_leader(current_leader_epoch)
         found = self.log.fetch_offset_by_timestamp(timestamp_ms)
         if found is None:
             return None

@@ -27,24 +27,32 @@ from tierbroker.broker.alter_partition import AlterPartitionManager
 from tierbroker.broker.cluster.metadata_cache import MetadataCache, MetadataDelta
 from tierbroker.broker.cluster.store import MetadataStore
 from tierbroker.broker.cluster.zk_data import PartitionState
+from tierbroker.broker.fetch_reader import (
+    FetchParams,
+    FetchReader,
+    FetchRequestPartition,
+    FetchResultPartition,
+)
 from tierbroker.broker.long_lived import LongLivedObjects
-from tierbroker.broker.partition import FollowerFetch, OffsetAndEpoch, Partition
+from tierbroker.broker.partition import (
+    DEBUGGING_CONSUMER,
+    FollowerFetch,
+    OffsetAndEpoch,
+    Partition,
+)
 from tierbroker.broker.purgatory import Purgatory
 from tierbroker.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
-from tierbroker.storage.file_cache import LOG_FILES
 from tierbroker.storage.log import (
     LogStartOffsetIncrementReason,
-    OffsetMovedToTieredStorage,
     now_ms,
 )
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
-from tierbroker.storage.segment import FileSlice
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -66,52 +74,6 @@ class ProduceResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FetchRequestPartition:
-    topic_partition: TopicPartition
-    fetch_offset: int
-    max_bytes: int
-    current_leader_epoch: int = -1
-    last_fetched_epoch: int = -1
-    log_start_offset: int = -1  # a follower's
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResultPartition:
-    error: ErrorCode
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    records: FileSlice | memoryview | None = None  # a view: read from the remote tier
-    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for a follower
-
-    @property
-    def size(self) -> int:
-        if self.records is None:
-            return 0
-        return self.records.length if isinstance(self.records, FileSlice) else len(self.records)
-
-
-@dataclass(frozen=True, slots=True)
-class FetchParams:
-    max_wait_ms: int
-    min_bytes: int
-    max_bytes: int
-    replica_id: int = -1  # a follower's broker id; -1 for consumers
-    replica_epoch: int = -1
-
-    @property
-    def is_from_follower(self) -> bool:
-        return self.replica_id >= 0
-
-
-@dataclass(frozen=True, slots=True)
-class _RemoteRead:
-    index: int  # position in the fetch's results
-    partition: Partition
-    offset: int
-    max_bytes: int
 
 
 class ReplicaManager:
@@ -140,6 +102,14 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(
             broker_id, lambda: self.broker_epoch, self.config.fetcher, self._on_follower_appended
         )
+        self.reader = FetchReader(
+            self.partition_or_error,
+            self.partitions,
+            cache,
+            self.fetch_purgatory,
+            self._on_follower_fetch,
+        )
+        self.reader.propagate_high_watermark = self.config.propagate_high_watermark
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
         self.isr_change_listeners: list[Callable[[bool], None]] = []  # (expanded)
         # Called when a partition's log end or high watermark may have moved.
@@ -266,6 +236,7 @@ class ReplicaManager:
     def attach_remote_log_manager(self, remote: RemoteLogManager) -> None:
         """Tiering starts: hand every partition led so far to the RemoteLogManager."""
         self.remote = remote
+        self.reader.remote = remote
         for tp, partition in self.partitions.items():
             if partition.is_leader:
                 remote.on_leadership(TopicIdPartition(partition.topic_id, tp), partition.log)
@@ -461,221 +432,17 @@ class ReplicaManager:
     async def fetch_messages(
         self, params: FetchParams, requests: list[FetchRequestPartition]
     ) -> list[FetchResultPartition]:
-        """Read every requested partition; wait up to max_wait_ms for min_bytes (delayed fetch).
+        return await self.reader.fetch_messages(params, requests)
 
-        Offsets in the remote tier are read concurrently, each within the byte budget
-        left when its turn came, so several remote partitions never exceed fetch.max.bytes.
-        A waiting fetch that finds, when woken, its offset gone from the local log (local
-        retention deleted it meanwhile) completes and reads the remote tier, as Kafka's
-        DelayedFetch completes for an offset on an older segment. A follower's fetch also
-        completes when the high watermark moved past what it was last told.
-        """
-        results, remote = self._read(params, requests)
-        if (
-            params.max_wait_ms > 0
-            and requests
-            and not self._satisfied(params, requests, results, remote)
-        ):
-            keys = [r.topic_partition for r in requests]
-            await self.fetch_purgatory.wait_until(
-                keys,
-                params.max_wait_ms / 1000,
-                lambda: self._satisfied(
-                    params, requests, *self._read(params, requests, update=False)
-                ),
-            )
-            results, remote = self._read(params, requests)
-        if remote:
-            await self._read_remote(results, remote)
-        if params.is_from_follower:
-            self._remember_sent_high_watermarks(params.replica_id, requests, results)
-        return results
-
-    def _satisfied(
-        self,
-        params: FetchParams,
-        requests: list[FetchRequestPartition],
-        results: list[FetchResultPartition],
-        remote: list[_RemoteRead],
-    ) -> bool:
-        """A delayed fetch completes on an error, a remote read, a diverging epoch, min_bytes
-        of data, or (a follower's) a high watermark it has not been told yet."""
-        if remote or any(
-            r.error != ErrorCode.none or r.diverging_epoch is not None for r in results
-        ):
-            return True
-        if params.is_from_follower and self._high_watermark_news(params.replica_id, requests):
-            return True
-        return sum(r.size for r in results) >= params.min_bytes
-
-    def _high_watermark_news(self, replica_id: int, requests: list[FetchRequestPartition]) -> bool:
-        """The follower was last told a lower high watermark than a partition now has
-        (KIP-392: a follower serving consumers must learn it promptly)."""
-        if not self.config.propagate_high_watermark:
-            return False
-        for request in requests:
-            partition = self.partitions.get(request.topic_partition)
-            if partition is None:
-                continue
-            replica = partition.remote_replicas.get(replica_id)
-            if replica is not None and replica.last_sent_high_watermark < partition.high_watermark:
-                return True
-        return False
-
-    def _remember_sent_high_watermarks(
-        self,
-        replica_id: int,
-        requests: list[FetchRequestPartition],
-        results: list[FetchResultPartition],
-    ) -> None:
-        for request, result in zip(requests, results, strict=True):
-            partition = self.partitions.get(request.topic_partition)
-            replica = partition.remote_replicas.get(replica_id) if partition else None
-            if replica is not None:
-                replica.last_sent_high_watermark = result.high_watermark
-
-    def _read(
-        self, params: FetchParams, requests: list[FetchRequestPartition], update: bool = True
-    ) -> tuple[list[FetchResultPartition], list[_RemoteRead]]:
-        bytes_left = params.max_bytes
-        min_one_batch = True  # KIP-74: the first partition with data returns a batch even if big
-        results: list[FetchResultPartition] = []
-        remote: list[_RemoteRead] = []
-        for request in requests:
-            budget = min(bytes_left, request.max_bytes)
-            result = self._read_partition(params, request, budget, min_one_batch, update)
-            if isinstance(result, _RemoteRead):
-                remote.append(replace(result, index=len(results)))
-                results.append(FetchResultPartition(ErrorCode.none))
-                bytes_left -= budget  # reserved: the remote read may use all of it
-                min_one_batch = False
-                continue
-            if result.records is not None:
-                bytes_left -= result.size
-                min_one_batch = False
-            results.append(result)
-        return results, remote
-
-    def _read_partition(
-        self,
-        params: FetchParams,
-        request: FetchRequestPartition,
-        max_bytes: int,
-        min_one_batch: bool,
-        update: bool,
-    ) -> FetchResultPartition | _RemoteRead:
-        try:
-            partition = self.partition_or_error(request.topic_partition)
-            if params.is_from_follower:
-                return self._read_for_follower(params, partition, request, max_bytes, update)
-            if max_bytes <= 0 and not min_one_batch:
-                partition.check_leader(request.current_leader_epoch)
-                return FetchResultPartition(
-                    ErrorCode.none, partition.high_watermark, partition.log.log_start_offset
-                )
-            data = partition.read(
-                request.fetch_offset, max_bytes, min_one_batch, request.current_leader_epoch
-            )
-            return self._result(partition, data.records)
-        except OffsetMovedToTieredStorage:
-            if self.remote is None or params.is_from_follower:
-                code = (
-                    ErrorCode.offset_moved_to_tiered_storage
-                    if params.is_from_follower
-                    else ErrorCode.offset_out_of_range
-                )
-                return self._error(request, code)
-            budget = max_bytes if max_bytes > 0 else 1  # min one batch: the reader returns one
-            return _RemoteRead(
-                -1, self.partitions[request.topic_partition], request.fetch_offset, budget
-            )
-        except KafkaError as e:
-            return self._error(request, e.code)
-
-    def _read_for_follower(
-        self,
-        params: FetchParams,
-        partition: Partition,
-        request: FetchRequestPartition,
-        max_bytes: int,
-        update: bool,
-    ) -> FetchResultPartition:
-        fetch = FollowerFetch(
-            params.replica_id,
-            params.replica_epoch,
-            request.fetch_offset,
-            request.last_fetched_epoch,
-            request.log_start_offset,
-            request.current_leader_epoch,
+    def _on_follower_fetch(self, partition: Partition, fetch: FollowerFetch) -> None:
+        """A follower fetched: its state, perhaps the high watermark, perhaps the ISR."""
+        if partition.update_follower_fetch_state(fetch, now_ms()):
+            self._wake(partition.topic_partition)
+        expanded = partition.isr_expansion(
+            fetch.replica_id, self._is_isr_eligible(fetch.replica_id)
         )
-        partition.check_leader(request.current_leader_epoch)
-        diverging = partition.diverging_epoch(fetch)
-        if diverging is not None:
-            return FetchResultPartition(
-                ErrorCode.none,
-                partition.high_watermark,
-                partition.log.log_start_offset,
-                diverging_epoch=(diverging.epoch, diverging.end_offset),
-            )
-        data = partition.read_for_follower(fetch, max(max_bytes, 1))
-        if update:
-            if partition.update_follower_fetch_state(fetch, now_ms()):
-                self._wake(request.topic_partition)
-            expanded = partition.isr_expansion(
-                params.replica_id, self._is_isr_eligible(params.replica_id)
-            )
-            if expanded is not None:
-                self.alter_partition.submit(partition, expanded)
-        return self._result(partition, data.records)
-
-    def _result(self, partition: Partition, records: FileSlice | None) -> FetchResultPartition:
-        return FetchResultPartition(
-            ErrorCode.none,
-            partition.high_watermark,
-            partition.log.log_start_offset,
-            # Too many log files held open: a response must not hold one more.
-            memoryview(records.read())
-            if records is not None and LOG_FILES.under_pressure
-            else records,
-        )
-
-    def _error(self, request: FetchRequestPartition, code: ErrorCode) -> FetchResultPartition:
-        hosted = self.partitions.get(request.topic_partition)
-        if hosted is None:
-            return FetchResultPartition(code)
-        return FetchResultPartition(code, hosted.high_watermark, hosted.log.log_start_offset)
-
-    async def _read_remote(
-        self, results: list[FetchResultPartition], reads: list[_RemoteRead]
-    ) -> None:
-        assert self.remote is not None
-        remote = self.remote
-        outcomes = await asyncio.gather(
-            *(
-                remote.read(
-                    TopicIdPartition(r.partition.topic_id, r.partition.topic_partition),
-                    r.offset,
-                    r.max_bytes,
-                )
-                for r in reads
-            ),
-            return_exceptions=True,
-        )
-        for read, outcome in zip(reads, outcomes, strict=True):
-            lg = read.partition.log
-            if isinstance(outcome, memoryview):
-                results[read.index] = FetchResultPartition(
-                    ErrorCode.none, lg.high_watermark, lg.log_start_offset, outcome
-                )
-                continue
-            code = _remote_error_code(outcome)
-            log.info(
-                "remote read of %s at offset %d: %s",
-                read.partition.topic_partition,
-                read.offset,
-                code.name.upper() if code != ErrorCode.kafka_storage_error else outcome,
-            )
-            results[read.index] = FetchResultPartition(code, lg.high_watermark, lg.log_start_offset)
+        if expanded is not None:
+            self.alter_partition.submit(partition, expanded)
 
     # Offsets -------------------------------------------------------------------------
 
@@ -686,18 +453,19 @@ class ReplicaManager:
         current_leader_epoch: int,
         timeout_s: float | None = None,
         *,
-        from_follower: bool = False,
+        replica_id: int = -1,
     ) -> OffsetAndEpoch | None:
         """ListOffsets; a timestamp in the remote tier is looked up there, off the request loop.
 
         A remote lookup outliving `timeout_s` (or the remote call timeout) is REQUEST_TIMED_OUT.
         A follower asking (its broker id as ReplicaId) sees offsets up to the log end, as
-        Kafka answers replicas; consumers up to the high watermark.
+        Kafka answers replicas; consumers up to the high watermark; and a follower of the
+        partition answers the debugging consumer (ReplicaId -2).
         """
         partition = self.partition_or_error(tp)
         lg = partition.log
         if timestamp_ms >= 0 and self.remote is not None and lg.config.remote_storage_enable:
-            partition.check_leader(current_leader_epoch)
+            partition.check_readable(current_leader_epoch, replica_id == DEBUGGING_CONSUMER)
             tip = TopicIdPartition(partition.topic_id, tp)
             try:
                 found = await self.remote.find_offset_by_timestamp(
@@ -712,9 +480,7 @@ class ReplicaManager:
                 return OffsetAndEpoch(
                     offset, timestamp, lg.leader_epoch_cache.epoch_for_offset(offset)
                 )
-        return partition.fetch_offset_for_timestamp(
-            timestamp_ms, current_leader_epoch, from_follower
-        )
+        return partition.fetch_offset_for_timestamp(timestamp_ms, current_leader_epoch, replica_id)
 
     def last_offset_for_leader_epoch(
         self, tp: TopicPartition, current_leader_epoch: int, leader_epoch: int
@@ -735,11 +501,3 @@ class ReplicaManager:
         await self.alter_partition.close()
         for tp in list(self.partitions):
             self._wake(tp)
-
-
-def _remote_error_code(error: BaseException) -> ErrorCode:
-    if isinstance(error, KafkaError):
-        return error.code
-    if isinstance(error, TimeoutError):
-        return ErrorCode.request_timed_out  # the read goes on; the client's retry finds it
-    return ErrorCode.kafka_storage_error

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from tierbroker.broker.fetch_reader import (
+    FetchParams,
+    FetchRequestPartition,
+    FetchResultPartition,
+)
 from tierbroker.broker.handlers.common import (
+    CLIENT_HOST,
     NO_THROTTLE,
     BrokerContext,
     field,
     make,
     response_module,
 )
-from tierbroker.broker.replica_manager import (
-    FetchParams,
-    FetchRequestPartition,
-    FetchResultPartition,
-)
+from tierbroker.broker.replica_selector import ClientMetadata
 from tierbroker.protocol.codec import RecordsSplicer, Request
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
@@ -56,6 +58,12 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
             )
         layout.append((topic.topic_id if by_id else topic.topic, entries))
     replica_state = field(body, "replica_state")
+    # From v11 a consumer may be sent to, and read from, another replica (KIP-392).
+    client = (
+        ClientMetadata(field(body, "rack_id", "") or "", request.client_id or "", CLIENT_HOST.get())
+        if request.api_version >= 11
+        else None
+    )
     params = FetchParams(
         max_wait_ms=int(body.max_wait.total_seconds() * 1000),
         min_bytes=body.min_bytes,
@@ -63,11 +71,18 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
         # v15+ names a follower in ReplicaState, older versions in ReplicaId.
         replica_id=replica_state.replica_id if replica_state else field(body, "replica_id", -1),
         replica_epoch=replica_state.replica_epoch if replica_state else -1,
+        client=client,
     )
     results = await ctx.replicas.fetch_messages(params, requested)
-    for fetched, result in zip(requested, results, strict=True):
-        if result.size and not params.is_from_follower:
-            ctx.topic_metrics.bytes_out.labels(fetched.topic_partition.topic).inc(result.size)
+    if not params.is_from_follower:
+        locality = _locality(ctx.config.broker_rack, client.rack_id if client else "")
+        for fetched, result in zip(requested, results, strict=True):
+            if result.size:
+                tp = fetched.topic_partition
+                ctx.topic_metrics.bytes_out.labels(tp.topic).inc(result.size)
+                ctx.topic_metrics.consumer_bytes_out.labels(
+                    tp.topic, str(tp.partition), locality
+                ).inc(result.size)
     return make(
         m.FetchResponse,
         throttle_time=NO_THROTTLE,
@@ -104,7 +119,7 @@ def _partition(m: Any, splicer: RecordsSplicer, index: int, result: FetchResultP
         last_stable_offset=result.high_watermark,
         log_start_offset=result.log_start_offset,
         aborted_transactions=None,
-        preferred_read_replica=-1,
+        preferred_read_replica=result.preferred_read_replica,
         records=splicer.placeholder(result.records) if result.records else b"",
         **_diverging_epoch(m, result),
     )
@@ -115,3 +130,10 @@ def _diverging_epoch(m: Any, result: FetchResultPartition) -> dict[str, Any]:
         return {}
     epoch, end_offset = result.diverging_epoch
     return {"diverging_epoch": m.EpochEndOffset(epoch=epoch, end_offset=end_offset)}
+
+
+def _locality(broker_rack: str | None, client_rack: str) -> str:
+    """Whether bytes served to a consumer stayed in its rack (what KIP-392 saves)."""
+    if not client_rack or not broker_rack:
+        return "unknown"
+    return "same-rack" if client_rack == broker_rack else "cross-rack"

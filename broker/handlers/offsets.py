@@ -37,7 +37,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
                 p.timestamp,
                 field(p, "current_leader_epoch", -1),
                 timeout_s,
-                from_follower=replica_id >= 0,
+                replica_id=replica_id,
             )
             if found is not None:
                 values.update(

@@ -43,7 +43,7 @@ async def test_a_waiting_fetch_whose_offset_went_remote_reads_the_remote_tier(
     )
     replicas = replica_manager(LogManager([tmp_path]))
     lead_log(replicas, lg)
-    replicas.remote = rlm
+    replicas.attach_remote_log_manager(rlm)
 
     offset = copied[0].start_offset + 3  # still in the local log when the fetch starts
     params = FetchParams(max_wait_ms=30_000, min_bytes=10 * lg.size_in_bytes, max_bytes=5000)

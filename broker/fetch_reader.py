@@ -1,0 +1,396 @@
+"""`FetchReader`: a Fetch request's reads across the partitions hosted here.
+
+For a follower of a partition led here: Kafka's fetch-time diverging-epoch check, a
+read up to the log end, and the follower's fetch state (which may widen the ISR and
+move the high watermark). For a consumer (KIP-392):
+
+- of a partition led here, the leader's selector may prefer another replica (fetches
+  v11+ with the client's rack): the answer is that replica's id and no records, at once;
+- of a partition followed here (fetches v11+ only; older ones get NOT_LEADER_OR_FOLLOWER),
+  committed data only: an offset up to this replica's log end waits for the high
+  watermark; one beyond it but within the leader's last high watermark waits for the
+  records and then, if still missing, gets OFFSET_NOT_AVAILABLE (not OUT_OF_RANGE, on
+  which some clients reset their offsets); beyond that, or below the log start,
+  OFFSET_OUT_OF_RANGE with this replica's log start and high watermark.
+
+Offsets below the local log but within the log are read from the remote tier, on
+leaders and followers alike, concurrently, each within the byte budget left when its
+turn came. A fetch short of `min_bytes` waits in the fetch purgatory; one of a
+follower also completes when the high watermark moved past what it was last told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from tierbroker.broker.cluster.metadata_cache import MetadataCache
+from tierbroker.broker.partition import FollowerFetch, OffsetNotAvailableYet, Partition
+from tierbroker.broker.purgatory import Purgatory
+from tierbroker.broker.replica_selector import (
+    ClientMetadata,
+    Node,
+    PartitionView,
+    ReplicaSelector,
+    ReplicaView,
+)
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.rlm.remote_log_manager import RemoteLogManager
+from tierbroker.storage.file_cache import LOG_FILES
+from tierbroker.storage.log import OffsetMovedToTieredStorage, now_ms
+from tierbroker.storage.remote.segment_metadata import TopicIdPartition
+from tierbroker.storage.segment import FileSlice
+from tierbroker.storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequestPartition:
+    topic_partition: TopicPartition
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    log_start_offset: int = -1  # a follower's
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResultPartition:
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: FileSlice | memoryview | None = None  # a view: read from the remote tier
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for a follower
+    preferred_read_replica: int = -1
+    not_available: bool = False  # past this follower's end: OFFSET_NOT_AVAILABLE if it stays
+
+    @property
+    def size(self) -> int:
+        if self.records is None:
+            return 0
+        return self.records.length if isinstance(self.records, FileSlice) else len(self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParams:
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    replica_id: int = -1  # a follower's broker id; -1 for consumers
+    replica_epoch: int = -1
+    client: ClientMetadata | None = None  # a consumer's, from Fetch v11 on
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class _RemoteRead:
+    index: int  # position in the fetch's results
+    partition: Partition
+    offset: int
+    max_bytes: int
+
+
+class FetchReader:
+    def __init__(
+        self,
+        partition_or_error: Callable[[TopicPartition], Partition],
+        partitions: dict[TopicPartition, Partition],
+        cache: MetadataCache,
+        purgatory: Purgatory,
+        on_follower_fetch: Callable[[Partition, FollowerFetch], None],
+    ) -> None:
+        self.partition_or_error = partition_or_error
+        self.partitions = partitions
+        self.cache = cache
+        self.purgatory = purgatory
+        self.on_follower_fetch = on_follower_fetch  # its fetch state, the ISR, the HW
+        self.selector: ReplicaSelector | None = None
+        self.remote: RemoteLogManager | None = None
+        self.propagate_high_watermark = False
+
+    async def fetch_messages(
+        self, params: FetchParams, requests: list[FetchRequestPartition]
+    ) -> list[FetchResultPartition]:
+        """Read every requested partition; wait up to max_wait_ms for min_bytes (a delayed
+        fetch). A waiting fetch that finds, when woken, its offset gone from the local log
+        (local retention deleted it meanwhile) completes and reads the remote tier, as
+        Kafka's DelayedFetch completes for an offset on an older segment."""
+        results, remote = self._read(params, requests)
+        if (
+            params.max_wait_ms > 0
+            and requests
+            and not self._satisfied(params, requests, results, remote)
+        ):
+            await self.purgatory.wait_until(
+                [r.topic_partition for r in requests],
+                params.max_wait_ms / 1000,
+                lambda: self._satisfied(
+                    params, requests, *self._read(params, requests, update=False)
+                ),
+            )
+            results, remote = self._read(params, requests)
+        if remote:
+            await self._read_remote(results, remote)
+        if params.is_from_follower:
+            self._remember_sent_high_watermarks(params.replica_id, requests, results)
+        return [
+            replace(r, error=ErrorCode.offset_not_available, not_available=False)
+            if r.not_available
+            else r
+            for r in results
+        ]
+
+    def _satisfied(
+        self,
+        params: FetchParams,
+        requests: list[FetchRequestPartition],
+        results: list[FetchResultPartition],
+        remote: list[_RemoteRead],
+    ) -> bool:
+        """A delayed fetch completes on an error, a remote read, a diverging epoch or a
+        preferred replica, min_bytes of data, or (a follower's) a high watermark it has
+        not been told yet."""
+        if remote or any(
+            r.error != ErrorCode.none
+            or r.diverging_epoch is not None
+            or r.preferred_read_replica >= 0
+            for r in results
+        ):
+            return True
+        if params.is_from_follower and self._high_watermark_news(params.replica_id, requests):
+            return True
+        return sum(r.size for r in results) >= params.min_bytes
+
+    def _high_watermark_news(self, replica_id: int, requests: list[FetchRequestPartition]) -> bool:
+        """The follower was last told a lower high watermark than a partition now has
+        (KIP-392: a follower serving consumers must learn it promptly)."""
+        if not self.propagate_high_watermark:
+            return False
+        for request in requests:
+            partition = self.partitions.get(request.topic_partition)
+            if partition is None:
+                continue
+            replica = partition.remote_replicas.get(replica_id)
+            if replica is not None and replica.last_sent_high_watermark < partition.high_watermark:
+                return True
+        return False
+
+    def _remember_sent_high_watermarks(
+        self,
+        replica_id: int,
+        requests: list[FetchRequestPartition],
+        results: list[FetchResultPartition],
+    ) -> None:
+        for request, result in zip(requests, results, strict=True):
+            partition = self.partitions.get(request.topic_partition)
+            replica = partition.remote_replicas.get(replica_id) if partition else None
+            if replica is not None:
+                replica.last_sent_high_watermark = result.high_watermark
+
+    def _read(
+        self, params: FetchParams, requests: list[FetchRequestPartition], update: bool = True
+    ) -> tuple[list[FetchResultPartition], list[_RemoteRead]]:
+        bytes_left = params.max_bytes
+        min_one_batch = True  # KIP-74: the first partition with data returns a batch even if big
+        results: list[FetchResultPartition] = []
+        remote: list[_RemoteRead] = []
+        for request in requests:
+            budget = min(bytes_left, request.max_bytes)
+            result = self._read_partition(params, request, budget, min_one_batch, update)
+            if isinstance(result, _RemoteRead):
+                remote.append(replace(result, index=len(results)))
+                results.append(FetchResultPartition(ErrorCode.none))
+                bytes_left -= budget  # reserved: the remote read may use all of it
+                min_one_batch = False
+                continue
+            if result.records is not None:
+                bytes_left -= result.size
+                min_one_batch = False
+            results.append(result)
+        return results, remote
+
+    def _read_partition(
+        self,
+        params: FetchParams,
+        request: FetchRequestPartition,
+        max_bytes: int,
+        min_one_batch: bool,
+        update: bool,
+    ) -> FetchResultPartition | _RemoteRead:
+        try:
+            partition = self.partition_or_error(request.topic_partition)
+            if params.is_from_follower:
+                return self._read_for_follower(params, partition, request, max_bytes, update)
+            if partition.is_leader and params.client is not None and self.selector is not None:
+                preferred = self._preferred_replica(partition, request.fetch_offset, params.client)
+                if preferred >= 0:
+                    return FetchResultPartition(
+                        ErrorCode.none,
+                        partition.high_watermark,
+                        partition.log.log_start_offset,
+                        preferred_read_replica=preferred,
+                    )
+            if max_bytes <= 0 and not min_one_batch:
+                partition.check_readable(request.current_leader_epoch, params.client is not None)
+                return FetchResultPartition(
+                    ErrorCode.none, partition.high_watermark, partition.log.log_start_offset
+                )
+            data = partition.read(
+                request.fetch_offset,
+                max_bytes,
+                min_one_batch,
+                request.current_leader_epoch,
+                from_follower_allowed=params.client is not None,
+            )
+            return self._result(partition, data.records)
+        except OffsetNotAvailableYet:
+            partition = self.partitions[request.topic_partition]
+            return FetchResultPartition(
+                ErrorCode.none,
+                partition.high_watermark,
+                partition.log.log_start_offset,
+                not_available=True,
+            )
+        except OffsetMovedToTieredStorage:
+            if self.remote is None or params.is_from_follower:
+                code = (
+                    ErrorCode.offset_moved_to_tiered_storage
+                    if params.is_from_follower
+                    else ErrorCode.offset_out_of_range
+                )
+                return self._error(request, code)
+            budget = max_bytes if max_bytes > 0 else 1  # min one batch: the reader returns one
+            return _RemoteRead(
+                -1, self.partitions[request.topic_partition], request.fetch_offset, budget
+            )
+        except KafkaError as e:
+            return self._error(request, e.code)
+
+    def _preferred_replica(
+        self, partition: Partition, fetch_offset: int, client: ClientMetadata
+    ) -> int:
+        """The replica the selector prefers for this consumer, if not the leader (-1)."""
+        assert self.selector is not None
+        now = now_ms()
+        views: list[ReplicaView] = []
+        leader_view: ReplicaView | None = None
+        for broker_id in partition.replicas:
+            registration = self.cache.brokers.get(broker_id)
+            if registration is None:
+                continue
+            node = Node(broker_id, registration.host, registration.port, registration.rack)
+            if broker_id == partition.local_broker_id:
+                leader_view = ReplicaView(node, partition.log.log_end_offset, 0)
+                views.append(leader_view)
+                continue
+            replica = partition.remote_replicas.get(broker_id)
+            if (
+                replica is None
+                or broker_id not in partition.isr
+                or not replica.log_start_offset <= fetch_offset <= replica.log_end_offset
+            ):
+                continue
+            views.append(
+                ReplicaView(node, replica.log_end_offset, now - replica.last_caught_up_time_ms)
+            )
+        if leader_view is None:
+            return -1
+        chosen = self.selector.select(
+            partition.topic_partition, client, PartitionView(views, leader_view)
+        )
+        if chosen is None or chosen.endpoint.id == partition.local_broker_id:
+            return -1
+        return chosen.endpoint.id
+
+    def _read_for_follower(
+        self,
+        params: FetchParams,
+        partition: Partition,
+        request: FetchRequestPartition,
+        max_bytes: int,
+        update: bool,
+    ) -> FetchResultPartition:
+        fetch = FollowerFetch(
+            params.replica_id,
+            params.replica_epoch,
+            request.fetch_offset,
+            request.last_fetched_epoch,
+            request.log_start_offset,
+            request.current_leader_epoch,
+        )
+        partition.check_leader(request.current_leader_epoch)
+        diverging = partition.diverging_epoch(fetch)
+        if diverging is not None:
+            return FetchResultPartition(
+                ErrorCode.none,
+                partition.high_watermark,
+                partition.log.log_start_offset,
+                diverging_epoch=(diverging.epoch, diverging.end_offset),
+            )
+        data = partition.read_for_follower(fetch, max(max_bytes, 1))
+        if update:
+            self.on_follower_fetch(partition, fetch)
+        return self._result(partition, data.records)
+
+    def _result(self, partition: Partition, records: FileSlice | None) -> FetchResultPartition:
+        return FetchResultPartition(
+            ErrorCode.none,
+            partition.high_watermark,
+            partition.log.log_start_offset,
+            # Too many log files held open: a response must not hold one more.
+            memoryview(records.read())
+            if records is not None and LOG_FILES.under_pressure
+            else records,
+        )
+
+    def _error(self, request: FetchRequestPartition, code: ErrorCode) -> FetchResultPartition:
+        hosted = self.partitions.get(request.topic_partition)
+        if hosted is None:
+            return FetchResultPartition(code)
+        return FetchResultPartition(code, hosted.high_watermark, hosted.log.log_start_offset)
+
+    async def _read_remote(
+        self, results: list[FetchResultPartition], reads: list[_RemoteRead]
+    ) -> None:
+        assert self.remote is not None
+        remote = self.remote
+        outcomes = await asyncio.gather(
+            *(
+                remote.read(
+                    TopicIdPartition(r.partition.topic_id, r.partition.topic_partition),
+                    r.offset,
+                    r.max_bytes,
+                )
+                for r in reads
+            ),
+            return_exceptions=True,
+        )
+        for read, outcome in zip(reads, outcomes, strict=True):
+            lg = read.partition.log
+            if isinstance(outcome, memoryview):
+                results[read.index] = FetchResultPartition(
+                    ErrorCode.none, lg.high_watermark, lg.log_start_offset, outcome
+                )
+                continue
+            code = _remote_error_code(outcome)
+            log.info(
+                "remote read of %s at offset %d: %s",
+                read.partition.topic_partition,
+                read.offset,
+                code.name.upper() if code != ErrorCode.kafka_storage_error else outcome,
+            )
+            results[read.index] = FetchResultPartition(code, lg.high_watermark, lg.log_start_offset)
+
+
+def _remote_error_code(error: BaseException) -> ErrorCode:
+    if isinstance(error, KafkaError):
+        return error.code
+    if isinstance(error, TimeoutError):
+        return ErrorCode.request_timed_out  # the read goes on; the client's retry finds it
+    return ErrorCode.kafka_storage_error
