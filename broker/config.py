@@ -97,8 +97,12 @@ class BrokerConfig(BaseModel):
     remote_log_manager_expiration_thread_pool_size: int = Field(
         10, alias="remote.log.manager.expiration.thread.pool.size", ge=1
     )
+    remote_log_manager_follower_thread_pool_size: int = Field(
+        2, alias="remote.log.manager.follower.thread.pool.size", ge=1
+    )
+    # Deprecated by Kafka 4.2 for the follower pool's own name; accepted, ignored.
     remote_log_manager_thread_pool_size: int = Field(
-        10, alias="remote.log.manager.thread.pool.size", ge=1
+        2, alias="remote.log.manager.thread.pool.size", ge=1
     )
     remote_log_reader_threads: int = Field(10, alias="remote.log.reader.threads", ge=1)
     remote_log_reader_max_pending_tasks: int = Field(

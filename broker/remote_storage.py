@@ -100,6 +100,7 @@ def _rlm_config(c: BrokerConfig) -> RemoteLogManagerConfig:
         task_retry_backoff_max_ms=c.remote_log_manager_task_retry_backoff_max_ms,
         copier_pool_size=c.remote_log_manager_copier_thread_pool_size,
         expiration_pool_size=c.remote_log_manager_expiration_thread_pool_size,
+        follower_pool_size=c.remote_log_manager_follower_thread_pool_size,
         reader_threads=c.remote_log_reader_threads,
         reader_max_pending_tasks=c.remote_log_reader_max_pending_tasks,
         index_cache_bytes=c.remote_log_index_file_cache_total_size_bytes,

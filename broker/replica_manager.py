@@ -217,7 +217,7 @@ class ReplicaManager:
             if leader:
                 self.remote.on_leadership(tip, partition.log)
             else:
-                self.remote.on_stop(tip, delete=False)
+                self.remote.on_following(tip, partition.log)
         for listener in self.leadership_listeners:
             listener(partition, leader)
 
@@ -238,8 +238,11 @@ class ReplicaManager:
         self.remote = remote
         self.reader.remote = remote
         for tp, partition in self.partitions.items():
+            tip = TopicIdPartition(partition.topic_id, tp)
             if partition.is_leader:
-                remote.on_leadership(TopicIdPartition(partition.topic_id, tp), partition.log)
+                remote.on_leadership(tip, partition.log)
+            else:
+                remote.on_following(tip, partition.log)
         self.long_lived.freeze()
 
     def stop_replica(self, tp: TopicPartition, delete: bool) -> None:

@@ -14,6 +14,7 @@ class RemoteLogManagerConfig:
     task_retry_backoff_max_ms: int = 30_000  # remote.log.manager.task.retry.backoff.max.ms
     copier_pool_size: int = 10  # remote.log.manager.copier.thread.pool.size
     expiration_pool_size: int = 10  # remote.log.manager.expiration.thread.pool.size
+    follower_pool_size: int = 2  # remote.log.manager.follower.thread.pool.size
     reader_threads: int = 10  # remote.log.reader.threads
     reader_max_pending_tasks: int = 100  # remote.log.reader.max.pending.tasks
     index_cache_bytes: int = 1 << 30  # remote.log.index.file.cache.total.size.bytes

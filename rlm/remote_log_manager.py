@@ -1,8 +1,9 @@
 """`RemoteLogManager`: every remote-tier activity of one broker.
 
-It owns three pools, each with its own concurrency limit: copy (`CopyTask` per
+It owns four pools, each with its own concurrency limit: copy (`CopyTask` per
 led partition), expiration (`ExpirationTask` per led partition, and deletion of
-deleted partitions' data), and remote reads (`RemoteLogReader`). Handlers never
+deleted partitions' data), follower (`FollowerTask` per followed partition), and
+remote reads (`RemoteLogReader`). Handlers never
 wait on copy or expiration; a remote tier that is slow or down only delays
 tiering and remote reads, which back off and resume (see `TaskPool`). The store
 is tried once at start, and its health kept from every copy and read since
@@ -26,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.copy_task import CopyTask
 from tierbroker.rlm.expiration_task import ExpirationTask, PartitionDeleteTask, SegmentDeleter
+from tierbroker.rlm.follower_task import FollowerTask, highest_remote_offset
 from tierbroker.rlm.index_cache import RemoteIndexCache
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.rlm.quota import ByteRateLimiter
@@ -74,6 +76,13 @@ class RemoteLogManager:
             c.task_retry_backoff_ms,
             c.task_retry_backoff_max_ms,
         )
+        self.follower = TaskPool(
+            "follower",
+            c.follower_pool_size,
+            c.task_interval_ms,
+            c.task_retry_backoff_ms,
+            c.task_retry_backoff_max_ms,
+        )
         self.partitions: dict[TopicIdPartition, TieredPartition] = {}
 
     async def start(self, topic_exists: Callable[[TopicIdPartition], bool]) -> None:
@@ -86,6 +95,7 @@ class RemoteLogManager:
         await self.index_cache.load()
         self.copier.start()
         self.expirer.start()
+        self.follower.start()
         for tip in self.rlmm.partitions():
             if not topic_exists(tip):
                 self._schedule_partition_delete(tip, set())
@@ -94,15 +104,8 @@ class RemoteLogManager:
 
     def on_leadership(self, tip: TopicIdPartition, lg: Log) -> None:
         """This broker leads the partition: restore its remote offsets and schedule its tasks."""
-        highest = max(
-            (
-                h
-                for epoch, _ in lg.leader_epoch_cache.entries
-                if (h := self.rlmm.highest_offset_for_epoch(tip, epoch)) is not None
-            ),
-            default=-1,
-        )
-        lg.update_highest_offset_in_remote_storage(highest)
+        self.follower.cancel(tip)
+        lg.update_highest_offset_in_remote_storage(highest_remote_offset(self.rlmm, tip, lg))
         self._restore_log_start_offset(tip, lg)
         partition = TieredPartition(tip, lg)
         old = self.partitions.get(tip)
@@ -140,16 +143,26 @@ class RemoteLogManager:
             min(earliest, lg.high_watermark), LogStartOffsetIncrementReason.REMOTE_TIER_RESTORED
         )
 
+    def on_following(self, tip: TopicIdPartition, lg: Log) -> None:
+        """This broker follows the partition: stop any leader tasks, run the follower task."""
+        self._stop_leading(tip)
+        self.follower.schedule(tip, FollowerTask(tip, lg, self.rlmm))
+
     def on_stop(self, tip: TopicIdPartition, delete: bool) -> None:
-        """The partition is no longer led here; with `delete`, its remote data goes too."""
+        """The partition is no longer hosted here; with `delete`, its remote data goes too."""
+        partition = self._stop_leading(tip)
+        self.follower.cancel(tip)
+        self.rlmm.on_stop_partitions([tip])
+        if delete:
+            self._schedule_partition_delete(tip, partition.copying if partition else set())
+
+    def _stop_leading(self, tip: TopicIdPartition) -> TieredPartition | None:
         partition = self.partitions.pop(tip, None)
         if partition is not None:
             partition.leader = False
         self.copier.cancel(tip)
         self.expirer.cancel(tip)
-        self.rlmm.on_stop_partitions([tip])
-        if delete:
-            self._schedule_partition_delete(tip, partition.copying if partition else set())
+        return partition
 
     def _schedule_partition_delete(self, tip: TopicIdPartition, copying: set[uuid.UUID]) -> None:
         log.info("%s: scheduling deletion of its remote data", tip)
@@ -247,6 +260,7 @@ class RemoteLogManager:
             self.metrics.metadata_count.labels(*labels).set(row["remote_segments"])
         self.metrics.pool_queue.labels("copy").set(self.copier.queued)
         self.metrics.pool_queue.labels("expiration").set(self.expirer.queued)
+        self.metrics.pool_queue.labels("follower").set(self.follower.queued)
         self.metrics.pool_queue.labels("reader").set(self.reader.pending)
 
     # Shutdown ------------------------------------------------------------------------
@@ -256,6 +270,7 @@ class RemoteLogManager:
             partition.leader = False
         await self.copier.stop(timeout_s)
         await self.expirer.stop(timeout_s)
+        await self.follower.stop(timeout_s)
         await self.reader.close()
         await self.rlmm.close()
         await self.rsm.close()

@@ -202,6 +202,9 @@ def fill_and_tier(broker: BrokerProcess, topic: str, count: int) -> dict[str, An
     )
 
 
+MIN_POLLS = 10
+
+
 class StatusMonitor:
     """Polls /tier/status every 100 ms in a thread and records every poll where the local log
     starts above the remote tier's end + 1 (local data deleted before it was tiered)."""
@@ -220,6 +223,9 @@ class StatusMonitor:
         return self
 
     def __exit__(self, *_: object) -> None:
+        deadline = time.monotonic() + 10
+        while self.polls < MIN_POLLS and time.monotonic() < deadline:  # a fast run: poll on
+            time.sleep(0.1)
         self._stop.set()
         self._thread.join(10)
 
@@ -239,7 +245,7 @@ class StatusMonitor:
 
     def check(self) -> None:
         assert not self.errors, self.errors[:3]
-        assert self.polls >= 10, self.polls
+        assert self.polls >= MIN_POLLS, self.polls
         assert not self.violations, f"deleted locally before tiered: {self.violations[:3]}"
 
 

@@ -1,0 +1,36 @@
+"""`FollowerTask`: a follower's part in tiering (KIP-405's follower task).
+
+Only the leader copies and expires. A follower learns from the metadata manager how far
+the remote tier holds its log's lineage, so that its local retention deletes, as the
+leader's does, only segments the remote tier already has.
+"""
+
+from __future__ import annotations
+
+from tierbroker.storage.log import Log
+from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
+from tierbroker.storage.remote.segment_metadata import TopicIdPartition
+
+
+def highest_remote_offset(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, lg: Log) -> int:
+    """The highest offset the remote tier holds in any epoch of this log's lineage; -1 if none."""
+    return max(
+        (
+            h
+            for epoch, _ in lg.leader_epoch_cache.entries
+            if (h := rlmm.highest_offset_for_epoch(tip, epoch)) is not None
+        ),
+        default=-1,
+    )
+
+
+class FollowerTask:
+    def __init__(self, tip: TopicIdPartition, lg: Log, rlmm: RemoteLogMetadataManager) -> None:
+        self.tip = tip
+        self.log = lg
+        self.rlmm = rlmm
+
+    async def run_once(self) -> None:
+        self.log.update_highest_offset_in_remote_storage(
+            highest_remote_offset(self.rlmm, self.tip, self.log)
+        )
