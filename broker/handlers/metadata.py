@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 NO_AUTHORIZED_OPERATIONS = -2147483648
 
 
-def _partitions(ctx: BrokerContext, m: Any, cls: Any, topic: TopicRecord) -> tuple[Any, ...]:
+def _partitions(
+    ctx: BrokerContext, m: Any, cls: Any, topic: TopicRecord, **extra: Any
+) -> tuple[Any, ...]:
+    """The partitions of `topic` as `cls`; `extra`: fields of this entity only."""
     broker_id = ctx.config.broker_id
     result = []
     for p in range(topic.partitions):
@@ -44,8 +47,7 @@ def _partitions(ctx: BrokerContext, m: Any, cls: Any, topic: TopicRecord) -> tup
                 replica_nodes=(broker_id,),
                 isr_nodes=(broker_id,),
                 offline_replicas=(),
-                eligible_leader_replicas=None,
-                last_known_elr=None,
+                **extra,
             )
         )
     return tuple(result)
@@ -168,7 +170,14 @@ async def handle_describe_topic_partitions(
             )
             continue
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
-        partitions = _partitions(ctx, m, m.DescribeTopicPartitionsResponsePartition, topic)[start:]
+        partitions = _partitions(
+            ctx,
+            m,
+            m.DescribeTopicPartitionsResponsePartition,
+            topic,
+            eligible_leader_replicas=None,
+            last_known_elr=None,
+        )[start:]
         if len(partitions) > budget:
             next_cursor = m.Cursor(topic_name=name, partition_index=start + budget)
             partitions = partitions[:budget]
