@@ -235,7 +235,7 @@ class LocalFsTier(Tier):
     name = "localfs"
 
     def __init__(self, data_dir: Path) -> None:
-        self.root = data_dir / "remote"  # log.dirs=<tmp>/logs: the plugin's default dir
+        self.root = data_dir / "logs" / "remote"  # log.dirs=<tmp>/logs: the default dir
 
     def overrides(self) -> dict[str, str]:
         return {"remote.log.storage.manager.class.name": "localfs"}
