@@ -1,8 +1,10 @@
 """`BrokerServer`: builds a broker from its config, starts it, and stops it in order.
 
-Start: load and recover logs, lead the known partitions, start the remote tier
-(load its metadata, hand it the led partitions), load consumer groups from
-`__consumer_offsets`, start background jobs and the metrics endpoint, then listen.
+Built from a checked config and the ports the preflight bound (`BoundPorts`), so it
+knows the address it advertises before it starts. Start: load and recover logs,
+lead the known partitions, start the remote tier (load its metadata, hand it the
+led partitions), load consumer groups from `__consumer_offsets`, start background
+jobs and the metrics endpoint, then listen, and log a summary (`startup_summary`).
 Stop: stop coordinating groups (answering waiting joins and syncs), stop
 listening and finish requests in hand (with a timeout), stop background jobs and
 the metrics endpoint, stop the remote tier (its pools, then a metadata snapshot),
@@ -27,15 +29,18 @@ from prometheus_client import CollectorRegistry
 from tierbroker.broker.cluster.controller import Controller
 from tierbroker.broker.cluster.metadata_store import LocalMetadataStore
 from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.groups.coordinator import GroupConfig, GroupCoordinator
 from tierbroker.broker.groups.offsets_store import GroupMetadataManager, OffsetsConfig
 from tierbroker.broker.handlers import RequestDispatcher
 from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.metrics import MetricsServer
+from tierbroker.broker.preflight import BoundPorts
 from tierbroker.broker.remote_storage import build_remote_log_manager
 from tierbroker.broker.replica_manager import ReplicaManager
 from tierbroker.broker.scheduler import Scheduler
 from tierbroker.broker.server import SocketServer
+from tierbroker.broker.startup_summary import startup_summary
 from tierbroker.broker.topic_metrics import BrokerTopicMetrics
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import now_ms
@@ -52,8 +57,11 @@ class LogDirsOffline(Exception):
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, ports: BoundPorts) -> None:
+        """`ports`: bound by `preflight` (or `bind_ports`); the broker closes them."""
         self.config = config
+        self.ports = ports
+        self.endpoints: BrokerEndpoints = broker_endpoints(config, ports.port, ports.metrics_port)
         self.log_manager = LogManager(config.log_dir_paths)
         self.store = LocalMetadataStore(config.log_dir_paths[0])
         self.replicas = ReplicaManager(config.broker_id, self.log_manager)
@@ -97,6 +105,7 @@ class BrokerServer:
                     self.controller,
                     self.groups,
                     BrokerTopicMetrics(self.registry),
+                    self.endpoints,
                 )
             ).handle,
             config.socket_request_max_bytes,
@@ -154,11 +163,13 @@ class BrokerServer:
             self._expire_producers,
             c.producer_id_expiration_check_interval_ms,
         )
-        host, port = c.listener
-        if c.metrics_port >= 0:
-            await self.metrics_server.start(host, c.metrics_port)
-        await self.socket_server.start(host, port)
-        log.info("broker %d started (cluster %s)", c.broker_id, self.store.cluster_id)
+        if self.ports.metrics is not None:
+            await self.metrics_server.start_on(self.ports.metrics)
+        await self.socket_server.start_on(self.ports.broker)
+        host = self.ports.broker.getsockname()[0]
+        bound = f"[{host}]:{self.ports.port}" if ":" in host else f"{host}:{self.ports.port}"
+        for line in startup_summary(c, self.endpoints, self.store.cluster_id, bound):
+            log.info("%s", line)
 
     def _topic_exists(self, tip: TopicIdPartition) -> bool:
         topic = self.store.topics.get(tip.topic_partition.topic)
@@ -215,6 +226,7 @@ class BrokerServer:
         await self.socket_server.stop(timeout_s)
         await self.scheduler.stop()
         await self.metrics_server.stop()
+        self.ports.close()  # if the start failed before listening on them
         if self.remote is not None:
             await self.remote.stop(timeout_s)
         self.log_manager.shutdown()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +37,21 @@ class MetricsServer:
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
+        """Serve on `host`:`port` (port 0: a free one, then in `port`)."""
         self._server = await asyncio.start_server(
             self._handle, host, port, reuse_address=True, limit=_MAX_LINE_BYTES
         )
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        log.info("metrics on http://%s:%d/metrics", host, self.port)
+
+    async def start_on(self, sock: socket.socket) -> None:
+        """Serve on `sock`, a bound TCP socket."""
+        self._server = await asyncio.start_server(self._handle, sock=sock, limit=_MAX_LINE_BYTES)
+        log.info("metrics on http://%s:%d/metrics", sock.getsockname()[0], self.port)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

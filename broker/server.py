@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 WRITE_SLICE_BYTES = 1 << 20
 QUEUED_SCRATCH_FRAME_BYTES = 2 * SCRATCH_BYTES
+LISTEN_BACKLOG = 1024
 
 # Handles one request frame; returns the response parts, or None to send nothing
 # (acks=0), or raises ConnectionClosing to drop the connection.
@@ -254,13 +255,21 @@ class SocketServer:
         self._no_connections = asyncio.Event()
 
     async def start(self, host: str, port: int) -> None:
+        """Listen on `host`:`port` (port 0: a free one, then in `port`)."""
+        await self.start_on(socket.create_server((host, port), backlog=LISTEN_BACKLOG))
+
+    async def start_on(self, sock: socket.socket) -> None:
+        """Listen on `sock`, a bound TCP socket (the preflight binds it before the broker
+        loads its logs, so a port in use is found before anything is written)."""
         loop = asyncio.get_running_loop()
         self.use_sendfile = _loop_has_sendfile(loop)
-        self._sock = socket.create_server((host, port), backlog=1024)
+        sock.listen(LISTEN_BACKLOG)
+        self._sock = sock
         self._sock.setblocking(False)
         self._acceptor = Acceptor(self._sock, self.quotas, self._admit)
         self._acceptor.start()
         self._idle_task = loop.create_task(self._close_idle_connections(), name="idle-connections")
+        host = sock.getsockname()[0]
         log.info("listening on %s:%d (sendfile: %s)", host, self.port, self.use_sendfile)
 
     async def _admit(self, sock: socket.socket, ip: str) -> None:

@@ -22,6 +22,7 @@ from kio.static.constants import EntityType
 
 from tierbroker.broker.cluster.controller import Controller
 from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.endpoints import BrokerEndpoints
 from tierbroker.broker.groups.coordinator import GroupCoordinator
 from tierbroker.broker.replica_manager import ReplicaManager
 from tierbroker.broker.topic_metrics import BrokerTopicMetrics
@@ -38,6 +39,7 @@ class BrokerContext:
     controller: Controller
     groups: GroupCoordinator
     topic_metrics: BrokerTopicMetrics
+    endpoints: BrokerEndpoints  # the address advertised, with the ports bound
 
 
 @cache

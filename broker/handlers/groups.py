@@ -28,7 +28,7 @@ async def handle_find_coordinator(ctx: BrokerContext, request: Request, _splicer
     key_type = field(body, "key_type", GROUP_KEY_TYPE)
     if key_type == GROUP_KEY_TYPE:
         ctx.groups.store.ensure_topic()
-    host, port = ctx.config.advertised_listener
+    host, port = ctx.endpoints.advertised
     error = (
         ErrorCode.none
         if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE)

@@ -120,7 +120,7 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
 
 def _this_broker(ctx: BrokerContext, cls: type, **identity: Any) -> Any:
     """This broker as an entry of a Metadata or DescribeCluster response."""
-    host, port = ctx.config.advertised_listener
+    host, port = ctx.endpoints.advertised
     return make(cls, host=host, port=port, rack=ctx.config.broker_rack, **identity)
 
 

@@ -29,7 +29,7 @@ def sh_blocks(heading: str) -> list[str]:
 def run(block: str, broker: BrokerProcess, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`block` in bash, stopping at the first failure, with the broker's ports in it."""
     script = block.replace("127.0.0.1:9092", broker.bootstrap).replace(
-        "127.0.0.1:9404", f"127.0.0.1:{broker.overrides['metrics.port']}"
+        "127.0.0.1:9404", f"127.0.0.1:{broker.metrics_port}"
     )
     executable("kcat", "apt-get install kcat")
     env = {

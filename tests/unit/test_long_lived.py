@@ -11,6 +11,7 @@ from pathlib import Path
 from tierbroker.broker.broker_server import BrokerServer
 from tierbroker.broker.config import load_config
 from tierbroker.broker.long_lived import FREEZE_EVERY_PARTITIONS
+from tierbroker.broker.preflight import bind_ports
 from tierbroker.storage.topic_partition import TopicPartition
 
 TIERED = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20)}
@@ -26,11 +27,11 @@ async def test_a_deleted_topic_is_freed_without_the_cyclic_collector(tmp_path: P
         [
             f"log.dirs={tmp_path / 'logs'}",
             "listeners=PLAINTEXT://127.0.0.1:0",
-            "remote.log.storage.system.enable=true",
+            "metrics.port=-1",
             f"rsm.config.dir={tmp_path / 'remote'}",
         ],
     )
-    server = BrokerServer(config)
+    server = BrokerServer(config, bind_ports(config))
     await server.start()
     try:
         gc.collect()
@@ -61,9 +62,10 @@ async def test_a_deleted_topic_is_freed_without_the_cyclic_collector(tmp_path: P
 
 async def test_leading_partitions_freezes_them(tmp_path: Path) -> None:
     config = load_config(
-        None, [f"log.dirs={tmp_path / 'logs'}", "listeners=PLAINTEXT://127.0.0.1:0"]
+        None,
+        [f"log.dirs={tmp_path / 'logs'}", "listeners=PLAINTEXT://127.0.0.1:0", "metrics.port=-1"],
     )
-    server = BrokerServer(config)
+    server = BrokerServer(config, bind_ports(config))
     await server.start()
     try:
         gc.unfreeze()
