@@ -28,6 +28,7 @@ from tierbroker.broker.commands import clients, cluster, groups, tier, topics
 from tierbroker.broker.config import BrokerConfig, ConfigError, load_config
 from tierbroker.broker.endpoints import remove_ports_file, write_ports_file
 from tierbroker.broker.memory import reuse_large_buffers
+from tierbroker.broker.request_log import REQUEST_LOGGER
 
 if TYPE_CHECKING:
     from tierbroker.broker.preflight import BoundPorts
@@ -55,7 +56,7 @@ def serve(
         typer.Option(
             "--log-level",
             help="LEVEL for every logger (DEBUG, INFO, WARNING, ERROR), or LOGGER=LEVEL for "
-            "one; repeatable",
+            "one, e.g. tierbroker.request=DEBUG for the request log; repeatable",
         ),
     ] = None,
     ports_file: Annotated[
@@ -97,8 +98,9 @@ def serve(
 
 
 def _configure_logging(levels: list[str]) -> None:
-    """Every logger at the last plain LEVEL; LOGGER=LEVEL for one logger."""
-    named: dict[str, str] = {}
+    """Every logger at the last plain LEVEL; LOGGER=LEVEL for one logger. The request log
+    (`tierbroker.request`) stays off unless named, as Kafka's request logger does."""
+    named = {REQUEST_LOGGER: "INFO"}
     root = "INFO"
     for item in levels:
         name, sep, level = item.rpartition("=")

@@ -265,3 +265,30 @@ def test_the_start_up_summary(tmp_path: Path) -> None:
     assert "rsm.config.storage.aws.secret.access.key=[hidden]" in shown
     assert "not-to-be-seen" not in broker.log()
     assert ignored == "Kafka configs without effect in tierbroker (ignored): num.io.threads"
+
+
+REQUEST_LINE = re.compile(
+    r"DEBUG tierbroker\.request: Completed request: (\w+) v(\d+) correlation_id=(\d+) "
+    r"client_id='([^']*)' from 127\.0\.0\.1:\d+ in \d+\.\d{3} ms$"
+)
+
+
+def test_the_request_log_is_one_line_per_request_when_asked_for(tmp_path: Path) -> None:
+    asked = BrokerProcess(
+        tmp_path / "asked", serve_args=("--log-level", "tierbroker.request=DEBUG")
+    )
+    everything = BrokerProcess(tmp_path / "debug", serve_args=("--log-level", "DEBUG"))
+    for broker in (asked, everything):
+        broker.data_dir.mkdir()
+        broker.start()
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "reader"})
+            admin.list_topics(timeout=10)
+        finally:
+            broker.stop()
+    logged = [m.groups() for line in asked.log().splitlines() if (m := REQUEST_LINE.search(line))]
+    assert ("ApiVersions", "3", "1", "reader") in logged
+    assert any(api == "Metadata" and client == "reader" for api, _, _, client in logged)
+    # --log-level DEBUG alone leaves the request log off, as Kafka's request logger is.
+    assert "Completed request" not in everything.log()
+    assert "DEBUG" in everything.log()
