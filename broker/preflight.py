@@ -158,9 +158,9 @@ def bind_ports(config: BrokerConfig) -> BoundPorts:
     if config.metrics_port == listener.port != 0:
         raise ConfigError(
             f"metrics.port={config.metrics_port}: the broker listens on that port "
-            f"(listeners={config.listeners}): give the metrics endpoint another port"
+            f"(listeners={config.listeners!r}): give the metrics endpoint another port"
         )
-    broker = _bind(listener, f"listeners={config.listeners}")
+    broker = _bind(listener, f"listeners={config.listeners!r}")
     if config.metrics_port < 0:
         return BoundPorts(broker, None)
     try:

@@ -50,7 +50,7 @@ def test_a_good_config_binds_free_ports_and_writes_nothing(tmp_path: Path) -> No
 
 def test_a_port_in_use_names_the_listener(tmp_path: Path, taken_port: int) -> None:
     message = refused(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:{taken_port}")
-    assert message.startswith(f"listeners=PLAINTEXT://127.0.0.1:{taken_port}: ")
+    assert message.startswith(f"listeners='PLAINTEXT://127.0.0.1:{taken_port}': ")
     assert f"port {taken_port} on 127.0.0.1 is in use" in message
 
 
