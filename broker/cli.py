@@ -4,12 +4,13 @@
 SIGINT or SIGTERM, then shuts it down cleanly. A start-up mistake (a bad property, a
 port in use, a log dir it cannot write, ...) is found before anything is written and
 reported in one `error:` line naming the property, with exit code 2; a failure after
-the start (every log dir failed, an unexpected error) exits 1. `--debug` adds the
-traceback; `tierbroker export` writes a topic's
-remote tier to Parquet straight from the object store (`pipeline.jobs.export`). The
-commands that work with a running broker (`topic`, `produce`, `consume`, `group`,
-`cluster`, `tier status`) live in `broker.commands` and load the client library only
-when they run, so `serve` starts without it.
+the start (every log dir failed, an unexpected error) is one line with exit code 1.
+`--debug` adds the traceback.
+
+`tierbroker export` writes a topic's remote tier to Parquet straight from the object
+store (`pipeline.jobs.export`). The commands that work with a running broker (`topic`,
+`produce`, `consume`, `group`, `cluster`, `tier status`) live in `broker.commands` and
+load the client library only when they run, so `serve` starts without it.
 """
 
 from __future__ import annotations
@@ -82,8 +83,6 @@ def serve(
         ports = preflight(broker_config, ports_file)
     except ConfigError as e:
         _fail(str(e), 2, debug)
-    except OSError as e:  # reading --config
-        _fail(f"--config {config}: cannot read it ({e.strerror or e})", 2, debug)
     except Exception as e:
         _fail(_unexpected(e), 1, debug)
     reuse_large_buffers()

@@ -357,7 +357,10 @@ def tierbroker_names() -> frozenset[str]:
 def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
     """Read `path` (if given) and apply `key=value` overrides; `ConfigError` if a property
     is unknown or a value is not valid."""
-    props = parse_properties(path.read_text(encoding="utf-8")) if path else {}
+    try:
+        props = parse_properties(path.read_text(encoding="utf-8")) if path else {}
+    except OSError as e:
+        raise ConfigError(f"--config {path}: cannot read it ({e.strerror or e})") from None
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():

@@ -115,8 +115,8 @@ def check_remote_tier(config: BrokerConfig) -> None:
             )
     if builtin == "localfs":
         _check_local_remote_dir(config)
-    elif builtin == "s3":
-        try:  # the S3 plugin's configure() only reads its settings
+    elif f"{rsm_class.__module__}.{rsm_class.__qualname__}" == STORAGE_MANAGERS["s3"]:
+        try:  # the S3 plugin's configure() only reads its settings (a subclass's may not)
             rsm_class().configure(config.rsm_configs)
         except ValueError as e:
             message = _S3_SETTING.sub(r"rsm.config.\1", str(e))
@@ -188,7 +188,10 @@ def _bind(endpoint: Endpoint, setting: str) -> socket.socket:
             f"{setting}: cannot resolve {host!r} ({e.strerror}): "
             "use a host name or an address of this machine"
         ) from None
-    sock = socket.socket(family, kind, proto)
+    try:
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise ConfigError(f"{setting}: {_bind_failure(e, host or '0.0.0.0', port)}") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)

@@ -145,3 +145,11 @@ def test_the_defaults_tier_to_a_directory_inside_the_log_dir_with_metrics_on() -
     assert local_remote_dir(config) == Path("/srv/data/remote")
     shipped = load_config(ROOT / "config" / "server.properties", [])
     assert local_remote_dir(shipped) == Path("./data/remote")
+
+
+def test_a_config_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(tmp_path / "missing.properties", [])
+    assert str(refused.value) == (
+        f"--config {tmp_path / 'missing.properties'}: cannot read it (No such file or directory)"
+    )
