@@ -174,13 +174,14 @@ def bind_ports(config: BrokerConfig) -> BoundPorts:
 
 
 def _bind(endpoint: Endpoint, setting: str) -> socket.socket:
-    """A TCP socket bound to `endpoint` (host "": every IPv4 interface), not listening."""
+    """A TCP socket bound to `endpoint`, not listening: host "" is every IPv4 interface; a
+    name is bound to its IPv4 address when it has one (`localhost`: 127.0.0.1, not ::1)."""
     host, port = endpoint
     try:
         if host:
-            family, kind, proto, _, address = socket.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )[0]
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            ipv4 = [a for a in found if a[0] == socket.AF_INET]
+            family, kind, proto, _, address = (ipv4 or found)[0]
         else:
             family, kind, proto, address = socket.AF_INET, socket.SOCK_STREAM, 0, ("", port)
     except socket.gaierror as e:

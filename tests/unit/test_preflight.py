@@ -171,3 +171,12 @@ def test_bind_ports_without_metrics(tmp_path: Path) -> None:
         assert ports.metrics is None and ports.metrics_port is None
     finally:
         ports.close()
+
+
+def test_a_host_name_binds_its_ipv4_address(tmp_path: Path) -> None:
+    ports = bind_ports(load_config(None, config_for(tmp_path, "listeners=PLAINTEXT://localhost:0")))
+    try:
+        assert ports.broker.getsockname()[0] == "127.0.0.1"
+        assert ports.metrics is not None and ports.metrics.getsockname()[0] == "127.0.0.1"
+    finally:
+        ports.close()
