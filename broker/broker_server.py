@@ -95,7 +95,9 @@ class BrokerServer:
             self._partition_exists,
         )
         self.remote: RemoteLogManager | None = None
-        self.metrics_server = MetricsServer(self.registry, self._tier_status)
+        self.metrics_server = MetricsServer(
+            self.registry, self._tier_status, self._refresh_remote_metrics
+        )
         self.scheduler = Scheduler()
         self.socket_server = SocketServer(
             RequestDispatcher(
@@ -177,6 +179,10 @@ class BrokerServer:
 
     def _tier_status(self) -> list[dict[str, Any]]:
         return self.remote.status() if self.remote is not None else []
+
+    def _refresh_remote_metrics(self) -> None:
+        if self.remote is not None:
+            self.remote.update_metrics()
 
     async def _remote_housekeeping(self) -> None:
         assert self.remote is not None

@@ -1,6 +1,7 @@
 """`MetricsServer`: an HTTP endpoint on `metrics.port` for Prometheus and `tierbroker tier status`.
 
-    GET /metrics       Prometheus text format (the remote-storage metrics, per topic)
+    GET /metrics       Prometheus text format (the remote-storage metrics, per topic);
+                       gauges are refreshed first, so a scrape sees the state it asks for
     GET /tier/status   JSON: per partition, both tiers' offsets, sizes and copy lag
 
 A deliberately small HTTP/1.0 responder on the event loop: one request per
@@ -30,10 +31,15 @@ _READ_TIMEOUT_S = 5.0
 
 class MetricsServer:
     def __init__(
-        self, registry: CollectorRegistry, tier_status: Callable[[], list[dict[str, Any]]]
+        self,
+        registry: CollectorRegistry,
+        tier_status: Callable[[], list[dict[str, Any]]],
+        refresh: Callable[[], None] = lambda: None,
     ) -> None:
+        """`refresh` sets the registry's gauges from current state before each scrape."""
         self.registry = registry
         self.tier_status = tier_status
+        self.refresh = refresh
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -72,6 +78,7 @@ class MetricsServer:
 
     async def _answer(self, writer: asyncio.StreamWriter, path: str) -> None:
         if path == "/metrics":
+            self.refresh()
             await _respond(writer, "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry))
         elif path.startswith("/tier/status"):
             body = json.dumps(self.tier_status()).encode()
