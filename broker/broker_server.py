@@ -1,14 +1,22 @@
-"""`BrokerServer`: builds a broker from its config, starts it, and stops it in order.
+"""`BrokerServer`: one broker of a cluster, built from its config and a `MetadataStore` session.
 
-Built from a checked config and the ports the preflight bound (`BoundPorts`), so it
-knows the address it advertises before it starts. Start: load and recover logs,
-lead the known partitions, start the remote tier (load its metadata, hand it the
-led partitions), load consumer groups from `__consumer_offsets`, start background
-jobs and the metrics endpoint, then listen, and log a summary (`startup_summary`).
-Stop: stop coordinating groups (answering waiting joins and syncs), stop
-listening and finish requests in hand (with a timeout), stop background jobs and
-the metrics endpoint, stop the remote tier (its pools, then a metadata snapshot),
-then flush and checkpoint every log and mark a clean shutdown.
+It is given its ports bound by the preflight (`BoundPorts`), so it knows the address it
+advertises (`endpoints`: a configured port of 0 is the one bound) before it starts.
+
+Start: open the store session (the cluster id is created once, or checked against
+`cluster.id`), read the cluster's metadata, load and recover the logs it still assigns
+here, listen, register (an ephemeral `/brokers/ids/N` with the bound port; its creating
+transaction is the broker epoch), take the partitions the metadata assigns here (as
+leader or follower), stand for controller, then start the remote tier, the group
+coordinator, background jobs and the metrics endpoint, and log a summary
+(`startup_summary`).
+
+Stop (idempotent, in this order, each with the shutdown timeout): a controlled shutdown
+(the controller moves this broker's leadership to other ISR members and takes it out of
+ISRs, so producers and consumers move before it goes), stop coordinating groups, stop
+listening and finish requests in hand, stop background jobs and the metrics endpoint,
+stop fetching and resign as controller, stop the remote tier, flush and checkpoint every
+log, and close the session (the registration goes with it).
 
 A log dir that fails (an I/O error) goes offline and its partitions answer
 KAFKA_STORAGE_ERROR; when no log dir is left online the broker asks to be stopped
@@ -19,31 +27,49 @@ halts, and stops in the same order, leaving the offline dirs untouched.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import uuid
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from tierbroker.broker.broker_lifecycle import BrokerLifecycle, RegistrationError
+from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.controller import Controller
-from tierbroker.broker.cluster.metadata_store import LocalMetadataStore
+from tierbroker.broker.cluster.metadata_cache import MetadataCache
+from tierbroker.broker.cluster.store import (
+    MetadataStore,
+    NodeExistsError,
+    StoreError,
+)
+from tierbroker.broker.cluster.topic_admin import TopicAdmin
+from tierbroker.broker.cluster.zk_data import BrokerRegistration
 from tierbroker.broker.config import BrokerConfig
 from tierbroker.broker.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.groups.coordinator import GroupConfig, GroupCoordinator
-from tierbroker.broker.groups.offsets_store import GroupMetadataManager, OffsetsConfig
+from tierbroker.broker.groups.offsets_store import (
+    OFFSETS_TOPIC,
+    GroupMetadataManager,
+    OffsetsConfig,
+)
 from tierbroker.broker.handlers import RequestDispatcher
 from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.metrics import MetricsServer
+from tierbroker.broker.partition import Partition
 from tierbroker.broker.preflight import BoundPorts
 from tierbroker.broker.remote_storage import build_remote_log_manager
-from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.replica_fetcher import FetcherConfig
+from tierbroker.broker.replica_manager import ReplicaManager, ReplicationConfig
 from tierbroker.broker.scheduler import Scheduler
 from tierbroker.broker.server import SocketServer
 from tierbroker.broker.startup_summary import startup_summary
 from tierbroker.broker.topic_metrics import BrokerTopicMetrics
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import now_ms
+from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_dir_failure import describe
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
@@ -56,29 +82,57 @@ class LogDirsOffline(Exception):
     """No log dir is online: the broker cannot serve a partition and must stop."""
 
 
+class StartupError(Exception):
+    """The broker cannot join its cluster; the message says why and what to fix."""
+
+
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, ports: BoundPorts) -> None:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, ports: BoundPorts) -> None:
         """`ports`: bound by `preflight` (or `bind_ports`); the broker closes them."""
         self.config = config
+        self.store = store
         self.ports = ports
         self.endpoints: BrokerEndpoints = broker_endpoints(config, ports.port, ports.metrics_port)
+        self.cache = MetadataCache(store)
         self.log_manager = LogManager(config.log_dir_paths)
-        self.store = LocalMetadataStore(config.log_dir_paths[0])
-        self.replicas = ReplicaManager(config.broker_id, self.log_manager)
-        self.controller = Controller(
+        self.admin = TopicAdmin(
             config.broker_id,
-            self.store,
-            self.replicas,
+            store,
+            self.cache,
             config.log_defaults,
             config.num_partitions,
             config.default_replication_factor,
             config.remote_log_storage_system_enable,
         )
+        self.replicas = ReplicaManager(
+            config.broker_id,
+            self.log_manager,
+            self.cache,
+            store,
+            ReplicationConfig(
+                replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+                fetcher=FetcherConfig(
+                    wait_max_ms=config.replica_fetch_wait_max_ms,
+                    min_bytes=config.replica_fetch_min_bytes,
+                    max_bytes=config.replica_fetch_max_bytes,
+                    response_max_bytes=config.replica_fetch_response_max_bytes,
+                    backoff_ms=config.replica_fetch_backoff_ms,
+                    socket_timeout_ms=config.replica_socket_timeout_ms,
+                ),
+            ),
+            self.admin.log_config,
+        )
+        self.controller = Controller(
+            config.broker_id,
+            store,
+            lambda topic: self.admin.log_config(topic).unclean_leader_election_enable,
+        )
         offsets = GroupMetadataManager(
             self.replicas,
-            self.controller,
+            self.admin,
             OffsetsConfig(
                 num_partitions=config.offsets_topic_num_partitions,
+                replication_factor=config.offsets_topic_replication_factor,
                 retention_ms=config.offsets_retention_minutes * 60_000,
                 metadata_max_bytes=config.offset_metadata_max_bytes,
             ),
@@ -94,9 +148,10 @@ class BrokerServer:
             offsets,
             self._partition_exists,
         )
+        self.replicas.leadership_listeners.append(self._on_leadership)
         self.remote: RemoteLogManager | None = None
         self.metrics_server = MetricsServer(
-            self.registry, self._tier_status, self._refresh_remote_metrics
+            self.registry, self._tier_status, self._tier_health, self._refresh_remote_metrics
         )
         self.scheduler = Scheduler()
         self.socket_server = SocketServer(
@@ -104,7 +159,8 @@ class BrokerServer:
                 BrokerContext(
                     config,
                     self.replicas,
-                    self.controller,
+                    self.cache,
+                    self.admin,
                     self.groups,
                     BrokerTopicMetrics(self.registry),
                     self.endpoints,
@@ -114,31 +170,65 @@ class BrokerServer:
             config.queued_max_request_bytes,
             config.connection_limits,
         )
+        self.lifecycle = BrokerLifecycle(
+            config.broker_id, config.broker_rack, store, self.cache, self.replicas
+        )
+        self.registration: BrokerRegistration | None = None
+        self._started = False
         self._stopped = False
         self.stop_requested = asyncio.Event()  # set by signals, or when every log dir failed
         self.fatal_error: str | None = None
 
+    @property
+    def broker_id(self) -> int:
+        return self.config.broker_id
+
+    def _on_leadership(self, partition: Partition, leader: bool) -> None:
+        tp = partition.topic_partition
+        if tp.topic == OFFSETS_TOPIC:
+            self.groups.on_leadership(tp.partition, leader)
+
     def _partition_exists(self, tp: TopicPartition) -> bool:
-        return tp in self.replicas.partitions
+        return tp.topic in self.cache.topics and tp.partition < self.cache.partition_count(tp.topic)
+
+    # Start ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Raises `LogDirsOffline` if no log dir could be loaded."""
+        """Raises `LogDirsOffline` if no log dir could be loaded, `StartupError` if the broker
+        cannot join its cluster."""
+        await self.join()
+        await self.serve()
+
+    async def join(self) -> None:
+        """Load the logs, listen and register: the controller may place replicas here now."""
         loop = asyncio.get_running_loop()
         self.log_manager.failure_channel.listeners.append(
             lambda log_dir, error: loop.call_soon_threadsafe(
                 self._on_log_dir_offline, log_dir, error
             )
         )
-        await loop.run_in_executor(
-            None, partial(self.log_manager.load_logs, self.controller.config_for)
-        )
+        await self.store.start()
+        await self._join_cluster()
+        await self.cache.start()
+        await loop.run_in_executor(None, partial(self.log_manager.load_logs, self._config_for))
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
-        self.controller.start()
+        await self.socket_server.start_on(self.ports.broker)
+        try:
+            self.registration = await self.lifecycle.register(
+                self.endpoints.host, self.endpoints.port
+            )
+        except RegistrationError as e:
+            raise StartupError(str(e)) from None
+
+    async def serve(self) -> None:
+        """Take the partitions assigned here, stand for controller, start everything else."""
+        await self.replicas.start()
+        await self.controller.start()
         c = self.config
         if c.remote_log_storage_system_enable:
             self.remote = build_remote_log_manager(
-                c, self.store.cluster_id, self.replicas, self.controller, self.registry
+                c, self.cache.cluster_id, self.replicas, self.admin, self.registry
             )
             await self.remote.start(self._topic_exists)
             self.replicas.attach_remote_log_manager(self.remote)
@@ -148,6 +238,48 @@ class BrokerServer:
                 min(c.remote_log_manager_task_interval_ms, 10_000),
             )
         self.groups.start()
+        self._schedule_jobs()
+        if self.ports.metrics is not None:
+            await self.metrics_server.start_on(self.ports.metrics)
+        await self.replicas.applied.wait()
+        self._started = True
+        host = self.ports.broker.getsockname()[0]
+        bound = f"[{host}]:{self.ports.port}" if ":" in host else f"{host}:{self.ports.port}"
+        for line in startup_summary(c, self.endpoints, self.cache.cluster_id, bound):
+            log.info("%s", line)
+
+    async def _join_cluster(self) -> None:
+        """Create the cluster id and the persistent znodes on first start; check `cluster.id`."""
+        for path in zk.PERSISTENT_PATHS:
+            if await self.store.exists(path) is None:
+                try:
+                    await self.store.create(path, make_parents=True)
+                except NodeExistsError:
+                    pass
+        wanted = self.config.cluster_id or _new_cluster_id()
+        try:
+            await self.store.create(zk.CLUSTER_ID, zk.encode_cluster_id(wanted), make_parents=True)
+            log.info("created cluster %s", wanted)
+        except NodeExistsError:
+            data, _ = await self.store.get(zk.CLUSTER_ID)
+            existing = zk.decode_cluster_id(data)
+            if self.config.cluster_id and existing != self.config.cluster_id:
+                raise StartupError(
+                    f"cluster.id={self.config.cluster_id} does not match the cluster's id "
+                    f"{existing} in the metadata store: fix cluster.id or the store's address"
+                ) from None
+
+    def _config_for(self, tp: TopicPartition, topic_id: uuid.UUID) -> LogConfig | None:
+        """The config of a log found on disk, if its topic (with that id) is assigned here."""
+        assignment = self.cache.topics.get(tp.topic)
+        if assignment is None or assignment.topic_id != topic_id:
+            return None
+        if self.broker_id not in assignment.partitions.get(tp.partition, ()):
+            return None
+        return self.admin.log_config(tp.topic)
+
+    def _schedule_jobs(self) -> None:
+        c = self.config
         self.scheduler.schedule(
             "log-retention", self._cleanup_logs, c.log_retention_check_interval_ms
         )
@@ -158,6 +290,9 @@ class BrokerServer:
             "checkpoint", self._checkpoint, c.replica_high_watermark_checkpoint_interval_ms
         )
         self.scheduler.schedule(
+            "isr-expiration", self._shrink_isr, max(1, c.replica_lag_time_max_ms // 2)
+        )
+        self.scheduler.schedule(
             "offsets-retention", self._expire_offsets, c.offsets_retention_check_interval_ms
         )
         self.scheduler.schedule(
@@ -165,20 +300,18 @@ class BrokerServer:
             self._expire_producers,
             c.producer_id_expiration_check_interval_ms,
         )
-        if self.ports.metrics is not None:
-            await self.metrics_server.start_on(self.ports.metrics)
-        await self.socket_server.start_on(self.ports.broker)
-        host = self.ports.broker.getsockname()[0]
-        bound = f"[{host}]:{self.ports.port}" if ":" in host else f"{host}:{self.ports.port}"
-        for line in startup_summary(c, self.endpoints, self.store.cluster_id, bound):
-            log.info("%s", line)
 
     def _topic_exists(self, tip: TopicIdPartition) -> bool:
-        topic = self.store.topics.get(tip.topic_partition.topic)
-        return topic is not None and topic.topic_id == tip.topic_id
+        assignment = self.cache.topics.get(tip.topic_partition.topic)
+        return assignment is not None and assignment.topic_id == tip.topic_id
 
     def _tier_status(self) -> list[dict[str, Any]]:
         return self.remote.status() if self.remote is not None else []
+
+    def _tier_health(self) -> dict[str, Any]:
+        if self.remote is None:
+            return {"state": "disabled", "error": None, "since_ms": -1}
+        return self.remote.storage_health()
 
     def _refresh_remote_metrics(self) -> None:
         if self.remote is not None:
@@ -215,25 +348,73 @@ class BrokerServer:
             await asyncio.wait([write])
             raise
 
+    async def _shrink_isr(self) -> None:
+        self.replicas.maybe_shrink_isr()
+
     async def _expire_offsets(self) -> None:
-        self.groups.expire_offsets()
+        await self.groups.expire_offsets()
 
     async def _expire_producers(self) -> None:
         self.log_manager.remove_expired_producers(now_ms() - self.config.producer_id_expiration_ms)
 
-    async def stop(self) -> None:
-        """Idempotent; see the module docstring for the order."""
+    # Stop ----------------------------------------------------------------------------
+
+    async def stop(self, controlled: bool = True) -> None:
+        """Idempotent; see the module docstring for the order. `controlled=False` skips the
+        controlled shutdown (the whole cluster is stopping)."""
         if self._stopped:
             return
         self._stopped = True
         timeout_s = self.config.controlled_shutdown_timeout_ms / 1000
-        log.info("shutting down")
+        log.info("broker %d shutting down", self.broker_id)
+        if controlled and self._started and self.config.controlled_shutdown_enable:
+            await self._controlled_shutdown(timeout_s)
         self.groups.stop()
         await self.socket_server.stop(timeout_s)
         await self.scheduler.stop()
         await self.metrics_server.stop()
         self.ports.close()  # if the start failed before listening on them
+        await self.lifecycle.close()
+        await self.replicas.stop()
+        await self.controller.stop()
+        await self.cache.close()
         if self.remote is not None:
             await self.remote.stop(timeout_s)
         self.log_manager.shutdown()
-        log.info("shut down cleanly")
+        await self.store.close()
+        log.info("broker %d shut down cleanly", self.broker_id)
+
+    async def _controlled_shutdown(self, timeout_s: float) -> None:
+        """Ask the controller to move this broker's leadership away, and wait until it has
+        (or nothing more can move: no other live ISR member)."""
+        if not self._leads_movable_partitions():
+            return
+        try:
+            await self.store.create(
+                zk.controlled_shutdown_path(self.broker_id), ephemeral=True, make_parents=True
+            )
+        except NodeExistsError:
+            pass
+        except StoreError as e:
+            log.warning("controlled shutdown not asked for: %s", e)
+            return
+        if not await self.cache.wait_until(lambda: not self._leads_movable_partitions(), timeout_s):
+            log.warning(
+                "controlled shutdown: broker %d still leads partitions after %.0f s",
+                self.broker_id,
+                timeout_s,
+            )
+        await self.replicas.applied.wait()
+
+    def _leads_movable_partitions(self) -> bool:
+        """Leads a partition that another live, in-sync replica could lead."""
+        for state in self.cache.states.values():
+            if state.leader != self.broker_id:
+                continue
+            if any(b != self.broker_id and b in self.cache.brokers for b in state.isr):
+                return True
+        return False
+
+
+def _new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

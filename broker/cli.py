@@ -69,25 +69,32 @@ def serve(
         ),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks of errors")] = False,
+    brokers: Annotated[
+        int, typer.Option(min=1, help="brokers to run in this process (ports from listeners up)")
+    ] = 1,
+    racks: Annotated[str | None, typer.Option(help="racks of the brokers, in turn: a,b,c")] = None,
 ) -> None:
-    """Run a broker until SIGINT or SIGTERM.
+    """Run a broker (or --brokers N) until SIGINT or SIGTERM.
 
     Without --config, the defaults serve on 127.0.0.1:9092 with data in
     /tmp/tierbroker-logs, tiering to its remote/ directory, and metrics on port 9404.
     """
+    rack_list = [r.strip() for r in racks.split(",") if r.strip()] if racks else []
     try:
         _configure_logging(log_level or ["INFO"])
         broker_config = load_config(config, override or [])
-        from tierbroker.broker.preflight import preflight  # the other commands need none
+        # The other commands need none of these.
+        from tierbroker.broker.cluster_runner import broker_configs
+        from tierbroker.broker.preflight import preflight
 
-        ports = preflight(broker_config, ports_file)
+        ports = preflight(broker_configs(broker_config, brokers, rack_list), ports_file)
     except ConfigError as e:
         _fail(str(e), 2, debug)
     except Exception as e:
         _fail(_unexpected(e), 1, debug)
     reuse_large_buffers()
     try:
-        fatal_error = asyncio.run(_serve(broker_config, ports, ports_file))
+        fatal_error = asyncio.run(_serve(broker_config, brokers, rack_list, ports, ports_file))
     except ConfigError as e:  # a plugin that refused its settings
         _fail(str(e), 2, debug)
     except Exception as e:
@@ -131,29 +138,39 @@ def _fail(message: str, code: int, debug: bool) -> NoReturn:
     raise typer.Exit(code)
 
 
-async def _serve(config: BrokerConfig, ports: BoundPorts, ports_file: Path | None) -> str | None:
-    """Serve until a signal (None) or until no log dir is left online (what failed)."""
+async def _serve(
+    config: BrokerConfig,
+    brokers: int,
+    racks: list[str],
+    ports: list[BoundPorts],
+    ports_file: Path | None,
+) -> str | None:
+    """Serve until a signal (None), or until a broker must stop (what failed)."""
     from tierbroker.broker.broker_server import (  # `tier status` needs none
-        BrokerServer,
         LogDirsOffline,
+        StartupError,
     )
+    from tierbroker.broker.cluster.store import ConnectionLossError
+    from tierbroker.broker.cluster_runner import ClusterRunner
 
-    server = BrokerServer(config, ports)
+    runner = ClusterRunner(config, brokers, racks, ports)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, server.stop_requested.set)
+        loop.add_signal_handler(sig, runner.stop_requested.set)
     try:
-        await server.start()
+        await runner.start()
         if ports_file is not None:
-            write_ports_file(ports_file, [server.endpoints])
-        await server.stop_requested.wait()
-    except LogDirsOffline as e:
+            write_ports_file(ports_file, [b.endpoints for b in runner.brokers])
+        await runner.stop_requested.wait()
+    except (LogDirsOffline, StartupError) as e:
         return str(e)
+    except ConnectionLossError as e:
+        return f"cannot reach the metadata store ({e}): check zookeeper.connect"
     finally:
         if ports_file is not None:
             remove_ports_file(ports_file)
-        await server.stop()
-    return server.fatal_error
+        await runner.stop()
+    return runner.fatal_error
 
 
 app.add_typer(topics.app, name="topic")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -33,14 +32,16 @@ from pydantic import (
 from tierbroker.broker.acceptor import ConnectionLimits, parse_per_ip_overrides
 from tierbroker.broker.kafka_broker_configs import KAFKA_BROKER_CONFIGS
 from tierbroker.protocol.errors import KafkaError
-from tierbroker.storage.log_config import TOPIC_CONFIGS, ConfigDef, format_value, parse_value
+from tierbroker.storage.topic_configs import (
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigType,
+    format_value,
+    parse_value,
+)
 
 # Passed to the plugins (prefix removed), or Kafka's per-listener settings (ignored).
 PASS_THROUGH_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.")
-# Names tierbroker reads besides its fields' aliases and the topic defaults' properties.
-OTHER_NAMES = frozenset(
-    {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.dir"}
-)
 MAX_PORT = 65535
 _HOST = re.compile(r"[0-9A-Za-z\-%._:]*")
 
@@ -145,6 +146,7 @@ class BrokerConfig(BaseModel):
         5_000, alias="replica.high.watermark.checkpoint.interval.ms", ge=1
     )
     offsets_topic_num_partitions: int = Field(50, alias="offsets.topic.num.partitions", ge=1)
+    offsets_topic_replication_factor: int = Field(3, alias="offsets.topic.replication.factor", ge=1)
     offsets_retention_minutes: int = Field(10_080, alias="offsets.retention.minutes", ge=1)
     offsets_retention_check_interval_ms: int = Field(
         600_000, alias="offsets.retention.check.interval.ms", ge=1
@@ -209,13 +211,37 @@ class BrokerConfig(BaseModel):
     remote_log_manager_task_retry_backoff_max_ms: int = Field(
         30_000, alias="remote.log.manager.task.retry.backoff.max.ms", ge=1
     )
+    remote_log_metadata_topic_replication_factor: int = Field(
+        3, alias="remote.log.metadata.topic.replication.factor", ge=1
+    )
+    # The cluster: where its metadata lives, and how replicas follow their leaders.
+    metadata_store: str = Field(
+        "inprocess", alias="metadata.store", pattern="^(inprocess|zookeeper)$"
+    )
+    zookeeper_connect: str | None = Field(None, alias="zookeeper.connect")
+    zookeeper_session_timeout_ms: int = Field(18_000, alias="zookeeper.session.timeout.ms", ge=1)
+    zookeeper_connection_timeout_ms: int | None = Field(
+        None, alias="zookeeper.connection.timeout.ms", ge=1
+    )
+    replica_lag_time_max_ms: int = Field(30_000, alias="replica.lag.time.max.ms", ge=1)
+    replica_fetch_wait_max_ms: int = Field(500, alias="replica.fetch.wait.max.ms", ge=0)
+    replica_fetch_min_bytes: int = Field(1, alias="replica.fetch.min.bytes", ge=1)
+    replica_fetch_max_bytes: int = Field(1_048_576, alias="replica.fetch.max.bytes", ge=0)
+    replica_fetch_response_max_bytes: int = Field(
+        10_485_760, alias="replica.fetch.response.max.bytes", ge=0
+    )
+    replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms", ge=0)
+    replica_socket_timeout_ms: int = Field(30_000, alias="replica.socket.timeout.ms", ge=1)
+    controlled_shutdown_enable: KafkaBool = Field(True, alias="controlled.shutdown.enable")
     metrics_port: Annotated[int, BeforeValidator(_port_or_none)] = Field(9404, alias="metrics.port")
     # `rsm.config.*` and `rlmm.config.*`, prefixes removed.
     rsm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
     rlmm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
     controlled_shutdown_timeout_ms: int = Field(30_000, alias="shutdown.timeout.ms", ge=0)
-    # Topic defaults (log.*): the topic config table names the broker property of each.
+    # Topic defaults (log.*): the topic config table names the broker properties of each.
     log_defaults: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    # Those broker properties as set (DescribeConfigs reports them as synonyms).
+    log_default_synonyms: dict[str, str] = Field(default_factory=dict, exclude=True)
     # Kafka broker configs that were set but that tierbroker does not implement.
     ignored_properties: tuple[str, ...] = Field((), exclude=True)
 
@@ -225,23 +251,19 @@ class BrokerConfig(BaseModel):
         """Topic defaults from the broker's `log.*` properties, checked as topic configs are."""
         values = dict(values)
         defaults: dict[str, Any] = {}
-        retention = _first_present(
-            values,
-            ("log.retention.ms", 1),
-            ("log.retention.minutes", 60_000),
-            ("log.retention.hours", 3_600_000),
-        )
-        roll = _first_present(values, ("log.roll.ms", 1), ("log.roll.hours", 3_600_000))
-        for name, found in (("retention.ms", retention), ("segment.ms", roll)):
-            if found is not None:
-                defaults[name] = _checked_default(found[0], found[1], TOPIC_CONFIGS[name], found[2])
         for definition in TOPIC_CONFIGS.values():
-            broker_property = definition.broker_property
-            if broker_property in values and definition.name not in defaults:
+            found = next((s for s in definition.synonyms if s.name in values), None)
+            if found is not None:  # the first synonym set wins, as in Kafka
                 defaults[definition.name] = _checked_default(
-                    broker_property, values[broker_property], definition
+                    found.name, values[found.name], definition, found.unit_ms
                 )
         values["log_defaults"] = defaults
+        values["log_default_synonyms"] = {
+            s.name: format_value(values[s.name])
+            for d in TOPIC_CONFIGS.values()
+            for s in d.synonyms
+            if s.name in values
+        }
         for prefix, key in (("rsm.config.", "rsm_configs"), ("rlmm.config.", "rlmm_configs")):
             values[key] = {
                 k[len(prefix) :]: str(v)
@@ -270,6 +292,12 @@ class BrokerConfig(BaseModel):
                 )
         if not self.log_dir_paths:
             raise ConfigError(f"log.dirs={self.log_dirs!r}: name at least one directory")
+        return self
+
+    @model_validator(mode="after")
+    def _check_metadata_store(self) -> BrokerConfig:
+        if self.metadata_store == "zookeeper" and not self.zookeeper_connect:
+            raise ValueError("metadata.store=zookeeper needs zookeeper.connect=host:port[/chroot]")
         return self
 
     @property
@@ -302,16 +330,6 @@ class BrokerConfig(BaseModel):
         return Endpoint("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
 
 
-def _first_present(
-    values: Mapping[str, Any], *props: tuple[str, int]
-) -> tuple[str, Any, int] | None:
-    """The first of `props` (name, unit in ms) that is set, as (name, raw value, unit)."""
-    for prop, unit_ms in props:
-        if prop in values:
-            return prop, values[prop], unit_ms
-    return None
-
-
 def _checked_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 1) -> Any:
     """The topic default `prop` supplies, in the topic config's unit, checked as the topic
     config is; a `ValueError` naming `prop` and the valid values if it is not valid."""
@@ -323,7 +341,7 @@ def _checked_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 
             text = str(int(text.strip()) * unit_ms)
         return parse_value(definition, text)
     except (KafkaError, ValueError):
-        kind = "an integer " if definition.type is int else ""
+        kind = "an integer " if definition.config_type in (ConfigType.INT, ConfigType.LONG) else ""
         unit = f" once in ms (x {unit_ms})" if unit_ms != 1 else ""
         raise ValueError(f"{prop}={raw!r}: must be {kind}{definition.valid}{unit}") from None
 
@@ -350,8 +368,8 @@ def parse_properties(text: str) -> dict[str, str]:
 def tierbroker_names() -> frozenset[str]:
     """Every property name tierbroker reads (plugin prefixes aside)."""
     names = {f.alias for f in BrokerConfig.model_fields.values() if f.alias}
-    names |= {d.broker_property for d in TOPIC_CONFIGS.values() if d.broker_property}
-    return frozenset(names | OTHER_NAMES)
+    names |= {s.name for d in TOPIC_CONFIGS.values() for s in d.synonyms}
+    return frozenset(names | {"log.dir"})
 
 
 def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:

@@ -1,17 +1,25 @@
-"""`InternalTopic`: a topic the broker itself writes and replays (`__consumer_offsets`,
+"""`InternalTopic`: a topic the brokers themselves write and replay (`__consumer_offsets`,
 `__remote_log_metadata`).
 
-Records are built with the record builder and appended through the
-ReplicaManager like a client's, so they are stamped, indexed, checkpointed and
-recovered the same way; replay decodes them back from the log. The topic is
-created on first use with its own configs.
+Records are built with the record builder and appended like a client's, with acks=all:
+an append returns once the partition's ISR has it, so what it stored survives the loss
+of its leader. A partition led here is appended to directly; one led by another broker
+gets a Produce request sent to its leader. Replay reads this broker's replica. The topic
+is created on first use with its own configs, its replication factor capped at the live
+brokers (as Kafka creates `__consumer_offsets`).
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator, Mapping
 
-from tierbroker.broker.cluster.controller import Controller
+from kio.schema.produce.v9 import request as produce_request
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i16, i32, i32Timedelta
+
+from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.cluster.topic_admin import TopicAdmin
 from tierbroker.broker.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import build_batch, decode_records
@@ -26,50 +34,109 @@ class InternalTopic:
         self,
         name: str,
         num_partitions: int,
+        replication_factor: int,
         configs: Mapping[str, str],
         replicas: ReplicaManager,
-        controller: Controller,
+        admin: TopicAdmin,
+        timeout_ms: int = 30_000,
     ) -> None:
         self.name = name
         self._partitions = num_partitions
+        self.replication_factor = replication_factor
         self.configs = dict(configs)
         self.replicas = replicas
-        self.controller = controller
+        self.admin = admin
+        self.timeout_ms = timeout_ms
+        self._clients: dict[tuple[str, int], BrokerClient] = {}
 
     @property
     def num_partitions(self) -> int:
-        topic = self.controller.store.topics.get(self.name)
-        return topic.partitions if topic else self._partitions
+        return self.admin.cache.partition_count(self.name) or self._partitions
 
     @property
     def exists(self) -> bool:
-        return self.name in self.controller.store.topics
+        return self.name in self.admin.cache.topics
 
-    def ensure_created(self) -> None:
-        if not self.exists:
-            self.controller.create_topic(self.name, self._partitions, 1, self.configs)
+    async def ensure_created(self) -> None:
+        if self.exists:
+            return
+        try:
+            await self.admin.create_topic(
+                self.name,
+                self._partitions,
+                self.replication_factor,
+                self.configs,
+                max_replication_factor=self.replication_factor,
+                timeout_s=self.timeout_ms / 1000,
+            )
+        except KafkaError as e:
+            if e.code != ErrorCode.topic_already_exists:
+                raise
 
-    def append_records(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append records in one batch; the first one's offset. Raises with the append's error."""
-        self.ensure_created()
-        timestamp = now_ms()
+    async def append_records(
+        self, partition: int, records: list[tuple[bytes, bytes | None]]
+    ) -> int:
+        """Append records in one batch, acks=all; the first one's offset. Raises with the
+        append's error (NOT_LEADER_OR_FOLLOWER when no broker leads the partition)."""
+        await self.ensure_created()
         tp = TopicPartition(self.name, partition)
-        batch = build_batch([(key, value, [], timestamp) for key, value in records])
-        result = self.replicas.append_records({tp: batch})[tp]
-        if result.error != ErrorCode.none:
-            raise KafkaError(result.error, f"appending to {tp} failed: {result.error.name}")
-        return result.base_offset
+        batch = build_batch([(key, value, [], now_ms()) for key, value in records])
+        leader = self.admin.cache.leader(tp)
+        if leader == self.replicas.broker_id:
+            result = (await self.replicas.append_records({tp: batch}, -1, self.timeout_ms))[tp]
+            if result.error != ErrorCode.none:
+                raise KafkaError(result.error, f"appending to {tp} failed: {result.error.name}")
+            return result.base_offset
+        return await self._forward(tp, leader, batch)
+
+    async def _forward(self, tp: TopicPartition, leader: int, batch: bytes) -> int:
+        endpoint = self.admin.cache.brokers.get(leader)
+        if endpoint is None:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{tp} has no live leader")
+        key = (endpoint.host, endpoint.port)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = BrokerClient(
+                endpoint.host, endpoint.port, f"broker-{self.replicas.broker_id}", self.timeout_ms
+            )
+        request = produce_request.ProduceRequest(
+            transactional_id=None,
+            acks=i16(-1),
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=self.timeout_ms)),
+            topic_data=(
+                produce_request.TopicProduceData(
+                    name=TopicName(tp.topic),
+                    partition_data=(
+                        produce_request.PartitionProduceData(
+                            index=i32(tp.partition), records=Records(batch)
+                        ),
+                    ),
+                ),
+            ),
+        )
+        try:
+            response = await client.send(request)
+        except BrokerUnavailable as e:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{tp}: {e}") from e
+        answer = response.responses[0].partition_responses[0]
+        if answer.error_code != ErrorCode.none:
+            code = ErrorCode(answer.error_code)
+            raise KafkaError(code, f"appending to {tp} at broker {leader} failed: {code.name}")
+        return int(answer.base_offset)
 
     def read(
-        self, partition: int, start_offset: int = 0
+        self, partition: int, start_offset: int = 0, to_log_end: bool = False
     ) -> Iterator[tuple[int, bytes, bytes | None]]:
-        """(offset, key, value) of the keyed records from `start_offset` to the high watermark."""
+        """(offset, key, value) of the keyed records of this broker's replica, from
+        `start_offset` to the high watermark (to the log end with `to_log_end`: a new
+        leader replays all it has, which is what its clients see next)."""
         if not self.exists:
             return
         log_ = self.replicas.partition_or_error(TopicPartition(self.name, partition)).log
         offset = max(start_offset, log_.log_start_offset)
-        while offset < log_.high_watermark:
-            data = log_.read(offset, _READ_BYTES, log_.high_watermark, min_one_batch=True)
+        end = log_.log_end_offset if to_log_end else log_.high_watermark
+        while offset < end:
+            data = log_.read(offset, _READ_BYTES, end, min_one_batch=True)
             if data.records is None:
                 return
             last = offset - 1
@@ -81,6 +148,11 @@ class InternalTopic:
                 return
             offset = last + 1
 
+    async def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.close()
+
 
 class RemoteLogMetadataTopic:
     """`__remote_log_metadata` as the topic-based RLMM's `MetadataTopic`."""
@@ -89,19 +161,28 @@ class RemoteLogMetadataTopic:
     CONFIGS: Mapping[str, str] = {"retention.ms": "-1", "segment.bytes": "104857600"}
 
     def __init__(
-        self, num_partitions: int, replicas: ReplicaManager, controller: Controller
+        self,
+        num_partitions: int,
+        replication_factor: int,
+        replicas: ReplicaManager,
+        admin: TopicAdmin,
     ) -> None:
-        self.topic = InternalTopic(self.NAME, num_partitions, self.CONFIGS, replicas, controller)
+        self.topic = InternalTopic(
+            self.NAME, num_partitions, replication_factor, self.CONFIGS, replicas, admin
+        )
 
     @property
     def num_partitions(self) -> int:
         return self.topic.num_partitions
 
-    def ensure_created(self) -> None:
-        self.topic.ensure_created()
+    async def ensure_created(self) -> None:
+        await self.topic.ensure_created()
 
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
-        return self.topic.append_records(partition, [(key, value)])
+        return await self.topic.append_records(partition, [(key, value)])
 
     def read(self, partition: int, start_offset: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         return self.topic.read(partition, start_offset)
+
+    async def close(self) -> None:
+        await self.topic.close()

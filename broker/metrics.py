@@ -3,6 +3,8 @@
     GET /metrics       Prometheus text format (the remote-storage metrics, per topic);
                        gauges are refreshed first, so a scrape sees the state it asks for
     GET /tier/status   JSON: per partition, both tiers' offsets, sizes and copy lag
+    GET /tier/health   JSON: whether the remote store works ("healthy", "unhealthy",
+                       "not checked", "disabled"), the error if not, since when (ms)
 
 A deliberately small HTTP/1.0 responder on the event loop: one request per
 connection, answered and closed. A request line or header line over 8 KiB, or
@@ -34,11 +36,13 @@ class MetricsServer:
         self,
         registry: CollectorRegistry,
         tier_status: Callable[[], list[dict[str, Any]]],
+        tier_health: Callable[[], dict[str, Any]],
         refresh: Callable[[], None] = lambda: None,
     ) -> None:
         """`refresh` sets the registry's gauges from current state before each scrape."""
         self.registry = registry
         self.tier_status = tier_status
+        self.tier_health = tier_health
         self.refresh = refresh
         self._server: asyncio.Server | None = None
 
@@ -82,6 +86,9 @@ class MetricsServer:
             await _respond(writer, "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry))
         elif path.startswith("/tier/status"):
             body = json.dumps(self.tier_status()).encode()
+            await _respond(writer, "200 OK", "application/json", body)
+        elif path == "/tier/health":
+            body = json.dumps(self.tier_health()).encode()
             await _respond(writer, "200 OK", "application/json", body)
         else:
             await _respond(writer, "404 Not Found", "text/plain", b"not found\n")

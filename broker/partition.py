@@ -1,8 +1,18 @@
-"""`Partition`: one partition's replica on this broker: its log, leader epoch and high watermark.
+"""`Partition`: one partition's replica on this broker, as leader or as follower.
 
-For now every partition has one replica, this broker, which is its leader and the
-whole ISR: the high watermark follows the log end offset on each append. Appends
-are synchronous on the event loop, so they are serialised by construction.
+As leader it stamps appends with its leader epoch, tracks each follower (`ReplicaState`)
+from the follower's fetches, moves the high watermark to the lowest log end offset of
+its maximal ISR (not while the ISR is below `min.insync.replicas`, as Kafka since
+KAFKA-15583), and asks for ISR changes: a caught-up follower in, a lagging one out.
+The ISR is the committed one (as last written to the partition state); while a change
+is in flight, `pending_isr` holds the one asked for, and the maximal ISR (committed and
+any replica being added) is what the high watermark and acks=all count, as in Kafka's
+KIP-497. As follower it appends what its leader sent, keeping offsets and epochs.
+
+Leadership changes come from the partition state the controller wrote (`make_leader`,
+`make_follower`); a state older than the one held (leader epoch, then partition epoch)
+is ignored. Not shared between tasks: the event loop owns it, and appends are
+synchronous, so they are serialised.
 """
 
 from __future__ import annotations
@@ -10,8 +20,16 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState
+from tierbroker.broker.replica import ReplicaState
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.storage.log import FetchDataInfo, Log, LogAppendInfo
+from tierbroker.storage.log import (
+    FetchDataInfo,
+    Log,
+    LogAppendInfo,
+    LogStartOffsetIncrementReason,
+    now_ms,
+)
 from tierbroker.storage.topic_partition import TopicPartition
 
 
@@ -22,13 +40,38 @@ class OffsetAndEpoch:
     leader_epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class FollowerFetch:
+    """What a follower's fetch asked for."""
+
+    replica_id: int
+    broker_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    current_leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class DivergingEpoch:
+    epoch: int
+    end_offset: int
+
+
 class Partition:
-    def __init__(self, log: Log, leader_id: int, leader_epoch: int) -> None:
+    def __init__(self, log: Log, local_broker_id: int, replica_lag_time_max_ms: int = 30_000):
         self.log = log
-        self.leader_id = leader_id
-        self.leader_epoch = leader_epoch
-        # A new leader whose ISR is itself: everything in its log is committed.
-        self.log.update_high_watermark(self.log.log_end_offset)
+        self.local_broker_id = local_broker_id
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.leader_id = NO_LEADER
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.controller_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: frozenset[int] = frozenset()
+        self.pending_isr: frozenset[int] | None = None
+        self.remote_replicas: dict[int, ReplicaState] = {}
+        self.leader_epoch_start_offset = -1
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -42,6 +85,74 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_broker_id
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        return self.isr | self.pending_isr if self.pending_isr is not None else self.isr
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """`min.insync.replicas`, capped at the replication factor (Kafka's effective min ISR)."""
+        return min(self.log.config.min_insync_replicas, max(1, len(self.replicas)))
+
+    @property
+    def is_under_min_isr(self) -> bool:
+        return len(self.isr) < self.min_insync_replicas
+
+    @property
+    def is_under_replicated(self) -> bool:
+        return self.is_leader and len(self.isr) < len(self.replicas)
+
+    # Leadership ----------------------------------------------------------------------
+
+    def is_stale(self, state: PartitionState) -> bool:
+        """`state` is older than what this replica holds."""
+        return (state.leader_epoch, state.partition_epoch) < (
+            self.leader_epoch,
+            self.partition_epoch,
+        )
+
+    def make_leader(self, state: PartitionState, replicas: tuple[int, ...]) -> bool:
+        """Lead under `state`; True if this starts a new leadership (a new leader epoch).
+
+        As Kafka's makeLeader: the new epoch starts at the log end offset before any
+        append, and what was known of followers is reset."""
+        new_leadership = not self.is_leader or state.leader_epoch != self.leader_epoch
+        self._take(state, replicas)
+        now = now_ms()
+        self.remote_replicas = {
+            b: self.remote_replicas.get(b) or ReplicaState(b)
+            for b in replicas
+            if b != self.local_broker_id
+        }
+        if new_leadership:
+            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+            self.leader_epoch_start_offset = self.log.log_end_offset
+            for replica in self.remote_replicas.values():
+                replica.reset(now, replica.broker_id in self.isr)
+        self.maybe_increment_leader_hw(now)
+        return new_leadership
+
+    def make_follower(self, state: PartitionState, replicas: tuple[int, ...]) -> bool:
+        """Follow under `state`; True if the leader or its epoch changed."""
+        changed = self.leader_id != state.leader or self.leader_epoch != state.leader_epoch
+        self._take(state, replicas)
+        self.remote_replicas = {}
+        self.leader_epoch_start_offset = -1
+        return changed
+
+    def _take(self, state: PartitionState, replicas: tuple[int, ...]) -> None:
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.partition_epoch = state.partition_epoch
+        self.controller_epoch = state.controller_epoch
+        self.replicas = replicas
+        self.isr = frozenset(state.isr)
+        self.pending_isr = None
+
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fence a client whose view of the leader epoch differs (-1: no check), as Kafka does."""
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
@@ -49,30 +160,171 @@ class Partition:
         fenced = current_leader_epoch < self.leader_epoch
         raise KafkaError(
             ErrorCode.fenced_leader_epoch if fenced else ErrorCode.unknown_leader_epoch,
-            f"{self.topic_partition}: client's leader epoch {current_leader_epoch}, "
+            f"{self.topic_partition}: leader epoch {current_leader_epoch} given, "
             f"current {self.leader_epoch}",
         )
 
-    def append_records_to_leader(self, records: bytearray) -> LogAppendInfo:
+    def check_leader(self, current_leader_epoch: int) -> None:
+        self.check_leader_epoch(current_leader_epoch)
+        if not self.is_leader:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"{self.topic_partition}: broker {self.local_broker_id} is not the leader "
+                f"(leader {self.leader_id}, epoch {self.leader_epoch})",
+            )
+
+    # Leader: appends and the high watermark ------------------------------------------
+
+    def append_records_to_leader(self, records: bytearray, required_acks: int) -> LogAppendInfo:
+        """Append as leader; NOT_ENOUGH_REPLICAS before writing anything if acks=all and the
+        ISR is smaller than `min.insync.replicas`."""
+        self.check_leader(-1)
+        if required_acks == -1 and self.is_under_min_isr:
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"{self.topic_partition}: ISR {sorted(self.isr)} is smaller than "
+                f"min.insync.replicas {self.min_insync_replicas}",
+            )
         info = self.log.append_as_leader(records, self.leader_epoch)
-        # The ISR is this replica alone: everything appended is committed.
-        self.log.update_high_watermark(self.log.log_end_offset)
+        self.maybe_increment_leader_hw(now_ms())
         return info
+
+    def maybe_increment_leader_hw(self, now: int) -> bool:
+        """Move the high watermark up to the lowest log end offset among the maximal ISR and
+        the caught-up followers; True if it moved."""
+        if not self.is_leader or self.is_under_min_isr:
+            return False
+        end = self.log.log_end_offset
+        high_watermark = end
+        maximal = self.maximal_isr
+        for replica in self.remote_replicas.values():
+            counts = replica.broker_id in maximal or replica.is_caught_up(
+                end, now, self.replica_lag_time_max_ms
+            )
+            if counts and replica.log_end_offset < high_watermark:
+                high_watermark = replica.log_end_offset
+        if high_watermark <= self.log.high_watermark:
+            return False
+        self.log.update_high_watermark(high_watermark)
+        return True
+
+    def check_enough_replicas(self, required_offset: int) -> ErrorCode | None:
+        """The answer of an acks=all produce waiting for `required_offset`, or None to wait."""
+        if not self.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if self.log.high_watermark < required_offset:
+            return None
+        if len(self.maximal_isr) < self.min_insync_replicas:
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    # Leader: followers' fetches and the ISR ------------------------------------------
+
+    def diverging_epoch(self, fetch: FollowerFetch) -> DivergingEpoch | None:
+        """Where the follower's log left the leader's, if it did (Kafka's fetch-time check)."""
+        if fetch.last_fetched_epoch < 0:
+            return None
+        epoch, end = self.log.end_offset_for_epoch(fetch.last_fetched_epoch)
+        if epoch < 0 or end < 0:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"{self.topic_partition}: no end offset for epoch {fetch.last_fetched_epoch}",
+            )
+        if end < fetch.fetch_offset or epoch < fetch.last_fetched_epoch:
+            return DivergingEpoch(epoch, end)
+        return None
+
+    def read_for_follower(self, fetch: FollowerFetch, max_bytes: int) -> FetchDataInfo:
+        """Batches up to the log end offset for a follower (KIP-74: at least one)."""
+        self.check_leader(fetch.current_leader_epoch)
+        if fetch.replica_id not in self.remote_replicas:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"{self.topic_partition}: broker {fetch.replica_id} is not a replica",
+            )
+        return self.log.read(fetch.fetch_offset, max_bytes, self.log.log_end_offset, True)
+
+    def update_follower_fetch_state(self, fetch: FollowerFetch, now: int) -> bool:
+        """Record a follower's fetch; True if the high watermark moved."""
+        replica = self.remote_replicas.get(fetch.replica_id)
+        if replica is None:
+            return False
+        replica.update_fetch_state(
+            fetch.fetch_offset,
+            fetch.log_start_offset,
+            now,
+            self.log.log_end_offset,
+            fetch.broker_epoch,
+        )
+        return self.maybe_increment_leader_hw(now)
+
+    def isr_expansion(self, replica_id: int, is_eligible: bool) -> frozenset[int] | None:
+        """The ISR with `replica_id` added, if it has caught up (its log end offset is at
+        least the high watermark and the start of this leader epoch) and no change is in
+        flight; else None."""
+        replica = self.remote_replicas.get(replica_id)
+        if (
+            replica is None
+            or not is_eligible
+            or replica_id in self.isr
+            or self.pending_isr is not None
+            or replica.log_end_offset < self.log.high_watermark
+            or replica.log_end_offset < self.leader_epoch_start_offset
+        ):
+            return None
+        return self.isr | {replica_id}
+
+    def isr_shrink(self, now: int) -> frozenset[int] | None:
+        """The ISR without followers that stopped catching up, if any and no change is in
+        flight; else None."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        end = self.log.log_end_offset
+        lagging = {
+            b
+            for b in self.isr
+            if b != self.local_broker_id
+            and (
+                (replica := self.remote_replicas.get(b)) is None
+                or not replica.is_caught_up(end, now, self.replica_lag_time_max_ms)
+            )
+        }
+        return self.isr - lagging if lagging else None
+
+    # Follower ------------------------------------------------------------------------
+
+    def append_records_to_follower(
+        self, records: bytes | memoryview, leader_high_watermark: int, leader_log_start: int
+    ) -> LogAppendInfo | None:
+        """Append what the leader sent (if anything), then follow its high watermark and
+        log start offset, each capped at this log's end."""
+        info = self.log.append_as_follower(records) if records else None
+        self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+        if leader_log_start > self.log.log_start_offset:
+            self.log.maybe_increment_log_start_offset(
+                min(leader_log_start, self.log.high_watermark),
+                LogStartOffsetIncrementReason.LEADER_OFFSET_INCREMENTED,
+            )
+        return info
+
+    # Consumers -----------------------------------------------------------------------
 
     def read(
         self, offset: int, max_bytes: int, min_one_batch: bool, current_leader_epoch: int
     ) -> FetchDataInfo:
-        self.check_leader_epoch(current_leader_epoch)
+        self.check_leader(current_leader_epoch)
         return self.log.read(offset, max_bytes, self.log.high_watermark, min_one_batch)
 
     def fetch_offset_for_timestamp(
-        self, timestamp_ms: int, current_leader_epoch: int
+        self, timestamp_ms: int, current_leader_epoch: int, from_follower: bool = False
     ) -> OffsetAndEpoch | None:
-        self.check_leader_epoch(current_leader_epoch)
+        self.check_leader(current_leader_epoch)
         found = self.log.fetch_offset_by_timestamp(timestamp_ms)
         if found is None:
             return None
         offset, timestamp, epoch = found
+        if from_follower:
+            return OffsetAndEpoch(offset, timestamp, epoch)
         if timestamp_ms >= 0 and offset >= self.log.high_watermark:
             return None
         return OffsetAndEpoch(min(offset, self.log.high_watermark), timestamp, epoch)
@@ -80,5 +332,5 @@ class Partition:
     def last_offset_for_leader_epoch(
         self, current_leader_epoch: int, leader_epoch: int
     ) -> tuple[int, int]:
-        self.check_leader_epoch(current_leader_epoch)
+        self.check_leader(current_leader_epoch)
         return self.log.end_offset_for_epoch(leader_epoch)

@@ -16,7 +16,7 @@ import errno
 import os
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierbroker.broker.config import BrokerConfig, ConfigError, Endpoint
@@ -38,18 +38,17 @@ _S3_SETTING = re.compile(r"(?<![\w.])((?:storage|key)\.[a-z0-9.]*[a-z0-9])")
 
 @dataclass(slots=True)
 class BoundPorts:
-    """The broker's listening socket and the metrics endpoint's, bound and not listening."""
+    """A broker's listening socket and its metrics endpoint's, bound and not listening; the
+    port numbers stay known once the sockets are closed (a restart binds them again)."""
 
     broker: socket.socket
     metrics: socket.socket | None
+    port: int = field(init=False)
+    metrics_port: int | None = field(init=False)
 
-    @property
-    def port(self) -> int:
-        return int(self.broker.getsockname()[1])
-
-    @property
-    def metrics_port(self) -> int | None:
-        return None if self.metrics is None else int(self.metrics.getsockname()[1])
+    def __post_init__(self) -> None:
+        self.port = int(self.broker.getsockname()[1])
+        self.metrics_port = None if self.metrics is None else int(self.metrics.getsockname()[1])
 
     def close(self) -> None:
         self.broker.close()
@@ -57,13 +56,15 @@ class BoundPorts:
             self.metrics.close()
 
 
-def preflight(config: BrokerConfig, ports_file: Path | None = None) -> BoundPorts:
-    """Check what the broker needs from the machine and bind its ports; `ConfigError`
-    (nothing bound, nothing written) if something is missing."""
-    for log_dir in config.log_dir_paths:
-        check_writable_dir(log_dir, "log.dirs")
-    if config.remote_log_storage_system_enable:
-        check_remote_tier(config)
+def preflight(configs: list[BrokerConfig], ports_file: Path | None = None) -> list[BoundPorts]:
+    """Check what the brokers of `configs` (one process's, as `broker_configs` makes them)
+    need from the machine and bind their ports; `ConfigError` (nothing bound, nothing
+    written) if something is missing."""
+    for config in configs:
+        for log_dir in config.log_dir_paths:
+            check_writable_dir(log_dir, "log.dirs")
+    if configs[0].remote_log_storage_system_enable:  # the brokers' plugins are the same
+        check_remote_tier(configs[0])
     if ports_file is not None:
         parent = Path(os.path.abspath(ports_file)).parent
         if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
@@ -71,7 +72,20 @@ def preflight(config: BrokerConfig, ports_file: Path | None = None) -> BoundPort
                 f"--ports-file {ports_file}: {parent} is not a writable directory: "
                 "name a file in one"
             )
-    return bind_ports(config)
+    return bind_all(configs)
+
+
+def bind_all(configs: list[BrokerConfig]) -> list[BoundPorts]:
+    """The ports of every broker of `configs`, or none (`ConfigError` if one is taken)."""
+    bound: list[BoundPorts] = []
+    try:
+        for config in configs:
+            bound.append(bind_ports(config))
+    except ConfigError:
+        for ports in bound:
+            ports.close()
+        raise
+    return bound
 
 
 def check_writable_dir(path: Path, prop: str) -> None:

@@ -22,7 +22,7 @@ from typing import cast
 
 from prometheus_client import CollectorRegistry
 
-from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.cluster.topic_admin import TopicAdmin
 from tierbroker.broker.config import BrokerConfig, ConfigError
 from tierbroker.broker.internal_topic import RemoteLogMetadataTopic
 from tierbroker.broker.replica_manager import ReplicaManager
@@ -99,7 +99,7 @@ def build_remote_log_manager(
     config: BrokerConfig,
     cluster_id: str,
     replicas: ReplicaManager,
-    controller: Controller,
+    admin: TopicAdmin,
     registry: CollectorRegistry,
 ) -> RemoteLogManager:
     log_dir = config.log_dir_paths[0]
@@ -112,19 +112,22 @@ def build_remote_log_manager(
             **config.rsm_configs,
         }
     )
-    rlmm = _metadata_manager(config, replicas, controller, log_dir)
+    rlmm = _metadata_manager(config, replicas, admin, log_dir)
     rlmm.configure(config.rlmm_configs)
     return RemoteLogManager(_rlm_config(config), config.broker_id, rsm, rlmm, log_dir, registry)
 
 
 def _metadata_manager(
-    config: BrokerConfig, replicas: ReplicaManager, controller: Controller, log_dir: Path
+    config: BrokerConfig, replicas: ReplicaManager, admin: TopicAdmin, log_dir: Path
 ) -> RemoteLogMetadataManager:
     rlmm_class = metadata_manager_class(config)
     if rlmm_class is not None:
         return rlmm_class()
     topic = RemoteLogMetadataTopic(
-        config.remote_log_metadata_topic_num_partitions, replicas, controller
+        config.remote_log_metadata_topic_num_partitions,
+        config.remote_log_metadata_topic_replication_factor,
+        replicas,
+        admin,
     )
     return TopicBasedRemoteLogMetadataManager(topic, log_dir)
 

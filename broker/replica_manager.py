@@ -1,27 +1,45 @@
-"""`ReplicaManager`: the partitions this broker hosts, and appends and reads across them.
+"""`ReplicaManager`: the partitions this broker hosts, as leader or follower, and the
+appends and reads across them.
+
+It follows the cluster's metadata: each `MetadataDelta` makes partitions leaders or
+followers (creating their logs first, a batch at a time, off the event loop), moves
+followers between fetchers, and stops replicas no longer assigned here (deleting
+their logs). Deltas are applied one at a time, in order, by one task.
 
 Handlers call it with plain values and get plain results back; it decides which
-partition answers, what error a partition gets, when a fetch must wait, and when
-a read goes to the remote tier (an offset below the local log but within the
-log, served through the RemoteLogManager's reader pool).
+partition answers, what error a partition gets, when a request waits, and when a
+read goes to the remote tier. Waiting requests park in purgatories keyed by
+partition: acks=all produces until the high watermark passes their last offset,
+fetches until min_bytes (or, for a follower, until the high watermark it last saw is
+stale). Every change of a log end offset, high watermark or leadership wakes them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from dataclasses import dataclass, replace
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tierbroker.broker.alter_partition import AlterPartitionManager
+from tierbroker.broker.cluster.metadata_cache import MetadataCache, MetadataDelta
+from tierbroker.broker.cluster.store import MetadataStore
+from tierbroker.broker.cluster.zk_data import PartitionState
 from tierbroker.broker.long_lived import LongLivedObjects
-from tierbroker.broker.partition import OffsetAndEpoch, Partition
+from tierbroker.broker.partition import FollowerFetch, OffsetAndEpoch, Partition
 from tierbroker.broker.purgatory import Purgatory
+from tierbroker.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.file_cache import LOG_FILES
-from tierbroker.storage.log import LogStartOffsetIncrementReason, OffsetMovedToTieredStorage
+from tierbroker.storage.log import (
+    LogStartOffsetIncrementReason,
+    OffsetMovedToTieredStorage,
+    now_ms,
+)
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
@@ -30,6 +48,15 @@ from tierbroker.storage.segment import FileSlice
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    replica_lag_time_max_ms: int = 30_000
+    fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+    # Complete a follower's parked fetch when the high watermark moves (KIP-392's design;
+    # Kafka keeps it for clusters with a replica selector, as KAFKA-9731 decided).
+    propagate_high_watermark: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +74,8 @@ class FetchRequestPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    log_start_offset: int = -1  # a follower's
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +84,7 @@ class FetchResultPartition:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: FileSlice | memoryview | None = None  # a view: read from the remote tier
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for a follower
 
     @property
     def size(self) -> int:
@@ -68,6 +98,12 @@ class FetchParams:
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    replica_id: int = -1  # a follower's broker id; -1 for consumers
+    replica_epoch: int = -1
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,49 +115,176 @@ class _RemoteRead:
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_manager: LogManager) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        cache: MetadataCache,
+        store: MetadataStore,
+        config: ReplicationConfig | None = None,
+        log_config: Callable[[str], LogConfig] | None = None,
+    ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
+        self.cache = cache
+        self.config = config or ReplicationConfig()
+        self.log_config = log_config or (lambda _topic: LogConfig())
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = Purgatory()
+        self.produce_purgatory = Purgatory()
         self.remote: RemoteLogManager | None = None
         self.long_lived = LongLivedObjects()
+        self.broker_epoch = -1  # the czxid of this broker's registration
+        self.fenced = False  # its metadata session is gone: a successor may lead
+        self.alter_partition = AlterPartitionManager(store, self._on_isr_committed)
+        self.fetchers = ReplicaFetcherManager(
+            broker_id, lambda: self.broker_epoch, self.config.fetcher, self._on_follower_appended
+        )
+        self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
+        self._deltas: asyncio.Queue[MetadataDelta] = asyncio.Queue()
+        self._applier: asyncio.Task[None] | None = None
+        self.applied = asyncio.Event()  # set whenever the queue of deltas is drained
 
-    # Leadership ----------------------------------------------------------------------
+    # Following the metadata ----------------------------------------------------------
 
-    def make_leader(
-        self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig, leader_epoch: int
-    ) -> Partition:
-        log_ = self.log_manager.get_or_create_log(tp, topic_id, config)
-        # As Kafka's makeLeader: the new epoch starts at the log end offset.
-        log_.leader_epoch_cache.assign(leader_epoch, log_.log_end_offset)
-        partition = Partition(log_, self.broker_id, leader_epoch)
-        self.partitions[tp] = partition
+    async def start(self) -> None:
+        """Take every partition the metadata assigns here, delete logs it does not, then
+        follow the metadata's changes."""
+        full = MetadataDelta(partitions=dict(self.cache.states), brokers_changed=True)
+        for tp in list(self.log_manager.logs):
+            if self.broker_id not in self.cache.replicas(tp):
+                full.partitions.setdefault(tp, None)
+        await self._apply(full)
+        self.cache.add_listener(self._enqueue)
+        self._applier = asyncio.get_running_loop().create_task(
+            self._apply_deltas(), name=f"replica-manager-{self.broker_id}"
+        )
+
+    def _enqueue(self, delta: MetadataDelta) -> None:
+        self.applied.clear()
+        self._deltas.put_nowait(delta)
+
+    async def _apply_deltas(self) -> None:
+        while True:
+            if self._deltas.empty():
+                self.applied.set()
+            delta = await self._deltas.get()
+            try:
+                await self._apply(delta)
+            except KafkaError as e:  # a log that could not be created: its dir is offline
+                log.warning("broker %d: metadata change not applied whole: %s", self.broker_id, e)
+            except Exception:
+                log.exception("broker %d: applying a metadata change failed", self.broker_id)
+
+    async def _apply(self, delta: MetadataDelta) -> None:
+        await self._create_logs(delta)
+        for tp, state in delta.partitions.items():
+            replicas = self.cache.replicas(tp)
+            if state is None or self.broker_id not in replicas:
+                self.stop_replica(tp, delete=True)
+            elif tp in self.log_manager.logs:
+                self._become(tp, state, replicas)
+        for topic in delta.configs_changed:
+            config = self.log_config(topic)
+            for p in range(self.cache.partition_count(topic)):
+                self.update_config(TopicPartition(topic, p), config)
+        if delta.brokers_changed:
+            self._refetch_from_new_endpoints()
+
+    async def _create_logs(self, delta: MetadataDelta) -> None:
+        """Create, off the event loop, the logs of partitions new here: a batch per topic
+        and role (a new leader's log starts with its epoch; a follower's takes the epochs
+        of what it fetches)."""
+        new: defaultdict[tuple[str, int | None], list[TopicPartition]] = defaultdict(list)
+        for tp, state in delta.partitions.items():
+            if (
+                state is not None
+                and tp not in self.log_manager.logs
+                and self.broker_id in self.cache.replicas(tp)
+            ):
+                epoch = state.leader_epoch if state.leader == self.broker_id else None
+                new[tp.topic, epoch].append(tp)
+        for (topic, epoch), tps in new.items():
+            assignment = self.cache.topics.get(topic)
+            if assignment is not None:
+                await self.log_manager.create_logs(
+                    tps, assignment.topic_id, self.log_config(topic), epoch
+                )
+
+    def _become(self, tp: TopicPartition, state: PartitionState, replicas: tuple[int, ...]) -> None:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            partition = Partition(
+                self.log_manager.logs[tp], self.broker_id, self.config.replica_lag_time_max_ms
+            )
+            self.partitions[tp] = partition
+            self.long_lived.partition_led()
+        elif partition.is_stale(state):
+            return
+        was_leader = partition.is_leader
+        if state.leader == self.broker_id:
+            if partition.make_leader(state, replicas):
+                self.fetchers.remove(tp)
+                log.debug("%s: leader in epoch %d, ISR %s", tp, state.leader_epoch, list(state.isr))
+                self._leadership_changed(partition, True)
+            self._wake(tp)
+            return
+        if partition.make_follower(state, replicas) or was_leader:
+            self.fetchers.remove(tp)
+            self._leadership_changed(partition, False)
+            self._wake(tp)
+            leader = self.cache.brokers.get(state.leader)
+            if leader is not None:
+                self.fetchers.add(partition, leader.broker_id, leader.host, leader.port)
+            log.debug("%s: follower of %d in epoch %d", tp, state.leader, state.leader_epoch)
+
+    def _leadership_changed(self, partition: Partition, leader: bool) -> None:
+        tip = TopicIdPartition(partition.topic_id, partition.topic_partition)
         if self.remote is not None:
-            self.remote.on_leadership(TopicIdPartition(topic_id, tp), log_)
-        self.long_lived.partition_led()
-        return partition
+            if leader:
+                self.remote.on_leadership(tip, partition.log)
+            else:
+                self.remote.on_stop(tip, delete=False)
+        for listener in self.leadership_listeners:
+            listener(partition, leader)
+
+    def _refetch_from_new_endpoints(self) -> None:
+        """Followers whose leader registered (again, perhaps elsewhere) fetch from it."""
+        for tp, partition in self.partitions.items():
+            if partition.is_leader:
+                continue
+            leader = self.cache.brokers.get(partition.leader_id)
+            if leader is None:
+                self.fetchers.remove(tp)
+                continue
+            if self.fetchers.endpoint_of(tp) != (leader.broker_id, leader.host, leader.port):
+                self.fetchers.add(partition, leader.broker_id, leader.host, leader.port)
 
     def attach_remote_log_manager(self, remote: RemoteLogManager) -> None:
         """Tiering starts: hand every partition led so far to the RemoteLogManager."""
         self.remote = remote
         for tp, partition in self.partitions.items():
-            remote.on_leadership(TopicIdPartition(partition.topic_id, tp), partition.log)
+            if partition.is_leader:
+                remote.on_leadership(TopicIdPartition(partition.topic_id, tp), partition.log)
         self.long_lived.freeze()
 
     def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
+        self.fetchers.remove(tp)
         partition = self.partitions.pop(tp, None)
         if partition is not None and self.remote is not None:
             self.remote.on_stop(TopicIdPartition(partition.topic_id, tp), delete)
+        if partition is not None and partition.is_leader:
+            for listener in self.leadership_listeners:
+                listener(partition, False)
         if delete:
             self.log_manager.delete_log(tp)
-        self.fetch_purgatory.notify(tp)
+        self._wake(tp)
 
     def on_log_dir_offline(self, log_dir: Path) -> None:
-        """Wake fetches waiting on the dir's partitions: they now answer KAFKA_STORAGE_ERROR."""
+        """Wake requests waiting on the dir's partitions: they now answer KAFKA_STORAGE_ERROR."""
         for tp, partition in self.partitions.items():
             if partition.log.dir.parent == log_dir:
-                self.fetch_purgatory.notify(tp)
+                self._wake(tp)
 
     def update_config(self, tp: TopicPartition, config: LogConfig) -> None:
         partition = self.partitions.get(tp)
@@ -130,11 +293,21 @@ class ReplicaManager:
             if self.remote is not None:
                 self.remote.config_changed(TopicIdPartition(partition.topic_id, tp))
 
+    def _wake(self, tp: TopicPartition) -> None:
+        self.fetch_purgatory.notify(tp)
+        self.produce_purgatory.notify(tp)
+
     def partition_or_error(self, tp: TopicPartition) -> Partition:
         """The partition, if hosted here and its log dir is online (else KAFKA_STORAGE_ERROR)."""
         partition = self.partitions.get(tp)
         if partition is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{tp} is not hosted here")
+            known = tp.topic in self.cache.topics and tp.partition < self.cache.partition_count(
+                tp.topic
+            )
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition,
+                f"{tp} is not hosted by broker {self.broker_id}",
+            )
         if not self.log_manager.is_online(partition.log):
             raise KafkaError(
                 ErrorCode.kafka_storage_error,
@@ -142,22 +315,70 @@ class ReplicaManager:
             )
         return partition
 
+    def fence(self) -> None:
+        """Acknowledge no acks=all write until `unfence`: this broker may no longer lead."""
+        self.fenced = True
+        for tp in self.partitions:
+            self.produce_purgatory.notify(tp)
+
+    def unfence(self) -> None:
+        self.fenced = False
+
+    # The ISR -------------------------------------------------------------------------
+
+    def _is_isr_eligible(self, broker_id: int) -> bool:
+        return broker_id in self.cache.brokers
+
+    def maybe_shrink_isr(self) -> None:
+        """Drop followers that stopped catching up from the ISR of every partition led here
+        (every replica.lag.time.max.ms / 2, as Kafka's isr-expiration task)."""
+        now = now_ms()
+        for partition in self.partitions.values():
+            shrunk = partition.isr_shrink(now)
+            if shrunk is not None:
+                log.info(
+                    "%s: shrinking ISR %s to %s (lagging more than %d ms)",
+                    partition.topic_partition,
+                    sorted(partition.isr),
+                    sorted(shrunk),
+                    self.config.replica_lag_time_max_ms,
+                )
+                self.alter_partition.submit(partition, shrunk)
+
+    def _on_isr_committed(self, partition: Partition, _expanded: bool) -> None:
+        partition.maybe_increment_leader_hw(now_ms())
+        self._wake(partition.topic_partition)
+
+    def _on_follower_appended(self, partitions: list[Partition]) -> None:
+        for partition in partitions:
+            self._wake(partition.topic_partition)
+
     # Produce -------------------------------------------------------------------------
 
-    def append_records(
-        self, entries: dict[TopicPartition, bytes]
+    async def append_records(
+        self, entries: dict[TopicPartition, bytes], required_acks: int = 1, timeout_ms: int = 0
     ) -> dict[TopicPartition, ProduceResult]:
-        """Append to each partition as leader; errors stay per partition.
+        """Append to each partition as leader; with acks=all, wait until the ISR has the
+        records (or `timeout_ms`). Errors stay per partition.
 
         An append that fails on I/O (ENOSPC, EIO) left nothing behind; it is answered
         KAFKA_STORAGE_ERROR and takes its log dir offline.
         """
-        results = {}
+        results: dict[TopicPartition, ProduceResult] = {}
+        waiting: dict[TopicPartition, int] = {}  # partition -> the offset the HW must pass
         for tp, records in entries.items():
+            partition: Partition | None = None
+            if required_acks == -1 and self.fenced:
+                results[tp] = ProduceResult(
+                    ErrorCode.not_leader_or_follower,
+                    error_message=f"broker {self.broker_id} lost its metadata session",
+                )
+                continue
             try:
                 partition = self.partition_or_error(tp)
-                info = partition.append_records_to_leader(bytearray(records))
+                info = partition.append_records_to_leader(bytearray(records), required_acks)
             except OSError as e:
+                assert partition is not None
                 error = self.log_manager.storage_error(
                     partition.log.dir.parent, tp, e, f"appending to {tp}"
                 )
@@ -173,12 +394,50 @@ class ReplicaManager:
             results[tp] = ProduceResult(
                 ErrorCode.none, info.first_offset, info.log_append_time_ms, info.log_start_offset
             )
-            self.fetch_purgatory.notify(tp)
+            self._wake(tp)
+            if required_acks == -1 and info.record_count:
+                waiting[tp] = info.last_offset + 1
+        if waiting:
+            await self._wait_for_replicas(results, waiting, timeout_ms)
         return results
+
+    async def _wait_for_replicas(
+        self,
+        results: dict[TopicPartition, ProduceResult],
+        waiting: dict[TopicPartition, int],
+        timeout_ms: int,
+    ) -> None:
+        """Kafka's DelayedProduce: each partition answers NONE once the high watermark passes
+        its records, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+        min.insync.replicas meanwhile, NOT_LEADER_OR_FOLLOWER if leadership moved, or
+        REQUEST_TIMED_OUT."""
+        outcome: dict[TopicPartition, ErrorCode] = {}
+
+        def settled() -> bool:
+            for tp, offset in waiting.items():
+                if tp in outcome:
+                    continue
+                partition = self.partitions.get(tp)
+                code = (
+                    partition.check_enough_replicas(offset)
+                    if partition is not None and not self.fenced
+                    else ErrorCode.not_leader_or_follower
+                )
+                if code is not None:
+                    outcome[tp] = code
+            return len(outcome) == len(waiting)
+
+        await self.produce_purgatory.wait_until(waiting, timeout_ms / 1000, settled)
+        for tp in waiting:
+            code = outcome.get(tp, ErrorCode.request_timed_out)
+            if code != ErrorCode.none:
+                results[tp] = replace(results[tp], error=code, error_message=None)
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """DeleteRecords: move the log start offset (-1: to the high watermark); returns it."""
-        log_ = self.partition_or_error(tp).log
+        partition = self.partition_or_error(tp)
+        partition.check_leader(-1)
+        log_ = partition.log
         target = log_.high_watermark if offset == -1 else offset
         if target < 0:
             raise KafkaError(
@@ -201,42 +460,83 @@ class ReplicaManager:
         left when its turn came, so several remote partitions never exceed fetch.max.bytes.
         A waiting fetch that finds, when woken, its offset gone from the local log (local
         retention deleted it meanwhile) completes and reads the remote tier, as Kafka's
-        DelayedFetch completes for an offset on an older segment.
+        DelayedFetch completes for an offset on an older segment. A follower's fetch also
+        completes when the high watermark moved past what it was last told.
         """
         results, remote = self._read(params, requests)
-        if params.max_wait_ms > 0 and requests and not self._satisfied(params, results, remote):
+        if (
+            params.max_wait_ms > 0
+            and requests
+            and not self._satisfied(params, requests, results, remote)
+        ):
             keys = [r.topic_partition for r in requests]
             await self.fetch_purgatory.wait_until(
                 keys,
                 params.max_wait_ms / 1000,
-                lambda: self._satisfied(params, *self._read(params, requests)),
+                lambda: self._satisfied(
+                    params, requests, *self._read(params, requests, update=False)
+                ),
             )
             results, remote = self._read(params, requests)
         if remote:
             await self._read_remote(results, remote)
+        if params.is_from_follower:
+            self._remember_sent_high_watermarks(params.replica_id, requests, results)
         return results
 
-    @staticmethod
     def _satisfied(
-        params: FetchParams, results: list[FetchResultPartition], remote: list[_RemoteRead]
+        self,
+        params: FetchParams,
+        requests: list[FetchRequestPartition],
+        results: list[FetchResultPartition],
+        remote: list[_RemoteRead],
     ) -> bool:
-        """A delayed fetch completes on an error, a remote read, or min_bytes of local data."""
-        if remote or any(r.error != ErrorCode.none for r in results):
+        """A delayed fetch completes on an error, a remote read, a diverging epoch, min_bytes
+        of data, or (a follower's) a high watermark it has not been told yet."""
+        if remote or any(
+            r.error != ErrorCode.none or r.diverging_epoch is not None for r in results
+        ):
+            return True
+        if params.is_from_follower and self._high_watermark_news(params.replica_id, requests):
             return True
         return sum(r.size for r in results) >= params.min_bytes
 
+    def _high_watermark_news(self, replica_id: int, requests: list[FetchRequestPartition]) -> bool:
+        """The follower was last told a lower high watermark than a partition now has
+        (KIP-392: a follower serving consumers must learn it promptly)."""
+        if not self.config.propagate_high_watermark:
+            return False
+        for request in requests:
+            partition = self.partitions.get(request.topic_partition)
+            if partition is None:
+                continue
+            replica = partition.remote_replicas.get(replica_id)
+            if replica is not None and replica.last_sent_high_watermark < partition.high_watermark:
+                return True
+        return False
+
+    def _remember_sent_high_watermarks(
+        self,
+        replica_id: int,
+        requests: list[FetchRequestPartition],
+        results: list[FetchResultPartition],
+    ) -> None:
+        for request, result in zip(requests, results, strict=True):
+            partition = self.partitions.get(request.topic_partition)
+            replica = partition.remote_replicas.get(replica_id) if partition else None
+            if replica is not None:
+                replica.last_sent_high_watermark = result.high_watermark
+
     def _read(
-        self, params: FetchParams, requests: list[FetchRequestPartition]
+        self, params: FetchParams, requests: list[FetchRequestPartition], update: bool = True
     ) -> tuple[list[FetchResultPartition], list[_RemoteRead]]:
         bytes_left = params.max_bytes
-        min_one_batch = (
-            True  # KIP-74: the first partition with data returns a batch even if too big
-        )
+        min_one_batch = True  # KIP-74: the first partition with data returns a batch even if big
         results: list[FetchResultPartition] = []
         remote: list[_RemoteRead] = []
         for request in requests:
             budget = min(bytes_left, request.max_bytes)
-            result = self._read_partition(request, budget, min_one_batch)
+            result = self._read_partition(params, request, budget, min_one_batch, update)
             if isinstance(result, _RemoteRead):
                 remote.append(replace(result, index=len(results)))
                 results.append(FetchResultPartition(ErrorCode.none))
@@ -250,38 +550,87 @@ class ReplicaManager:
         return results, remote
 
     def _read_partition(
-        self, request: FetchRequestPartition, max_bytes: int, min_one_batch: bool
+        self,
+        params: FetchParams,
+        request: FetchRequestPartition,
+        max_bytes: int,
+        min_one_batch: bool,
+        update: bool,
     ) -> FetchResultPartition | _RemoteRead:
         try:
             partition = self.partition_or_error(request.topic_partition)
+            if params.is_from_follower:
+                return self._read_for_follower(params, partition, request, max_bytes, update)
             if max_bytes <= 0 and not min_one_batch:
+                partition.check_leader(request.current_leader_epoch)
                 return FetchResultPartition(
                     ErrorCode.none, partition.high_watermark, partition.log.log_start_offset
                 )
             data = partition.read(
                 request.fetch_offset, max_bytes, min_one_batch, request.current_leader_epoch
             )
-            records = data.records
-            return FetchResultPartition(
-                ErrorCode.none,
-                partition.high_watermark,
-                partition.log.log_start_offset,
-                # Too many log files held open: a response must not hold one more.
-                memoryview(records.read())
-                if records is not None and LOG_FILES.under_pressure
-                else records,
-            )
+            return self._result(partition, data.records)
         except OffsetMovedToTieredStorage:
-            if self.remote is None:
-                return self._error(request, ErrorCode.offset_out_of_range)
-            budget = (
-                max_bytes if max_bytes > 0 else 1
-            )  # min one batch: the reader returns a whole one
+            if self.remote is None or params.is_from_follower:
+                code = (
+                    ErrorCode.offset_moved_to_tiered_storage
+                    if params.is_from_follower
+                    else ErrorCode.offset_out_of_range
+                )
+                return self._error(request, code)
+            budget = max_bytes if max_bytes > 0 else 1  # min one batch: the reader returns one
             return _RemoteRead(
                 -1, self.partitions[request.topic_partition], request.fetch_offset, budget
             )
         except KafkaError as e:
             return self._error(request, e.code)
+
+    def _read_for_follower(
+        self,
+        params: FetchParams,
+        partition: Partition,
+        request: FetchRequestPartition,
+        max_bytes: int,
+        update: bool,
+    ) -> FetchResultPartition:
+        fetch = FollowerFetch(
+            params.replica_id,
+            params.replica_epoch,
+            request.fetch_offset,
+            request.last_fetched_epoch,
+            request.log_start_offset,
+            request.current_leader_epoch,
+        )
+        partition.check_leader(request.current_leader_epoch)
+        diverging = partition.diverging_epoch(fetch)
+        if diverging is not None:
+            return FetchResultPartition(
+                ErrorCode.none,
+                partition.high_watermark,
+                partition.log.log_start_offset,
+                diverging_epoch=(diverging.epoch, diverging.end_offset),
+            )
+        data = partition.read_for_follower(fetch, max(max_bytes, 1))
+        if update:
+            if partition.update_follower_fetch_state(fetch, now_ms()):
+                self._wake(request.topic_partition)
+            expanded = partition.isr_expansion(
+                params.replica_id, self._is_isr_eligible(params.replica_id)
+            )
+            if expanded is not None:
+                self.alter_partition.submit(partition, expanded)
+        return self._result(partition, data.records)
+
+    def _result(self, partition: Partition, records: FileSlice | None) -> FetchResultPartition:
+        return FetchResultPartition(
+            ErrorCode.none,
+            partition.high_watermark,
+            partition.log.log_start_offset,
+            # Too many log files held open: a response must not hold one more.
+            memoryview(records.read())
+            if records is not None and LOG_FILES.under_pressure
+            else records,
+        )
 
     def _error(self, request: FetchRequestPartition, code: ErrorCode) -> FetchResultPartition:
         hosted = self.partitions.get(request.topic_partition)
@@ -329,15 +678,19 @@ class ReplicaManager:
         timestamp_ms: int,
         current_leader_epoch: int,
         timeout_s: float | None = None,
+        *,
+        from_follower: bool = False,
     ) -> OffsetAndEpoch | None:
         """ListOffsets; a timestamp in the remote tier is looked up there, off the request loop.
 
         A remote lookup outliving `timeout_s` (or the remote call timeout) is REQUEST_TIMED_OUT.
+        A follower asking (its broker id as ReplicaId) sees offsets up to the log end, as
+        Kafka answers replicas; consumers up to the high watermark.
         """
         partition = self.partition_or_error(tp)
         lg = partition.log
         if timestamp_ms >= 0 and self.remote is not None and lg.config.remote_storage_enable:
-            partition.check_leader_epoch(current_leader_epoch)
+            partition.check_leader(current_leader_epoch)
             tip = TopicIdPartition(partition.topic_id, tp)
             try:
                 found = await self.remote.find_offset_by_timestamp(
@@ -352,7 +705,9 @@ class ReplicaManager:
                 return OffsetAndEpoch(
                     offset, timestamp, lg.leader_epoch_cache.epoch_for_offset(offset)
                 )
-        return partition.fetch_offset_for_timestamp(timestamp_ms, current_leader_epoch)
+        return partition.fetch_offset_for_timestamp(
+            timestamp_ms, current_leader_epoch, from_follower
+        )
 
     def last_offset_for_leader_epoch(
         self, tp: TopicPartition, current_leader_epoch: int, leader_epoch: int
@@ -360,6 +715,19 @@ class ReplicaManager:
         return self.partition_or_error(tp).last_offset_for_leader_epoch(
             current_leader_epoch, leader_epoch
         )
+
+    # Shutdown ------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop following the metadata, fetching and writing ISR changes; answer waiters."""
+        if self._applier is not None:
+            self._applier.cancel()
+            await asyncio.gather(self._applier, return_exceptions=True)
+            self._applier = None
+        await self.fetchers.close()
+        await self.alter_partition.close()
+        for tp in list(self.partitions):
+            self._wake(tp)
 
 
 def _remote_error_code(error: BaseException) -> ErrorCode:

@@ -14,7 +14,7 @@ from typing import Any
 from tierbroker.broker.config import BrokerConfig
 from tierbroker.broker.endpoints import BrokerEndpoints
 from tierbroker.broker.remote_storage import STORAGE_MANAGERS, local_remote_dir
-from tierbroker.storage.log_config import TOPIC_CONFIGS, format_value
+from tierbroker.storage.topic_configs import TOPIC_CONFIGS, format_value
 
 HIDDEN = "[hidden]"
 _SECRET_WORDS = ("password", "secret", "token", "credentials")
@@ -68,10 +68,11 @@ def _remote_tier(config: BrokerConfig) -> str:
 def non_default_settings(config: BrokerConfig) -> list[str]:
     """`name=value` for each property set to other than its default, sorted by name."""
     values: dict[str, Any] = config.model_dump(by_alias=True, exclude_defaults=True)
-    for name, value in config.log_defaults.items():
+    for name, value in config.log_defaults.items():  # topic defaults, as set
         definition = TOPIC_CONFIGS[name]
-        if value != definition.default and definition.broker_property is not None:
-            values[definition.broker_property] = value
+        if value != definition.default:
+            synonyms = (s.name for s in definition.synonyms)
+            values.update({s: v for s in synonyms if (v := config.log_default_synonyms.get(s))})
     for prefix, plugin_configs in (
         ("rsm.config.", config.rsm_configs),
         ("rlmm.config.", config.rlmm_configs),

@@ -6,7 +6,8 @@ For each: COPY_SEGMENT_STARTED is recorded, the RSM uploads the segment, its
 indexes, producer snapshot and leader-epoch lineage, then COPY_SEGMENT_FINISHED is
 recorded and only then does the partition's remote high offset move, which is
 what local retention waits for. A failed copy records DELETE_SEGMENT_STARTED,
-removes what it uploaded and DELETE_SEGMENT_FINISHED, then raises for back-off.
+removes what it uploaded and DELETE_SEGMENT_FINISHED, then raises for back-off
+(the pool logs it). Each copy's outcome updates the store's health.
 """
 
 from __future__ import annotations
@@ -119,13 +120,12 @@ class CopyTask:
                 await asyncio.wait_for(
                     self.rsm.copy_log_segment_data(metadata, data), self.timeout_s
                 )
-            except Exception as e:
+            except Exception as e:  # reported once, with its back-off, by the copy pool
                 self.metrics.copy_errors.labels(p.topic).inc()
-                log.warning(
-                    "%s: copying segment %d-%d failed: %s", p.tip, segment.base_offset, end, e
-                )
+                self.metrics.health.failed(e)
                 await self._abandon(metadata)
                 raise
+            self.metrics.health.succeeded()
             if not p.leader:
                 # Stopped or deleted meanwhile: what was uploaded is removed, never finished.
                 log.info(
@@ -151,7 +151,9 @@ class CopyTask:
         )
 
     async def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Remove a failed copy's objects; if that fails too, expiration retries it later."""
+        """Remove a failed copy's objects; if that fails too, expiration retries it later.
+
+        Logged at DEBUG: when the store fails, so does this, and the copy's failure says why."""
         try:
             started = metadata.with_state(RemoteLogSegmentState.DELETE_SEGMENT_STARTED, now_ms())
             await asyncio.wait_for(
@@ -163,7 +165,7 @@ class CopyTask:
                 self.rlmm.update_remote_log_segment_metadata(done), self.timeout_s
             )
         except Exception as e:
-            log.warning(
+            log.debug(
                 "%s: cleaning up the failed copy %s failed: %s",
                 metadata.topic_id_partition,
                 metadata.segment_id.id,

@@ -137,13 +137,13 @@ class ExpirationTask:
         if not p.leader:
             return
         for segment in self.abandoned_segments():
+            await self.deleter.delete(segment)  # a failure is the pool's one line
             log.info(
-                "%s: removing abandoned remote segment %s (%s)",
+                "%s: removed abandoned remote segment %s (%s)",
                 p.tip,
                 segment.segment_id.id,
                 segment.state.name,
             )
-            await self.deleter.delete(segment)
         expired = self.expired_segments()
         if not expired:
             return

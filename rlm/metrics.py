@@ -1,12 +1,16 @@
 """`RemoteStorageMetrics`: Kafka's remote-storage metrics, per topic, on a Prometheus registry.
 
 Names follow Kafka's (`RemoteCopyBytesPerSec`, `RemoteCopyLagBytes`, ...): counters
-for the *PerSec meters (Prometheus derives the rate), gauges for lags and sizes.
+for the *PerSec meters (Prometheus derives the rate), gauges for lags and sizes; and
+the store's health (`RemoteStorageHealthy`, see `storage_health`), which the same
+copies and reads update.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from tierbroker.rlm.storage_health import RemoteStorageHealth
 
 
 class RemoteStorageMetrics:
@@ -33,3 +37,4 @@ class RemoteStorageMetrics:
         self.pool_queue = gauge(
             "RemoteLogManagerPoolQueueSize", "Tasks waiting for a slot", ("pool",)
         )
+        self.health = RemoteStorageHealth(registry)

@@ -4,7 +4,9 @@ It owns three pools, each with its own concurrency limit: copy (`CopyTask` per
 led partition), expiration (`ExpirationTask` per led partition, and deletion of
 deleted partitions' data), and remote reads (`RemoteLogReader`). Handlers never
 wait on copy or expiration; a remote tier that is slow or down only delays
-tiering and remote reads, which back off and resume (see `TaskPool`).
+tiering and remote reads, which back off and resume (see `TaskPool`). The store
+is tried once at start, and its health kept from every copy and read since
+(`RemoteStorageHealth`).
 
 Stop order: stop the pools (cancelling tasks in flight, with a timeout), the
 reader, then close the RLMM (which snapshots) and the RSM.
@@ -75,10 +77,12 @@ class RemoteLogManager:
         self.partitions: dict[TopicIdPartition, TieredPartition] = {}
 
     async def start(self, topic_exists: Callable[[TopicIdPartition], bool]) -> None:
-        """Load remote metadata, open the plugin's clients, start the pools, and finish deleting
-        deleted partitions' data."""
+        """Load remote metadata, open the plugin's clients and try the store once (a store
+        that fails is a warning: the local tier works without it), start the pools, and
+        finish deleting deleted partitions' data."""
         await self.rlmm.start()
         await self.rsm.start()
+        await self.metrics.health.check(self.rsm)
         await self.index_cache.load()
         self.copier.start()
         self.expirer.start()
@@ -225,6 +229,10 @@ class RemoteLogManager:
                 }
             )
         return rows
+
+    def storage_health(self) -> dict[str, Any]:
+        """Whether the remote store works, the error if not, and since when (ms)."""
+        return self.metrics.health.as_dict()
 
     def rlmm_snapshot(self) -> None:
         """Let the metadata manager persist its state if it keeps a snapshot."""

@@ -7,7 +7,7 @@ limit. Reads run in a bounded pool (`remote.log.reader.threads`, at most
 `remote.log.reader.max.pending.tasks` waiting) as tasks owned by the reader: a
 fetch that stops waiting (`remote.fetch.max.wait.ms`) does not cancel its read,
 whose result waits in a bounded result cache (oldest dropped first) so the
-client's retry is served at once.
+client's retry is served at once. Each read's outcome updates the store's health.
 
 Consumers read a partition sequentially, so a fetch that was served starts the
 read its successor will ask for (same partition, the next offset, the same size)
@@ -137,9 +137,11 @@ class RemoteLogReader:
                 # remote tier before the loop turns to writing the response it follows.
                 async with asyncio.timeout(self.config.remote_call_timeout_ms / 1000):
                     data = await self._read_batches(tip, offset, max_bytes)
-            except Exception:
+            except Exception as e:
                 self.metrics.fetch_errors.labels(tip.topic_partition.topic).inc()
+                self.metrics.health.failed(e)
                 raise
+            self.metrics.health.succeeded()
             self.metrics.fetch_requests.labels(tip.topic_partition.topic).inc()
             self.metrics.fetch_bytes.labels(tip.topic_partition.topic).inc(len(data))
             return data

@@ -2,9 +2,12 @@
 
 Each partition has a next-run time: success reschedules it `task_interval_ms`
 later; a retriable failure (a remote call that failed or timed out) backs off
-exponentially with full jitter up to a maximum; any other failure is logged with
-its traceback and retried at the maximum back-off, so one bad partition never
-stops the others. At most `size` tasks of the pool run at once; each pool has its
+exponentially with full jitter up to a maximum; any other failure waits the
+maximum back-off: the store refusing the call (a missing bucket, denied
+credentials: a configuration mistake that time does not fix) or a bug, so one bad
+partition never stops the others. Every failure is one log line with its back-off;
+a bug (an error that is not the store's) also gets its traceback, once, until the
+task succeeds again. At most `size` tasks of the pool run at once; each pool has its
 own limit, so slow copies never delay retention. Next-run times are kept in a
 heap, and a task is started only when a slot is free, so a wake-up costs the
 partitions it starts, not every partition led (a broker may lead many thousands).
@@ -22,6 +25,7 @@ import random
 from collections.abc import Hashable
 from typing import Protocol
 
+from tierbroker.rlm.storage_health import describe
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,11 @@ def is_retriable(error: BaseException) -> bool:
     if isinstance(error, RemoteStorageError):
         return error.retriable
     return isinstance(error, TimeoutError | OSError)
+
+
+def is_expected(error: BaseException) -> bool:
+    """A failure of the remote store or of I/O, not a bug: logged without a traceback."""
+    return isinstance(error, RemoteStorageError | TimeoutError | OSError)
 
 
 class TaskPool:
@@ -52,6 +61,7 @@ class TaskPool:
         self._due: list[tuple[float, int, Hashable]] = []
         self._pushes = itertools.count()
         self._failures: dict[Hashable, int] = {}
+        self._traced: set[Hashable] = set()  # failed with a bug, traceback logged
         self._running: set[Hashable] = set()
         self._inflight: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -79,6 +89,7 @@ class TaskPool:
         self._tasks.pop(key, None)
         self._next_run.pop(key, None)
         self._failures.pop(key, None)
+        self._traced.discard(key)
 
     def trigger(self, key: Hashable) -> None:
         """Run the partition's task as soon as a slot is free."""
@@ -113,30 +124,24 @@ class TaskPool:
             except TimeoutError:
                 pass
 
+    def _retry_delay_s(self, failures: int, error: BaseException) -> float:
+        """The back-off after the `failures`-th failure in a row, which raised `error`."""
+        if is_retriable(error):
+            return random.uniform(0, min(self.backoff_max_s, self.backoff_s * 2 ** (failures - 1)))
+        return self.backoff_max_s
+
     async def _run_one(self, key: Hashable, task: PartitionTask) -> None:
         delay = self.interval_s
         try:
             await task.run_once()
             self._failures.pop(key, None)
+            self._traced.discard(key)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             failures = self._failures[key] = self._failures.get(key, 0) + 1
-            if is_retriable(e):
-                delay = random.uniform(
-                    0, min(self.backoff_max_s, self.backoff_s * 2 ** (failures - 1))
-                )
-                log.warning(
-                    "%s task of %s failed (attempt %d), retrying in %.2fs: %s",
-                    self.name,
-                    key,
-                    failures,
-                    delay,
-                    e,
-                )
-            else:
-                delay = self.backoff_max_s
-                log.exception("%s task of %s failed; retrying in %.0fs", self.name, key, delay)
+            delay = self._retry_delay_s(failures, e)
+            self._log_failure(key, failures, delay, e)
         finally:
             self._running.discard(key)
             if self._tasks.get(key) is task:
@@ -144,6 +149,22 @@ class TaskPool:
             elif key in self._next_run:  # scheduled anew while it ran: its entry was dropped
                 self._set_next_run(key, self._next_run[key])
             self._wake.set()
+
+    def _log_failure(self, key: Hashable, failures: int, delay: float, error: Exception) -> None:
+        """One line per failure; a bug's traceback only the first time in a row."""
+        trace = not is_expected(error) and key not in self._traced
+        if trace:
+            self._traced.add(key)
+        log.log(
+            logging.ERROR if trace else logging.WARNING,
+            "%s task of %s failed (attempt %d), retrying in %.2fs: %s",
+            self.name,
+            key,
+            failures,
+            delay,
+            describe(error) if is_expected(error) else f"{type(error).__name__}: {error}",
+            exc_info=error if trace else None,
+        )
 
     async def stop(self, timeout_s: float) -> None:
         """Cancel the routine and every running task; wait for them up to `timeout_s`."""

@@ -24,10 +24,11 @@ from enum import Enum
 from pathlib import Path
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.protocol.records import BatchView, iter_batches, validate_records
+from tierbroker.protocol.records import BatchView, iter_batches, whole_batches_size
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_validator import validate_batches
 from tierbroker.storage.producer_state import BatchMetadata, ProducerStateManager
 from tierbroker.storage.segment import FileSlice, LogSegment, file_name
 from tierbroker.storage.topic_partition import TopicPartition
@@ -56,6 +57,7 @@ class LogStartOffsetIncrementReason(Enum):
     CLIENT_RECORD_DELETION = "DeleteRecords"
     SEGMENT_DELETION = "segment deletion"
     REMOTE_TIER_RESTORED = "the remote tier's earliest segment"
+    LEADER_OFFSET_INCREMENTED = "the leader's log start offset"
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,28 +228,13 @@ class Log:
     # Appends -------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytearray, leader_epoch: int) -> LogAppendInfo:
-        """Validate batches, assign offsets and the leader epoch in place, and write them.
+        """Validate batches (re-encoding them for a topic `compression.type`: `log_validator`),
+        assign offsets and the leader epoch in place, and write them.
 
         A batch an idempotent producer already wrote is not written again: the answer
         carries the offsets it got the first time.
         """
-        batches = list(iter_batches(records))
-        if not batches:
-            raise KafkaError(ErrorCode.corrupt_message, f"{self.topic_partition}: empty records")
-        # Every batch is checked, records included, before anything is written.
-        validated_ms = now_ms()
-        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
-        for batch in batches:
-            batch.validate(self.config.max_message_bytes, from_client=True)
-            max_timestamp = validate_records(
-                batch,
-                now_ms=validated_ms,
-                log_append_time=log_append_time,
-                timestamp_before_max_ms=self.config.message_timestamp_before_max_ms,
-                timestamp_after_max_ms=self.config.message_timestamp_after_max_ms,
-            )
-            if not log_append_time and batch.max_timestamp != max_timestamp:
-                batch.set_max_timestamp(max_timestamp)  # as Kafka: the records' own maximum
+        records, batches = validate_batches(records, self.config, now_ms(), self.topic_partition)
         duplicate = self._check_producer_state(batches)
         if duplicate is not None:
             return LogAppendInfo(
@@ -277,6 +264,48 @@ class Log:
                 self.producer_state.update(batch)
         return LogAppendInfo(
             first_offset, next_offset - 1, max_timestamp, append_time, self.log_start_offset, count
+        )
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
+        """Append batches a leader already stamped: offsets, leader epochs and timestamps are
+        kept as they are; the epoch cache and producer state follow the batches. A batch
+        cut at the end of the fetch is left for the next one; None if nothing is whole.
+
+        Each batch is checked (magic, size, CRC), not its records: the leader validated
+        them. Raises CORRUPT_MESSAGE, or OFFSET_OUT_OF_RANGE if the batches do not start at
+        the log end offset, before anything is written.
+        """
+        records = memoryview(records)[: whole_batches_size(records)]
+        batches = list(iter_batches(records))
+        if not batches:
+            return None
+        expected = self.log_end_offset
+        max_timestamp = -1
+        count = 0
+        for batch in batches:
+            batch.validate()
+            if batch.base_offset != expected:
+                raise KafkaError(
+                    ErrorCode.offset_out_of_range,
+                    f"{self.topic_partition}: fetched batch at offset {batch.base_offset}, "
+                    f"log end offset {expected}",
+                )
+            expected = batch.next_offset
+            max_timestamp = max(max_timestamp, batch.max_timestamp)
+            count += batch.record_count
+        self._append(batches, records, max_timestamp)
+        for batch in batches:
+            if batch.partition_leader_epoch >= 0:
+                self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
+            if batch.has_producer_id:
+                self.producer_state.update(batch)
+        return LogAppendInfo(
+            batches[0].base_offset,
+            expected - 1,
+            max_timestamp,
+            -1,
+            self.log_start_offset,
+            count,
         )
 
     def _check_producer_state(self, batches: list[BatchView]) -> BatchMetadata | None:
@@ -312,7 +341,7 @@ class Log:
         return None
 
     def _append(
-        self, batches: list[BatchView], data: bytearray | memoryview, max_timestamp: int
+        self, batches: list[BatchView], data: bytes | bytearray | memoryview, max_timestamp: int
     ) -> None:
         self._maybe_roll(len(data), max_timestamp)
         self.active_segment.append(batches, data)
@@ -500,6 +529,7 @@ class Log:
         self._load_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it again at `offset` (a follower far behind its leader)."""
         self._remove_segments(list(self.segments))
         self._add(self._new_segment(offset))
         self.log_start_offset = self.high_watermark = self.recovery_point = offset

@@ -1,257 +1,71 @@
-"""Topic-level log configuration, with Kafka's names, defaults and checks.
+"""`LogConfig`: the effective configuration of one partition's log.
 
-`TOPIC_CONFIGS` is the one table of what a topic may set: its type, default, the
-broker property that supplies the default, and its valid values. Configs Kafka has
-but tierbroker does not implement are refused, never silently ignored.
+Built from Kafka-named values (`segment.bytes`, ...) once they are checked against
+`topic_configs.TOPIC_CONFIGS`, whose defaults it repeats. Every Kafka topic config
+has a field, also those tierbroker does not act on (`min.insync.replicas`, ...), so
+code that comes to use one reads it here.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import Compression
+from tierbroker.storage.topic_configs import LONG_MAX
 
-
-class ConfigType(enum.IntEnum):
-    """Kafka's config types, as DescribeConfigs v3+ reports them (KIP-569)."""
-
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    LONG = 5
-    LIST = 7
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    name: str
-    type: type
-    default: Any
-    broker_property: str | None
-    check: Callable[[Any], bool]
-    valid: str
-    config_type: ConfigType
-
-
-def _at_least(n: int) -> Callable[[Any], bool]:
-    return lambda v: v >= n
-
-
-def _one_of(*values: object) -> Callable[[Any], bool]:
-    return lambda v: v in values
-
-
-_CONFIGS = (
-    ConfigDef(
-        "cleanup.policy",
-        str,
-        "delete",
-        "log.cleanup.policy",
-        _one_of("delete"),
-        "delete (compaction is not supported)",
-        ConfigType.LIST,
-    ),
-    ConfigDef(
-        "retention.ms",
-        int,
-        604_800_000,
-        "log.retention.ms",
-        _at_least(-1),
-        ">= -1",
-        ConfigType.LONG,
-    ),
-    ConfigDef(
-        "retention.bytes", int, -1, "log.retention.bytes", _at_least(-1), ">= -1", ConfigType.LONG
-    ),
-    ConfigDef(
-        "segment.bytes",
-        int,
-        1_073_741_824,
-        "log.segment.bytes",
-        _at_least(14),
-        ">= 14",
-        ConfigType.INT,
-    ),
-    ConfigDef("segment.ms", int, 604_800_000, "log.roll.ms", _at_least(1), ">= 1", ConfigType.LONG),
-    ConfigDef(
-        "segment.index.bytes",
-        int,
-        10_485_760,
-        "log.index.size.max.bytes",
-        _at_least(8),
-        ">= 8",
-        ConfigType.INT,
-    ),
-    ConfigDef(
-        "index.interval.bytes",
-        int,
-        4096,
-        "log.index.interval.bytes",
-        _at_least(0),
-        ">= 0",
-        ConfigType.INT,
-    ),
-    ConfigDef(
-        "max.message.bytes",
-        int,
-        1_048_588,
-        "message.max.bytes",
-        _at_least(0),
-        ">= 0",
-        ConfigType.INT,
-    ),
-    ConfigDef(
-        "message.timestamp.type",
-        str,
-        "CreateTime",
-        "log.message.timestamp.type",
-        _one_of("CreateTime", "LogAppendTime"),
-        "CreateTime or LogAppendTime",
-        ConfigType.STRING,
-    ),
-    ConfigDef(
-        "message.timestamp.before.max.ms",
-        int,
-        9_223_372_036_854_775_807,
-        "log.message.timestamp.before.max.ms",
-        _at_least(0),
-        ">= 0",
-        ConfigType.LONG,
-    ),
-    ConfigDef(
-        "message.timestamp.after.max.ms",
-        int,
-        3_600_000,
-        "log.message.timestamp.after.max.ms",
-        _at_least(0),
-        ">= 0",
-        ConfigType.LONG,
-    ),
-    ConfigDef(
-        "remote.storage.enable",
-        bool,
-        False,
-        None,
-        _one_of(True, False),
-        "true or false",
-        ConfigType.BOOLEAN,
-    ),
-    ConfigDef(
-        "local.retention.ms",
-        int,
-        -2,
-        "log.local.retention.ms",
-        _at_least(-2),
-        ">= -2",
-        ConfigType.LONG,
-    ),
-    ConfigDef(
-        "local.retention.bytes",
-        int,
-        -2,
-        "log.local.retention.bytes",
-        _at_least(-2),
-        ">= -2",
-        ConfigType.LONG,
-    ),
-    ConfigDef(
-        "remote.log.copy.disable",
-        bool,
-        False,
-        None,
-        _one_of(True, False),
-        "true or false",
-        ConfigType.BOOLEAN,
-    ),
-    ConfigDef(
-        "remote.log.delete.on.disable",
-        bool,
-        False,
-        None,
-        _one_of(True, False),
-        "true or false",
-        ConfigType.BOOLEAN,
-    ),
-    ConfigDef(
-        "file.delete.delay.ms",
-        int,
-        60_000,
-        "log.segment.delete.delay.ms",
-        _at_least(0),
-        ">= 0",
-        ConfigType.LONG,
-    ),
-)
-TOPIC_CONFIGS: Mapping[str, ConfigDef] = {c.name: c for c in _CONFIGS}
-
-
-def format_value(value: Any) -> str:
-    """A config value as Kafka prints it: booleans in lower case."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _parse_bool(raw: str) -> bool:
-    if raw.lower() not in ("true", "false"):
-        raise ValueError(raw)
-    return raw.lower() == "true"
-
-
-def parse_value(definition: ConfigDef, raw: str) -> Any:
-    """Parse and check one topic config value; `KafkaError(INVALID_CONFIG)` if bad."""
-    try:
-        value = (
-            _parse_bool(raw.strip()) if definition.type is bool else definition.type(raw.strip())
-        )
-    except ValueError:
-        raise KafkaError(
-            ErrorCode.invalid_config,
-            f"{definition.name}={raw!r}: not a valid {definition.type.__name__}",
-        ) from None
-    if not definition.check(value):
-        raise KafkaError(
-            ErrorCode.invalid_config, f"{definition.name}={raw!r}: must be {definition.valid}"
-        )
-    return value
-
-
-def check_overrides(overrides: Mapping[str, str]) -> dict[str, Any]:
-    """Validate topic config overrides by name and value."""
-    parsed = {}
-    for name, raw in overrides.items():
-        definition = TOPIC_CONFIGS.get(name)
-        if definition is None:
-            raise KafkaError(
-                ErrorCode.invalid_config, f"unknown or unsupported topic config {name!r}"
-            )
-        parsed[name] = parse_value(definition, raw)
-    return parsed
+_CODECS = {
+    "uncompressed": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogConfig:
-    """The effective configuration of one partition's log."""
+    """One field per topic config, named as the config with `_` for `.`."""
 
     cleanup_policy: str = "delete"
-    retention_ms: int = 604_800_000
-    retention_bytes: int = -1
-    segment_bytes: int = 1_073_741_824
-    segment_ms: int = 604_800_000
-    segment_index_bytes: int = 10_485_760
-    index_interval_bytes: int = 4096
-    max_message_bytes: int = 1_048_588
-    message_timestamp_type: str = "CreateTime"
-    # CreateTime only: how far a record's timestamp may lie before / after the broker's clock.
-    message_timestamp_before_max_ms: int = 9_223_372_036_854_775_807
-    message_timestamp_after_max_ms: int = 3_600_000
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    delete_retention_ms: int = 86_400_000
     file_delete_delay_ms: int = 60_000
-    remote_storage_enable: bool = False
-    local_retention_ms: int = -2  # -2: follow retention.ms
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    follower_replication_throttled_replicas: str = ""
+    index_interval_bytes: int = 4096
+    leader_replication_throttled_replicas: str = ""
     local_retention_bytes: int = -2  # -2: follow retention.bytes
+    local_retention_ms: int = -2  # -2: follow retention.ms
+    max_compaction_lag_ms: int = LONG_MAX
+    max_message_bytes: int = 1_048_588
+    message_downconversion_enable: bool = True
+    message_format_version: str = "3.0-IV1"
+    # CreateTime only: how far a record's timestamp may lie before / after the broker's clock.
+    message_timestamp_after_max_ms: int = 3_600_000
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX  # Kafka 3.x; see timestamp_*_max_ms
+    message_timestamp_type: str = "CreateTime"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    min_insync_replicas: int = 1
+    preallocate: bool = False
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
+    remote_storage_enable: bool = False
+    retention_bytes: int = -1
+    retention_ms: int = 604_800_000
+    segment_bytes: int = 1_073_741_824
+    segment_index_bytes: int = 10_485_760
+    segment_jitter_ms: int = 0
+    segment_ms: int = 604_800_000
+    unclean_leader_election_enable: bool = False
 
     @property
     def effective_local_retention_ms(self) -> int:
@@ -262,6 +76,61 @@ class LogConfig:
         return (
             self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
         )
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """before.max.ms, or as Kafka 3.x, difference.max.ms where before is left unbounded."""
+        before = self.message_timestamp_before_max_ms
+        return before if before != LONG_MAX else self.message_timestamp_difference_max_ms
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """after.max.ms, or as Kafka 3.x, difference.max.ms where after is left unbounded."""
+        after = self.message_timestamp_after_max_ms
+        return after if after != LONG_MAX else self.message_timestamp_difference_max_ms
+
+    @property
+    def compression_codec(self) -> Compression | None:
+        """The codec batches are stored in; None: as the producer sent them."""
+        return _CODECS.get(self.compression_type)
+
+    @property
+    def compression_level(self) -> int | None:
+        """The topic's level for its codec (KIP-390); None: the codec's own default."""
+        level = {
+            "gzip": self.compression_gzip_level,
+            "lz4": self.compression_lz4_level,
+            "zstd": self.compression_zstd_level,
+        }.get(self.compression_type)
+        return None if level == -1 else level
+
+    def check(self) -> None:
+        """Kafka's checks across configs; `KafkaError(INVALID_CONFIG)` naming both values."""
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                f"min.compaction.lag.ms {self.min_compaction_lag_ms} > "
+                f"max.compaction.lag.ms {self.max_compaction_lag_ms}",
+            )
+        if not self.remote_storage_enable:
+            return
+        for kind, total, local in (
+            ("bytes", self.retention_bytes, self.local_retention_bytes),
+            ("ms", self.retention_ms, self.local_retention_ms),
+        ):
+            problem = None
+            if local == -2:
+                continue
+            if total > -1 and local == -1:
+                problem = f"must not be -1 (unlimited) when retention.{kind}={total}"
+            elif total > -1 and local > total:
+                problem = f"must not be more than retention.{kind}={total}"
+            elif self.remote_log_copy_disable and local != total:
+                problem = f"must equal retention.{kind}={total} when remote.log.copy.disable=true"
+            if problem:
+                raise KafkaError(
+                    ErrorCode.invalid_config, f"local.retention.{kind}={local}: {problem}"
+                )
 
     @classmethod
     def from_configs(cls, values: Mapping[str, Any]) -> LogConfig:

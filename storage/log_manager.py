@@ -85,10 +85,13 @@ class LogManager:
             f"{tp}: log dir {log_dir} is offline: {describe(error)}",
         )
 
-    def load_logs(self, config_for: Callable[[TopicPartition], LogConfig | None]) -> None:
+    def load_logs(
+        self, config_for: Callable[[TopicPartition, uuid.UUID], LogConfig | None]
+    ) -> None:
         """Open (and if needed recover) every partition directory of known topics.
 
-        Directories of topics `config_for` does not know (deleted while down) are removed.
+        Directories `config_for` does not know (their topic, or that topic id, was deleted
+        while the broker was down) are removed.
         """
         for log_dir in self.log_dirs:
             with self._io_guard(log_dir, "loading its logs"):
@@ -96,7 +99,7 @@ class LogManager:
                 self._loaded_dirs.add(log_dir)
 
     def _load_dir(
-        self, log_dir: Path, config_for: Callable[[TopicPartition], LogConfig | None]
+        self, log_dir: Path, config_for: Callable[[TopicPartition, uuid.UUID], LogConfig | None]
     ) -> None:
         clean_marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean = clean_marker.exists()
@@ -108,8 +111,8 @@ class LogManager:
                 tp = TopicPartition.from_dir_name(path.name)
             except ValueError:
                 continue
-            config = config_for(tp)
             topic_id = read_partition_metadata(path / "partition.metadata")
+            config = config_for(tp, topic_id) if topic_id is not None else None
             if config is None or topic_id is None:
                 log.info("removing %s: its topic no longer exists", path)
                 shutil.rmtree(path)
@@ -162,10 +165,10 @@ class LogManager:
         tps: list[TopicPartition],
         topic_id: uuid.UUID,
         config: LogConfig,
-        leader_epoch: int,
+        leader_epoch: int | None = None,
     ) -> None:
-        """Create the logs of new partitions, their files written in worker threads, each
-        log's epoch checkpoint already at `leader_epoch` from offset 0.
+        """Create the logs of new partitions, their files written in worker threads; with
+        `leader_epoch`, each log's epoch checkpoint already holds it from offset 0.
 
         A directory left on disk (a log never registered) is opened on the loop instead,
         as loading may read its segments through the loop's file cache.
@@ -177,7 +180,8 @@ class LogManager:
 
         def create(directory: Path, tp: TopicPartition) -> Log:
             created = Log(directory, tp, config, topic_id)
-            created.leader_epoch_cache.assign(leader_epoch, 0)
+            if leader_epoch is not None:
+                created.leader_epoch_cache.assign(leader_epoch, 0)
             return created
 
         planned = Counter(self._logs_per_dir)  # dirs of this batch, so they stay balanced

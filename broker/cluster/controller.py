@@ -1,282 +1,521 @@
-"""`Controller`: creates, changes and deletes topics, and tells the ReplicaManager.
+"""`Controller`: the one broker that elects partition leaders, as Kafka's ZooKeeper-mode controller.
 
-One broker for now: it leads every partition at leader epoch 0. Every change is
-written to the `MetadataStore` before replicas act on it, so a restart sees
-whatever was acknowledged. CreateTopics and CreatePartitions create the new logs a
-batch at a time, their files written in worker threads, so the event loop keeps
-serving; one request may create at most `MAX_PARTITIONS_PER_REQUEST` partitions.
+Every broker runs one; the first to create the ephemeral `/controller` (together with
+bumping `/controller_epoch`, in one multi) is active until its session ends. The active
+controller watches the live brokers, the topics, deletion requests and controlled-shutdown
+requests, and handles each change as an event, one at a time, in its own task:
+
+- a new partition gets its first state: the first live replica of its assignment leads,
+  the live replicas are the ISR, leader epoch 0;
+- a partition whose leader died, or is shutting down, gets a new leader from its live
+  ISR (the first in assignment order) and a new leader epoch; without one it stays
+  leaderless (`unclean.leader.election.enable` lets any live replica lead, losing what
+  only the ISR had); a dead or shutting-down follower leaves the ISR, except the last;
+- a leaderless partition whose ISR member returns is led by it again;
+- a deleted topic's znodes are removed (brokers delete the logs when they see it gone).
+
+Every write goes in a multi with a check of `/controller_epoch`'s version: a controller
+that was replaced (its session expired) cannot change anything, and resigns when it
+finds out. A partition's state is written conditionally on its version (the partition
+epoch), so a leader changing the ISR at the same time makes one of them retry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import re
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
-from tierbroker.broker.cluster.metadata_store import LocalMetadataStore, TopicRecord
-from tierbroker.broker.replica_manager import ReplicaManager
-from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.storage.log_config import LogConfig, check_overrides
-from tierbroker.storage.log_dir_failure import describe
+from tierbroker.broker.cluster import zk_data as zk
+from tierbroker.broker.cluster.store import (
+    BadVersionError,
+    Check,
+    ConnectionLossError,
+    Create,
+    Delete,
+    MetadataStore,
+    MultiError,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    SessionExpiredError,
+    SessionState,
+    SetData,
+    Stat,
+    StoreError,
+    WatchEvent,
+)
+from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-MAX_TOPIC_NAME_LENGTH = 249
-INITIAL_LEADER_EPOCH = 0
-PRODUCER_ID_BLOCK_SIZE = 1000
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
-# Kafka's controller refuses a user operation of more than 10,000 metadata records
-# (QuorumController.MAX_RECORDS_PER_USER_OP); here, one per new partition.
-MAX_PARTITIONS_PER_REQUEST = 10_000
-EXCESSIVE_BATCH_MESSAGE = "Unable to perform excessively large batch operation."
-LEAD_BATCH_PARTITIONS = 256  # new logs registered at a time, between checks of the topic
+_OPS_PER_MULTI = 400  # ZooKeeper bounds one request (jute.maxbuffer, 1 MiB)
 
 
-def check_request_size(new_partitions: Sequence[int]) -> None:
-    """POLICY_VIOLATION, as Kafka's controller, for a request creating too many partitions."""
-    if sum(max(0, n) for n in new_partitions) > MAX_PARTITIONS_PER_REQUEST:
-        raise KafkaError(ErrorCode.policy_violation, EXCESSIVE_BATCH_MESSAGE)
+class ControllerMoved(Exception):
+    """Another broker became controller: this one must not write."""
 
 
-def validate_topic_name(name: str) -> None:
-    if not name or name in (".", ".."):
-        raise KafkaError(ErrorCode.invalid_topic_exception, f"topic name {name!r} is illegal")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise KafkaError(
-            ErrorCode.invalid_topic_exception,
-            f"topic name of {len(name)} characters exceeds {MAX_TOPIC_NAME_LENGTH}",
-        )
-    if not LEGAL_TOPIC_NAME.fullmatch(name):
-        raise KafkaError(
-            ErrorCode.invalid_topic_exception,
-            f"topic name {name!r} may only contain ASCII alphanumerics, '.', '_' and '-'",
-        )
+@dataclass(frozen=True, slots=True)
+class _Event:
+    kind: str  # "startup", "brokers", "topics", "topic", "deletions", "shutdowns"
+    topic: str = ""
 
 
 class Controller:
     def __init__(
         self,
         broker_id: int,
-        store: LocalMetadataStore,
-        replicas: ReplicaManager,
-        log_defaults: Mapping[str, Any],
-        default_partitions: int,
-        default_replication_factor: int,
-        tiering_enabled: bool = False,
+        store: MetadataStore,
+        unclean_election_enabled: Callable[[str], bool] = lambda _topic: False,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
-        self.replicas = replicas
-        self.log_defaults = dict(log_defaults)
-        self.default_partitions = default_partitions
-        self.default_replication_factor = default_replication_factor
-        self._next_producer_id = self._producer_id_block_end = 0
-        self.tiering_enabled = tiering_enabled
+        self.unclean_election_enabled = unclean_election_enabled
+        self.epoch = 0
+        self._epoch_version = -1
+        self._active = False
+        self._events: asyncio.Queue[_Event] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._electing: asyncio.Task[None] | None = None
+        self._stopped = False
+        # The active controller's view, read at election and kept up to date by its events.
+        self.live_brokers: dict[int, int] = {}  # id -> broker epoch
+        self.assignments: dict[str, TopicAssignment] = {}
+        self.states: dict[TopicPartition, PartitionState] = {}
+        self.shutting_down: set[int] = set()
 
     @property
-    def cluster_id(self) -> str:
-        return self.store.cluster_id
+    def is_active(self) -> bool:
+        return self._active
 
-    def log_config(self, topic: TopicRecord) -> LogConfig:
-        return LogConfig.from_configs({**self.log_defaults, **check_overrides(topic.configs)})
+    async def start(self) -> None:
+        self.store.add_state_listener(self._on_session_state)
+        await self._try_to_elect()
 
-    def config_for(self, tp: TopicPartition) -> LogConfig | None:
-        topic = self.store.topics.get(tp.topic)
-        if topic is None or tp.partition >= topic.partitions:
-            return None
-        return self.log_config(topic)
+    async def stop(self) -> None:
+        """Stop acting; resign (delete `/controller`) if active. Idempotent."""
+        self._stopped = True
+        for task in (self._task, self._electing):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if self._active:
+            self._active = False
+            try:
+                await self.store.delete(zk.CONTROLLER)
+            except StoreError as e:
+                log.info("controller %d: could not resign cleanly: %s", self.broker_id, e)
 
-    def start(self) -> None:
-        """Lead every partition of every known topic (logs are already loaded)."""
-        for topic in self.store.topics.values():
-            self._lead(topic, range(topic.partitions))
+    # Election ------------------------------------------------------------------------
 
-    def _lead(self, topic: TopicRecord, partitions: range) -> None:
-        config = self.log_config(topic)
-        for p in partitions:
-            self.replicas.make_leader(
-                TopicPartition(topic.name, p), topic.topic_id, config, INITIAL_LEADER_EPOCH
-            )
+    def _on_session_state(self, state: SessionState) -> None:
+        if state == SessionState.LOST and self._active:
+            log.warning("controller %d: session lost, resigning", self.broker_id)
+            self._resign()
+        if state == SessionState.CONNECTED and not self._active:
+            self._elect_soon()
 
-    async def _lead_new(self, topic: TopicRecord, partitions: range) -> None:
-        """Create the logs of new partitions in batches and lead them; stops if the topic
-        is deleted meanwhile (DeleteTopics removes what was led so far)."""
-        config = self.log_config(topic)
-        log_manager = self.replicas.log_manager
-        for start in range(partitions.start, partitions.stop, LEAD_BATCH_PARTITIONS):
-            batch = range(start, min(start + LEAD_BATCH_PARTITIONS, partitions.stop))
-            tps = [TopicPartition(topic.name, p) for p in batch]
-            await log_manager.create_logs(tps, topic.topic_id, config, INITIAL_LEADER_EPOCH)
-            current = self.store.topics.get(topic.name)
-            if current is None or current.topic_id != topic.topic_id:
-                for tp in tps:
-                    created = log_manager.logs.get(tp)
-                    if created is not None and created.topic_id == topic.topic_id:
-                        log_manager.delete_log(tp)
-                return
-            self._lead(topic, batch)
+    def _on_controller_change(self, event: WatchEvent, _path: str) -> None:
+        if event == WatchEvent.DELETED or not self._active:
+            self._elect_soon()
 
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-        validate_only: bool = False,
-    ) -> TopicRecord:
-        """Create a topic (-1 means the broker default), or raise with Kafka's error code.
-
-        Its logs are created on the event loop: for topics created implicitly (Metadata,
-        internal topics) with the default partition count.
-        """
-        topic = self._new_topic(name, partitions, replication_factor, configs, validate_only)
-        if not validate_only:
-            self._lead(topic, range(topic.partitions))
-        return topic
-
-    async def create_topic_batched(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-        validate_only: bool = False,
-    ) -> TopicRecord:
-        """As `create_topic`, the logs created off the event loop (CreateTopics)."""
-        topic = self._new_topic(name, partitions, replication_factor, configs, validate_only)
-        if not validate_only:
-            await self._lead_new(topic, range(topic.partitions))
-        return topic
-
-    def _new_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-        validate_only: bool,
-    ) -> TopicRecord:
-        """Validate a new topic and, unless `validate_only`, store it."""
-        validate_topic_name(name)
-        if name in self.store.topics:
-            raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
-        partitions = self.default_partitions if partitions == -1 else partitions
-        replication_factor = (
-            self.default_replication_factor if replication_factor == -1 else replication_factor
+    def _elect_soon(self) -> None:
+        if self._stopped or (self._electing is not None and not self._electing.done()):
+            return
+        self._electing = asyncio.get_running_loop().create_task(
+            self._try_to_elect(), name=f"controller-{self.broker_id}-election"
         )
-        if partitions <= 0:
-            raise KafkaError(
-                ErrorCode.invalid_partitions, f"number of partitions must be > 0, got {partitions}"
-            )
-        if replication_factor <= 0:
-            raise KafkaError(
-                ErrorCode.invalid_replication_factor,
-                f"replication factor must be > 0, got {replication_factor}",
-            )
-        if replication_factor > 1:
-            raise KafkaError(
-                ErrorCode.invalid_replication_factor,
-                f"replication factor {replication_factor} is larger than the 1 available broker",
-            )
-        self._check_tiering(check_overrides(configs), None)
-        topic = TopicRecord(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
-        if not validate_only:
-            with self._metadata_write(f"creating topic {name}"):
-                self.store.put(topic)
-            log.info("created topic %s (%s) with %d partitions", name, topic.topic_id, partitions)
-        return topic
 
-    def delete_topic(self, name: str) -> TopicRecord:
-        """Delete the topic's logs, then its record: the data goes first, so deleting frees
-        space even on a full disk before the metadata write needs some. If that write
-        fails (KAFKA_STORAGE_ERROR), a restart sees the topic again with empty logs and a
-        retried delete completes."""
-        topic = self.topic_or_error(name)
-        for p in range(topic.partitions):
-            self.replicas.stop_replica(TopicPartition(name, p), delete=True)
-        with self._metadata_write(f"deleting topic {name}"):
-            self.store.remove(name)
-        log.info("deleted topic %s (%s)", name, topic.topic_id)
-        return topic
-
-    async def create_partitions(self, name: str, count: int, validate_only: bool) -> None:
-        topic = self.topic_or_error(name)
-        if count <= topic.partitions:
-            raise KafkaError(
-                ErrorCode.invalid_partitions,
-                f"topic {name!r} has {topic.partitions} partitions; {count} is not more",
-            )
-        if validate_only:
-            return
-        with self._metadata_write(f"adding partitions to {name}"):
-            self.store.put(topic.with_changes(partitions=count))
-        await self._lead_new(self.store.topics[name], range(topic.partitions, count))
-
-    def alter_configs(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
-        """Replace the topic's config overrides with `configs` (already merged by the caller)."""
-        topic = self.topic_or_error(name)
-        self._check_tiering(check_overrides(configs), self.log_config(topic))
-        if validate_only:
-            return
-        updated = topic.with_changes(configs=dict(configs))
-        with self._metadata_write(f"altering the configs of {name}"):
-            self.store.put(updated)
-        config = self.log_config(updated)
-        for p in range(updated.partitions):
-            self.replicas.update_config(TopicPartition(name, p), config)
-
-    @contextmanager
-    def _metadata_write(self, action: str) -> Iterator[None]:
-        """A metadata-store write that fails (OSError) changed nothing: it takes its log dir
-        offline, as any write there, and is answered KAFKA_STORAGE_ERROR."""
+    async def _try_to_elect(self) -> None:
         try:
-            yield
-        except OSError as e:
-            log_dir = self.store.path.parent
-            self.replicas.log_manager.failure_channel.maybe_add_offline_log_dir(log_dir, e, action)
-            raise KafkaError(
-                ErrorCode.kafka_storage_error, f"{action}: {self.store.path}: {describe(e)}"
-            ) from e
+            await self._elect()
+        except (ConnectionLossError, SessionExpiredError) as e:
+            log.info("controller %d: election postponed: %s", self.broker_id, e)
 
-    def _check_tiering(self, overrides: Mapping[str, Any], current: LogConfig | None) -> None:
-        """remote.storage.enable needs the broker's remote tier; turning it off needs
-        remote.log.delete.on.disable=true (KIP-950), since the remote data then goes."""
-        wanted = overrides.get("remote.storage.enable", False)
-        if wanted and not self.tiering_enabled:
-            raise KafkaError(
-                ErrorCode.invalid_config,
-                "remote.storage.enable=true needs remote.log.storage.system.enable=true",
+    async def _elect(self) -> None:
+        watch = self._on_controller_change
+        if await self.store.exists(zk.CONTROLLER, watch) is not None:
+            return  # someone leads; the watch tells when that ends
+        try:
+            data, stat = await self.store.get(zk.CONTROLLER_EPOCH)
+            epoch, version = int(data), stat.version
+        except NoNodeError:
+            epoch, version = 0, -1
+        new_epoch = epoch + 1
+        claim: list[Op] = [Create(zk.CONTROLLER, zk.encode_controller(self.broker_id), True)]
+        if version < 0:
+            claim.append(Create(zk.CONTROLLER_EPOCH, str(new_epoch).encode()))
+        else:
+            claim.append(SetData(zk.CONTROLLER_EPOCH, str(new_epoch).encode(), version))
+        try:
+            await self.store.multi(claim)
+        except MultiError as e:
+            if not isinstance(e.error, NodeExistsError | BadVersionError):
+                raise e.error from e
+            await self.store.exists(zk.CONTROLLER, watch)  # another won: watch it
+            return
+        _, stat = await self.store.get(zk.CONTROLLER_EPOCH)
+        await self.store.exists(zk.CONTROLLER, watch)
+        if self._stopped:
+            return  # stopped while electing: /controller goes with the session
+        self.epoch, self._epoch_version = new_epoch, stat.version
+        self._active = True
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        if self._task is not None:
+            self._task.cancel()  # a run of an earlier term, ended by ControllerMoved
+        self._events = asyncio.Queue()
+        self._events.put_nowait(_Event("startup"))
+        self._task = asyncio.get_running_loop().create_task(
+            self._process_events(), name=f"controller-{self.broker_id}"
+        )
+
+    def _resign(self) -> None:
+        self._active = False
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    # Events --------------------------------------------------------------------------
+
+    def _watch(self, kind: str, topic: str = "") -> Callable[[WatchEvent, str], None]:
+        def fired(_event: WatchEvent, _path: str) -> None:
+            if self._active:
+                self._events.put_nowait(_Event(kind, topic))
+
+        return fired
+
+    async def _process_events(self) -> None:
+        while True:
+            event = await self._events.get()
+            try:
+                await self._handle(event)
+            except ControllerMoved:
+                log.warning("controller %d: a newer controller exists; resigning", self.broker_id)
+                self._active = False
+                self._elect_soon()
+                return
+            except SessionExpiredError:
+                log.warning("controller %d: session expired; resigning", self.broker_id)
+                self._active = False
+                return
+            except ConnectionLossError as e:
+                # Disconnected, perhaps briefly: try again (a lost session ends as above).
+                log.info("controller %d: %s while handling %s; retrying", self.broker_id, e, event)
+                await asyncio.sleep(0.2)
+                self._events.put_nowait(event)
+
+    async def _handle(self, event: _Event) -> None:
+        if event.kind == "startup":
+            await self._on_startup()
+        elif event.kind == "brokers":
+            await self._on_brokers_change()
+        elif event.kind == "topics":
+            await self._on_topics_change()
+        elif event.kind == "topic":
+            await self._on_topic_change(event.topic)
+        elif event.kind == "deletions":
+            await self._on_deletions()
+        elif event.kind == "shutdowns":
+            await self._on_shutdowns()
+
+    async def _on_startup(self) -> None:
+        self.assignments.clear()
+        self.states.clear()
+        await self._read_brokers()
+        await self._on_shutdowns()
+        await self._on_topics_change()
+        await self._on_deletions()
+        await self._elect_offline(self.states)
+
+    async def _read_brokers(self) -> tuple[set[int], set[int]]:
+        """Refresh the live brokers; (brokers that appeared or restarted, brokers gone)."""
+        ids = await self.store.children(zk.BROKER_IDS, self._watch("brokers"))
+        live: dict[int, int] = {}
+        for name in ids:
+            stat = await self.store.exists(zk.broker_path(int(name)))
+            if stat is not None:
+                live[int(name)] = stat.czxid
+        started = {b for b, e in live.items() if self.live_brokers.get(b) != e}
+        gone = {b for b, e in self.live_brokers.items() if live.get(b) != e}
+        self.live_brokers = live
+        return started, gone
+
+    async def _on_brokers_change(self) -> None:
+        started, gone = await self._read_brokers()
+        if not started and not gone:
+            return
+        log.info(
+            "controller: brokers %s started, %s gone; live %s",
+            sorted(started),
+            sorted(gone),
+            sorted(self.live_brokers),
+        )
+        # A broker that restarted (a new broker epoch) lost what it held in memory: it is
+        # handled as gone, then as started (as Kafka's controller handles a bounced broker).
+        await self._on_brokers_gone(gone)
+        await self._elect_offline(self.states)
+
+    async def _on_brokers_gone(self, gone: set[int]) -> None:
+        if not gone:
+            return
+        changes: dict[TopicPartition, PartitionState] = {}
+        for tp, state in self.states.items():
+            if state.leader in gone or gone & set(state.isr):
+                changes[tp] = self._without(tp, state, gone)
+        await self._write_states(changes)
+
+    def _without(
+        self, tp: TopicPartition, state: PartitionState, brokers: set[int]
+    ) -> PartitionState:
+        """`state` with `brokers` out of leadership and the ISR (keeping the last ISR member)."""
+        isr = tuple(b for b in state.isr if b not in brokers) or state.isr[-1:]
+        if state.leader not in brokers:
+            return replace(state, isr=isr, controller_epoch=self.epoch)
+        candidates = [
+            b for b in self._replicas(tp) if b in isr and self._eligible(b) and b not in brokers
+        ]
+        if candidates:
+            return PartitionState(
+                candidates[0], state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
             )
-        if current is not None and current.remote_storage_enable and not wanted:
-            if not overrides.get("remote.log.delete.on.disable", False):
-                raise KafkaError(
-                    ErrorCode.invalid_config,
-                    "turning remote.storage.enable off deletes the remote data: "
-                    "set remote.log.delete.on.disable=true to confirm",
+        return PartitionState(
+            zk.NO_LEADER, state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
+        )
+
+    def _eligible(self, broker: int) -> bool:
+        return broker in self.live_brokers and broker not in self.shutting_down
+
+    def _replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        assignment = self.assignments.get(tp.topic)
+        return assignment.partitions.get(tp.partition, ()) if assignment else ()
+
+    async def _elect_offline(self, among: Iterable[TopicPartition]) -> None:
+        """Lead every leaderless partition (or one led by a broker gone) that can be led."""
+        changes: dict[TopicPartition, PartitionState] = {}
+        for tp in list(among):
+            state = self.states.get(tp)
+            if state is None or self._eligible(state.leader) or tp.topic not in self.assignments:
+                continue
+            elected = self._offline_election(tp, state)
+            if elected is not None:
+                changes[tp] = elected
+        await self._write_states(changes)
+
+    def _offline_election(self, tp: TopicPartition, state: PartitionState) -> PartitionState | None:
+        replicas = self._replicas(tp)
+        live_isr = [b for b in replicas if b in state.isr and self._eligible(b)]
+        if live_isr:
+            isr = tuple(b for b in state.isr if self._eligible(b))
+            return PartitionState(
+                live_isr[0], state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
+            )
+        if self.unclean_election_enabled(tp.topic):
+            live = [b for b in replicas if self._eligible(b)]
+            if live:
+                log.warning(
+                    "controller: unclean election of %d for %s: records only ISR %s held are lost",
+                    live[0],
+                    tp,
+                    list(state.isr),
                 )
+                return PartitionState(
+                    live[0], state.leader_epoch + 1, (live[0],), self.epoch, state.partition_epoch
+                )
+        if state.leader != zk.NO_LEADER:
+            return PartitionState(
+                zk.NO_LEADER, state.leader_epoch + 1, state.isr, self.epoch, state.partition_epoch
+            )
+        return None
 
-    def next_producer_id(self) -> int:
-        """A producer id never handed out before, also across restarts (ids go in blocks).
+    async def _on_topics_change(self) -> None:
+        names = set(await self.store.children(zk.TOPICS, self._watch("topics")))
+        for gone in set(self.assignments) - names:
+            self._forget(gone)
+        for name in sorted(names - set(self.assignments)):
+            await self._on_topic_change(name)
 
-        Raises KAFKA_STORAGE_ERROR when a new block could not be written: no id is given out
-        that a restart could give out again.
-        """
-        if self._next_producer_id >= self._producer_id_block_end:
-            with self._metadata_write("allocating producer ids"):
-                block = self.store.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
-            self._next_producer_id = block
-            self._producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK_SIZE
-        producer_id = self._next_producer_id
-        self._next_producer_id += 1
-        return producer_id
+    def _forget(self, topic: str) -> None:
+        assignment = self.assignments.pop(topic, None)
+        if assignment is not None:
+            for p in assignment.partitions:
+                self.states.pop(TopicPartition(topic, p), None)
 
-    def topic_or_error(self, name: str) -> TopicRecord:
-        topic = self.store.topics.get(name)
-        if topic is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        return topic
+    async def _on_topic_change(self, topic: str) -> None:
+        """A topic appeared or got partitions: read it, and elect its new partitions."""
+        try:
+            data, _ = await self.store.get(zk.topic_path(topic), self._watch("topic", topic))
+        except NoNodeError:
+            self._forget(topic)
+            return
+        assignment = TopicAssignment.decode(data)
+        known = self.assignments.get(topic)
+        if known is not None and known.topic_id != assignment.topic_id:
+            self._forget(topic)
+        self.assignments[topic] = assignment
+        new: list[TopicPartition] = []
+        for p in sorted(assignment.partitions):
+            tp = TopicPartition(topic, p)
+            if tp in self.states:
+                continue
+            try:
+                data, stat = await self.store.get(zk.state_path(topic, p))
+                self.states[tp] = PartitionState.decode(data, stat.version)
+            except NoNodeError:
+                new.append(tp)
+        await self._create_states(new)
+
+    async def _create_states(self, tps: list[TopicPartition]) -> None:
+        """First states of new partitions: the first live replica leads, live replicas are the
+        ISR (Kafka's NewPartition -> OnlinePartition)."""
+        for start in range(0, len(tps), _OPS_PER_MULTI // 3):
+            ops: list[Op] = []
+            created: dict[TopicPartition, PartitionState] = {}
+            for tp in tps[start : start + _OPS_PER_MULTI // 3]:
+                live = [b for b in self._replicas(tp) if self._eligible(b)]
+                state = PartitionState(
+                    live[0] if live else zk.NO_LEADER, 0, tuple(live), self.epoch, 0
+                )
+                if not await self.store.exists(zk.partitions_path(tp.topic)):
+                    try:
+                        await self._write([Create(zk.partitions_path(tp.topic))])
+                    except NodeExistsError:
+                        pass
+                ops += [
+                    Create(zk.partition_path(tp.topic, tp.partition)),
+                    Create(zk.state_path(tp.topic, tp.partition), state.encode()),
+                ]
+                created[tp] = state
+            try:
+                await self._write(ops)
+            except (NodeExistsError, NoNodeError):
+                # Created meanwhile by an earlier controller, or the topic was deleted: reread.
+                for tp in created:
+                    await self._on_topic_change(tp.topic)
+                continue
+            self.states.update(created)
+
+    async def _on_deletions(self) -> None:
+        topics = await self.store.children(zk.DELETE_TOPICS, self._watch("deletions"))
+        for topic in topics:
+            await self._delete_topic(topic)
+
+    async def _delete_topic(self, topic: str) -> None:
+        """Remove the topic's znodes, deepest first, then the deletion request."""
+        ops: list[Op] = []
+        assignment = self.assignments.get(topic)
+        if assignment is not None:
+            for p in assignment.partitions:
+                for path in (zk.state_path(topic, p), zk.partition_path(topic, p)):
+                    if await self.store.exists(path) is not None:
+                        ops.append(Delete(path))
+            if await self.store.exists(zk.partitions_path(topic)) is not None:
+                ops.append(Delete(zk.partitions_path(topic)))
+            ops.append(Delete(zk.topic_path(topic)))
+        if await self.store.exists(zk.config_path(topic)) is not None:
+            ops.append(Delete(zk.config_path(topic)))
+        ops.append(Delete(zk.delete_path(topic)))
+        for start in range(0, len(ops), _OPS_PER_MULTI):
+            try:
+                await self._write(ops[start : start + _OPS_PER_MULTI])
+            except NoNodeError:
+                continue  # removed already (a retry after a lost connection)
+        self._forget(topic)
+        log.info("controller: deleted topic %s", topic)
+
+    async def _on_shutdowns(self) -> None:
+        """Brokers asking for a controlled shutdown lose their leadership and ISR places."""
+        ids = {
+            int(b)
+            for b in await self.store.children(zk.CONTROLLED_SHUTDOWN, self._watch("shutdowns"))
+        }
+        new = ids - self.shutting_down
+        self.shutting_down = ids
+        if not new:
+            return
+        log.info("controller: controlled shutdown of brokers %s", sorted(new))
+        # Leadership moves only to another live ISR member: a partition no one else can lead
+        # keeps its leader until the broker is gone (Kafka skips it the same way).
+        changes: dict[TopicPartition, PartitionState] = {}
+        for tp, state in self.states.items():
+            if not new & set(state.isr) and state.leader not in new:
+                continue
+            others = [b for b in state.isr if b not in new]
+            if state.leader in new and not any(self._eligible(b) for b in others):
+                continue
+            changes[tp] = self._without(tp, state, new)
+        await self._write_states(changes)
+
+    # Writes --------------------------------------------------------------------------
+
+    async def _write_states(self, changes: dict[TopicPartition, PartitionState]) -> None:
+        """Write new partition states, each conditional on the version it replaces; a state
+        changed meanwhile (a leader's ISR write) is read again and decided again."""
+        items = [(tp, s) for tp, s in changes.items() if s != self.states.get(tp)]
+        for start in range(0, len(items), _OPS_PER_MULTI - 1):
+            chunk = items[start : start + _OPS_PER_MULTI - 1]
+            ops: list[Op] = [
+                SetData(zk.state_path(tp.topic, tp.partition), s.encode(), s.partition_epoch)
+                for tp, s in chunk
+            ]
+            try:
+                results = await self._write(ops)
+            except (BadVersionError, NoNodeError):
+                for tp, s in chunk:
+                    await self._write_state_alone(tp, s)
+                continue
+            for (tp, s), stat in zip(chunk, results[1:], strict=True):
+                assert stat is not None and not isinstance(stat, str)
+                self.states[tp] = replace(s, partition_epoch=stat.version)
+
+    async def _write_state_alone(self, tp: TopicPartition, state: PartitionState) -> None:
+        path = zk.state_path(tp.topic, tp.partition)
+        for _ in range(10):
+            try:
+                results = await self._write([SetData(path, state.encode(), state.partition_epoch)])
+            except NoNodeError:
+                self.states.pop(tp, None)
+                return
+            except BadVersionError:
+                data, stat = await self.store.get(path)
+                current = PartitionState.decode(data, stat.version)
+                self.states[tp] = current
+                state = self._decide_again(tp, current, state)
+                if state == current:
+                    return
+                continue
+            written = results[1]
+            assert isinstance(written, Stat)
+            self.states[tp] = replace(state, partition_epoch=written.version)
+            return
+        log.warning("controller: gave up changing %s after repeated conflicts", tp)
+
+    def _decide_again(
+        self, tp: TopicPartition, current: PartitionState, wanted: PartitionState
+    ) -> PartitionState:
+        """What to write over `current`, a state a leader changed after the decision."""
+        gone = {b for b in current.isr if not self._eligible(b)}
+        if current.leader != wanted.leader and not self._eligible(current.leader):
+            gone.add(current.leader)
+        if not gone and self._eligible(current.leader):
+            return current
+        decided = self._without(tp, current, gone)
+        if decided.leader == zk.NO_LEADER:
+            return self._offline_election(tp, decided) or decided
+        return decided
+
+    async def _write(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+        """Apply `ops` fenced by the controller epoch; raises the failing op's error, or
+        ControllerMoved if this controller was replaced."""
+        if not self._active:
+            raise ControllerMoved()
+        try:
+            return list(
+                await self.store.multi([Check(zk.CONTROLLER_EPOCH, self._epoch_version), *ops])
+            )
+        except MultiError as e:
+            if e.index == 0:
+                raise ControllerMoved() from e
+            raise e.error from e

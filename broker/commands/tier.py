@@ -1,5 +1,5 @@
-"""`tierbroker tier status`: both tiers of every partition a broker hosts, from its
-metrics endpoint (`GET /tier/status`).
+"""`tierbroker tier status`: whether the broker's remote store works, and both tiers of
+every partition it hosts, from its metrics endpoint (`GET /tier/health`, `/tier/status`).
 
 The endpoint is found, first match wins: `--url`; the `metrics.port` of a properties
 file (`--config`/`--override`); else the broker at `--bootstrap-server` is asked for its
@@ -9,9 +9,12 @@ file (`--config`/`--override`); else the broker at `--bootstrap-server` is asked
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
+import time
 import urllib.request
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -47,17 +50,17 @@ def status(
     timeout: Timeout = 10.0,
     output: OutputOption = Output.table,
 ) -> None:
-    """Per partition: both tiers' offsets, segments and bytes, and the copy lag."""
+    """The remote store's health; per partition: both tiers' offsets, segments and bytes,
+    and the copy lag."""
     if url is None:
         url = _from_config(config, override) if config or override else _ask(bootstrap, timeout)
-    try:
-        with urllib.request.urlopen(f"{url}/tier/status", timeout=timeout) as response:
-            rows = [r for r in json.load(response) if topic is None or r["topic"] == topic]
-    except (OSError, ValueError) as e:
-        fail(f"tier status: cannot read {url}/tier/status: {e}")
+    health = _get(url, "/tier/health", timeout)
+    rows = [r for r in _get(url, "/tier/status", timeout) if topic is None or r["topic"] == topic]
     if output is Output.json:
-        print_json(rows)
+        print_json({"remote_storage": health, "partitions": rows})
         return
+    width = shutil.get_terminal_size().columns
+    typer.echo(textwrap.fill(_health_line(health), width, subsequent_indent="  "))
     # One partition per 80-column line: offsets, then segments/size per tier (the
     # remote tier's offsets are in the JSON).
     print_table(
@@ -76,6 +79,24 @@ def status(
         ],
         title="tiered storage (local, remote, copy lag: segments/size)",
     )
+
+
+def _get(url: str, path: str, timeout: float) -> Any:
+    try:
+        with urllib.request.urlopen(f"{url}{path}", timeout=timeout) as response:
+            return json.load(response)
+    except (OSError, ValueError) as e:
+        fail(f"tier status: cannot read {url}{path}: {e}")
+
+
+def _health_line(health: dict[str, Any]) -> str:
+    state = health["state"]
+    if state == "disabled":
+        return "remote storage: disabled (remote.log.storage.system.enable=false)"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(health["since_ms"] / 1000))
+    if state == "unhealthy":
+        return f"remote storage: UNHEALTHY since {since}: {health['error']}"
+    return f"remote storage: {state} (since {since})"
 
 
 def _from_config(config: Path | None, override: list[str] | None) -> str:

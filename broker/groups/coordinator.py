@@ -6,6 +6,11 @@ broker never computes an assignment: the group leader does, with whatever
 assignor the members agreed on. Committed offsets and completed generations go
 through the `GroupMetadataManager` to `__consumer_offsets`.
 
+A group is coordinated by the leader of its `__consumer_offsets` partition: when this
+broker becomes that leader it loads the partition's groups (COORDINATOR_LOAD_IN_PROGRESS
+meanwhile), and when it stops leading it, it drops them, answering their waiters
+NOT_COORDINATOR, so members find the new coordinator.
+
 All state lives on the event loop: joins and syncs wait on futures held by the
 member, timers are loop handles held by the member or group, and every waiter is
 resolved when its member is removed or the coordinator stops.
@@ -16,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 
 from tierbroker.broker.groups.group import (
@@ -77,12 +82,35 @@ class GroupCoordinator:
         self.topic_exists = topic_exists
         self.groups: dict[str, GroupMetadata] = {}
         self.active = False
+        self.owned: set[int] = set()  # partitions of __consumer_offsets led and loaded here
+        self.loading: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # Lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Rebuild groups from `__consumer_offsets`; loaded members must heartbeat to stay."""
-        for group_id, value in self.store.load().items():
+        self.active = True
+
+    def on_leadership(self, partition: int, leader: bool) -> None:
+        """This broker started or stopped leading a partition of `__consumer_offsets`."""
+        if leader:
+            self.loading.add(partition)
+            self._run(self._load(partition), f"load-groups-{partition}")
+        else:
+            self._unload(partition)
+
+    def _run(self, work: Coroutine[object, object, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load(self, partition: int) -> None:
+        """Rebuild the partition's groups; loaded members must heartbeat to stay."""
+        await asyncio.sleep(0)  # after the leadership change that asked for it
+        if partition not in self.loading:
+            return
+        loaded = self.store.load_partition(partition)
+        for group_id, value in loaded.items():
             group = GroupMetadata(
                 group_id,
                 generation_id=value.generation,
@@ -108,26 +136,59 @@ class GroupCoordinator:
             group.state = Stable if group.members else Empty
             self.groups[group_id] = group
         for group_id in self.store.offsets:
-            self.groups.setdefault(group_id, GroupMetadata(group_id, state_timestamp_ms=now_ms()))
-        self.active = True
-        log.info("loaded %d groups from __consumer_offsets", len(self.groups))
+            if self.store.partition_of(group_id) == partition:
+                self.groups.setdefault(
+                    group_id, GroupMetadata(group_id, state_timestamp_ms=now_ms())
+                )
+        self.loading.discard(partition)
+        self.owned.add(partition)
+        log.info("loaded %d groups from __consumer_offsets-%d", len(loaded), partition)
+
+    def _unload(self, partition: int) -> None:
+        self.loading.discard(partition)
+        if partition not in self.owned:
+            return
+        self.owned.discard(partition)
+        gone = [g for g in self.groups.values() if self.store.partition_of(g.group_id) == partition]
+        for group in gone:
+            self._drop(group)
+            del self.groups[group.group_id]
+        self.store.unload_partition(partition)
+        log.info("gave up %d groups of __consumer_offsets-%d", len(gone), partition)
+
+    def _drop(self, group: GroupMetadata) -> None:
+        if group.rebalance_timer is not None:
+            group.rebalance_timer.cancel()
+        for member in group.members.values():
+            self._cancel_member(member, ErrorCode.not_coordinator)
 
     def stop(self) -> None:
         """Cancel every timer and answer every waiter: this broker stops coordinating."""
         self.active = False
+        for task in self._tasks:
+            task.cancel()
         for group in self.groups.values():
-            if group.rebalance_timer is not None:
-                group.rebalance_timer.cancel()
-            for member in group.members.values():
-                self._cancel_member(member, ErrorCode.not_coordinator)
+            self._drop(group)
+
+    def coordinator_error(self, group_id: str) -> ErrorCode:
+        """NONE if this broker coordinates `group_id` now, else what the client is told."""
+        if not self.active or not self.store.topic.exists:
+            return ErrorCode.not_coordinator
+        partition = self.store.partition_of(group_id)
+        if partition in self.loading:
+            return ErrorCode.coordinator_load_in_progress
+        if partition not in self.owned:
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
 
     # JoinGroup -----------------------------------------------------------------------
 
     async def join_group(self, req: JoinRequest) -> JoinResult:
-        if not self.active:
-            return JoinResult(ErrorCode.not_coordinator, member_id=req.member_id)
         if not req.group_id:
             return JoinResult(ErrorCode.invalid_group_id, member_id=req.member_id)
+        error = self.coordinator_error(req.group_id)
+        if error != ErrorCode.none:
+            return JoinResult(error, member_id=req.member_id)
         c = self.config
         if not c.min_session_timeout_ms <= req.session_timeout_ms <= c.max_session_timeout_ms:
             log.info(
@@ -221,7 +282,7 @@ class GroupCoordinator:
         if group.is_in(Stable) and still_supported:
             if new_id != group.leader_id or req.supports_skip_assignment:
                 self._schedule_session_expiry(group, member)
-                self._persist(group)
+                await self._persist_or_log(group)
                 return self._join_result(group, member, skip_assignment=new_id == group.leader_id)
         waiter = self._await_join(member)
         if not group.is_in(Preparing):
@@ -344,7 +405,7 @@ class GroupCoordinator:
             group.protocol_name = group.leader_id = None
             group.transition_to(Empty, now_ms())
             log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
-            self._persist(group)
+            self._run(self._persist_or_log(group), f"store-group-{group.group_id}")
             return
         group.protocol_name = group.select_protocol()
         group.transition_to(Completing, now_ms())
@@ -373,6 +434,9 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> SyncResult:
+        error = self.coordinator_error(group_id)
+        if error != ErrorCode.none:
+            return SyncResult(error)
         group = self.groups.get(group_id)
         if group is None or member_id not in group.members:
             return SyncResult(ErrorCode.unknown_member_id)
@@ -397,7 +461,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             try:
-                self._persist(group)
+                await self._persist(group)
             except KafkaError as e:
                 log.warning(
                     "group %s: storing generation %d failed: %s",
@@ -431,6 +495,9 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
     ) -> ErrorCode:
+        error = self.coordinator_error(group_id)
+        if error != ErrorCode.none:
+            return error
         group = self.groups.get(group_id)
         if group is None or group.is_in(Empty) or member_id not in group.members:
             return ErrorCode.unknown_member_id
@@ -446,6 +513,9 @@ class GroupCoordinator:
     def leave_group(
         self, group_id: str, leaving: list[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        error = self.coordinator_error(group_id)
+        if error != ErrorCode.none:
+            return error, []
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id, [
@@ -524,9 +594,17 @@ class GroupCoordinator:
             self._prepare_rebalance(group, f"member {member.member_id} left")
         self._maybe_complete_join(group)
 
-    def _persist(self, group: GroupMetadata) -> None:
+    async def _persist_or_log(self, group: GroupMetadata) -> None:
+        try:
+            await self._persist(group)
+        except KafkaError as e:
+            log.warning(
+                "group %s: storing generation %d failed: %s", group.group_id, group.generation_id, e
+            )
+
+    async def _persist(self, group: GroupMetadata) -> None:
         protocol = group.protocol_name
-        self.store.store_group(
+        await self.store.store_group(
             group.group_id,
             GroupValue(
                 group.protocol_type or "",
@@ -552,7 +630,7 @@ class GroupCoordinator:
 
     # Offsets -------------------------------------------------------------------------
 
-    def commit_offsets(
+    async def commit_offsets(
         self,
         group_id: str,
         member_id: str,
@@ -574,7 +652,7 @@ class GroupCoordinator:
                 valid[tp] = value
         if valid:
             try:
-                self.store.commit(group_id, valid)
+                await self.store.commit(group_id, valid)
                 results.update(dict.fromkeys(valid, ErrorCode.none))
             except KafkaError as e:
                 results.update(dict.fromkeys(valid, e.code))
@@ -586,6 +664,9 @@ class GroupCoordinator:
     ) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
+        error = self.coordinator_error(group_id)
+        if error != ErrorCode.none:
+            return error
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
@@ -604,17 +685,20 @@ class GroupCoordinator:
 
     # Administration ------------------------------------------------------------------
 
-    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
-        results = {}
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
             group = self.groups.get(group_id)
-            if group is None:
+            error = self.coordinator_error(group_id)
+            if error != ErrorCode.none:
+                results[group_id] = error
+            elif group is None:
                 results[group_id] = ErrorCode.group_id_not_found
             elif group.members:
                 results[group_id] = ErrorCode.non_empty_group
             else:
                 try:
-                    self.store.delete_group(group_id)
+                    await self.store.delete_group(group_id)
                 except KafkaError as e:
                     results[group_id] = e.code
                     continue
@@ -623,9 +707,12 @@ class GroupCoordinator:
                 results[group_id] = ErrorCode.none
         return results
 
-    def delete_offsets(
+    async def delete_offsets(
         self, group_id: str, partitions: list[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        error = self.coordinator_error(group_id)
+        if error != ErrorCode.none:
+            return error, {}
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.group_id_not_found, {}
@@ -637,14 +724,14 @@ class GroupCoordinator:
             for tp in partitions
         }
         try:
-            self.store.delete_offsets(
+            await self.store.delete_offsets(
                 group_id, [tp for tp, e in results.items() if e == ErrorCode.none]
             )
         except KafkaError as e:
             return e.code, {}
         return ErrorCode.none, results
 
-    def expire_offsets(self) -> None:
+    async def expire_offsets(self) -> None:
         """Remove offsets past offsets.retention.minutes, and the empty groups left behind."""
         now = now_ms()
         for group_id, group in list(self.groups.items()):
@@ -654,12 +741,12 @@ class GroupCoordinator:
             expired = self.store.expired_offsets(group_id, empty_since, now)
             if expired:
                 log.info("group %s: expiring %d committed offsets", group_id, len(expired))
-                self.store.delete_offsets(group_id, expired)
+                await self.store.delete_offsets(group_id, expired)
             if (
                 group.is_in(Empty)
                 and group_id not in self.store.offsets
                 and empty_since is not None
                 and empty_since + self.store.config.retention_ms < now
             ):
-                self.store.delete_group(group_id)
-                del self.groups[group_id]
+                await self.store.delete_group(group_id)
+                self.groups.pop(group_id, None)

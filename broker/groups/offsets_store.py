@@ -1,11 +1,14 @@
 """`GroupMetadataManager`: committed offsets and group metadata, kept in `__consumer_offsets`.
 
 Every commit and every completed rebalance is appended to the group's partition of
-`__consumer_offsets` (see `records` for the formats) before it is acknowledged or
-cached, so a restart rebuilds the same state by replaying the topic. The topic has
-no compaction: it is kept whole (retention.ms=-1) and replayed in full at start.
-Offsets of a group with no members expire `offsets.retention.minutes` after the
-group became empty (KIP-211); their removal is written as tombstones.
+`__consumer_offsets` (see `records` for the formats), and acknowledged or cached only
+once the partition's ISR has it (acks=all), so a coordinator that moves to another
+broker, or a restart, rebuilds the same state by replaying that partition. The broker
+leading a partition loads it (`load_partition`) and coordinates its groups; one that
+stops leading it forgets them (`unload_partition`). The topic has no compaction: it is
+kept whole (retention.ms=-1). Offsets of a group with no members expire
+`offsets.retention.minutes` after the group became empty (KIP-211); their removal is
+written as tombstones.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.cluster.topic_admin import TopicAdmin
 from tierbroker.broker.groups.records import (
     GroupKey,
     GroupValue,
@@ -42,68 +45,88 @@ OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": "104857600"}
 @dataclass(frozen=True, slots=True)
 class OffsetsConfig:
     num_partitions: int = 50
+    replication_factor: int = 3  # capped at the live brokers when the topic is created
     retention_ms: int = 7 * 24 * 3_600_000
     metadata_max_bytes: int = 4096
+    commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms
 
 
 class GroupMetadataManager:
-    def __init__(
-        self, replicas: ReplicaManager, controller: Controller, config: OffsetsConfig
-    ) -> None:
+    def __init__(self, replicas: ReplicaManager, admin: TopicAdmin, config: OffsetsConfig) -> None:
         self.topic = InternalTopic(
-            OFFSETS_TOPIC, config.num_partitions, OFFSETS_TOPIC_CONFIGS, replicas, controller
+            OFFSETS_TOPIC,
+            config.num_partitions,
+            config.replication_factor,
+            OFFSETS_TOPIC_CONFIGS,
+            replicas,
+            admin,
+            config.commit_timeout_ms,
         )
         self.config = config
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
 
-    def ensure_topic(self) -> None:
+    async def ensure_topic(self) -> None:
         """Create `__consumer_offsets` on first use, as Kafka does."""
-        self.topic.ensure_created()
+        await self.topic.ensure_created()
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.topic.num_partitions)
 
     # Loading -------------------------------------------------------------------------
 
-    def load(self) -> dict[str, GroupValue]:
-        """Replay the topic: fills the offsets cache; returns the last metadata of each group."""
+    def load_partition(self, partition: int) -> dict[str, GroupValue]:
+        """Replay one partition of the topic: fills the offsets cache of its groups; returns
+        the last metadata of each."""
         groups: dict[str, GroupValue] = {}
-        for p in range(self.topic.num_partitions if self.topic.exists else 0):
-            for _, key_bytes, value in self.topic.read(p):
-                key = decode_key(key_bytes)
-                if isinstance(key, OffsetKey):
-                    tp = TopicPartition(key.topic, key.partition)
-                    if value is None:
-                        self.offsets.get(key.group, {}).pop(tp, None)
-                    else:
-                        self.offsets.setdefault(key.group, {})[tp] = decode_offset_value(value)
-                elif isinstance(key, GroupKey):
-                    if value is None:
-                        groups.pop(key.group, None)
-                    else:
-                        groups[key.group] = decode_group_value(value)
+        self.unload_partition(partition)
+        # To the log end: a new leader may not know the high watermark the old one had
+        # reached, and what it holds is what it serves from now on.
+        for _, key_bytes, value in self.topic.read(partition, to_log_end=True):
+            key = decode_key(key_bytes)
+            if isinstance(key, OffsetKey):
+                tp = TopicPartition(key.topic, key.partition)
+                if value is None:
+                    self.offsets.get(key.group, {}).pop(tp, None)
+                else:
+                    self.offsets.setdefault(key.group, {})[tp] = decode_offset_value(value)
+            elif isinstance(key, GroupKey):
+                if value is None:
+                    groups.pop(key.group, None)
+                else:
+                    groups[key.group] = decode_group_value(value)
         self.offsets = {g: o for g, o in self.offsets.items() if o}
         return groups
 
+    def unload_partition(self, partition: int) -> None:
+        for group_id in [g for g in self.offsets if self.partition_of(g) == partition]:
+            del self.offsets[group_id]
+
     # Writing -------------------------------------------------------------------------
 
-    def _append(
+    async def _append(
         self,
         group_id: str,
         records: list[tuple[bytes, bytes | None]],
         too_large: ErrorCode = ErrorCode.invalid_commit_offset_size,
     ) -> None:
-        """Append to the group's partition; raise with the code a client should see.
-
-        A batch too large is INVALID_COMMIT_OFFSET_SIZE for a commit and
-        UNKNOWN_SERVER_ERROR for group metadata, as Kafka maps them.
-        """
+        """Append to the group's partition and wait for its ISR; raise with the code a
+        client should see, as Kafka maps them: a batch too large is INVALID_COMMIT_OFFSET_SIZE
+        for a commit and UNKNOWN_SERVER_ERROR for group metadata; a partition no longer led
+        here is NOT_COORDINATOR; a write the ISR did not take in time is REQUEST_TIMED_OUT;
+        any other failure COORDINATOR_NOT_AVAILABLE."""
         try:
-            self.topic.append_records(partition_for(group_id, self.topic.num_partitions), records)
+            await self.topic.append_records(self.partition_of(group_id), records)
         except KafkaError as e:
             if e.code == ErrorCode.message_too_large:
                 raise KafkaError(too_large, f"records of group {group_id} too large") from e
+            if e.code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
+                raise KafkaError(ErrorCode.not_coordinator, f"group {group_id}: {e}") from e
+            if e.code == ErrorCode.request_timed_out:
+                raise
             raise KafkaError(ErrorCode.coordinator_not_available, f"group {group_id}: {e}") from e
 
-    def commit(self, group_id: str, offsets: dict[TopicPartition, OffsetValue]) -> None:
-        self._append(
+    async def commit(self, group_id: str, offsets: dict[TopicPartition, OffsetValue]) -> None:
+        await self._append(
             group_id,
             [
                 (encode_key(OffsetKey(group_id, tp.topic, tp.partition)), encode_offset_value(v))
@@ -112,18 +135,18 @@ class GroupMetadataManager:
         )
         self.offsets.setdefault(group_id, {}).update(offsets)
 
-    def store_group(self, group_id: str, value: GroupValue) -> None:
-        self._append(
+    async def store_group(self, group_id: str, value: GroupValue) -> None:
+        await self._append(
             group_id,
             [(encode_key(GroupKey(group_id)), encode_group_value(value))],
             too_large=ErrorCode.unknown_server_error,
         )
 
-    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+    async def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
         partitions = [tp for tp in partitions if tp in self.offsets.get(group_id, {})]
         if not partitions:
             return
-        self._append(
+        await self._append(
             group_id,
             [(encode_key(OffsetKey(group_id, tp.topic, tp.partition)), None) for tp in partitions],
         )
@@ -133,10 +156,10 @@ class GroupMetadataManager:
         if not group_offsets:
             del self.offsets[group_id]
 
-    def delete_group(self, group_id: str) -> None:
+    async def delete_group(self, group_id: str) -> None:
         """Tombstones for the group's metadata and every offset it committed."""
-        self.delete_offsets(group_id, list(self.offsets.get(group_id, {})))
-        self._append(group_id, [(encode_key(GroupKey(group_id)), None)])
+        await self.delete_offsets(group_id, list(self.offsets.get(group_id, {})))
+        await self._append(group_id, [(encode_key(GroupKey(group_id)), None)])
 
     def fetch(
         self, group_id: str, partitions: list[TopicPartition] | None

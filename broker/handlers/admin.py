@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
-from tierbroker.broker.cluster.controller import check_request_size
-from tierbroker.broker.cluster.metadata_store import TopicRecord
+from tierbroker.broker.cluster.topic_admin import check_request_size
+from tierbroker.broker.cluster.zk_data import TopicAssignment
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -17,7 +18,12 @@ from tierbroker.broker.handlers.common import (
 )
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.storage.log_config import TOPIC_CONFIGS, format_value
+from tierbroker.storage.topic_configs import (
+    TOPIC_CONFIGS,
+    ConfigDef,
+    check_overrides,
+    format_value,
+)
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -39,7 +45,7 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
     """Create each topic; a request of too many partitions in all is refused whole, as
     Kafka's controller refuses an operation of too many records."""
     m = response_module(request.api_key, request.api_version)
-    default = ctx.controller.default_partitions
+    default = ctx.admin.default_partitions
     too_large: KafkaError | None = None
     try:
         check_request_size(
@@ -53,30 +59,26 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
         too_large = e
     results = []
     for t in request.body.topics:
-        topic: TopicRecord | None = None
+        topic: TopicAssignment | None = None
+        overrides = {c.name: c.value for c in t.configs}
         error, message = ErrorCode.none, None
         try:
             if too_large is not None:
                 raise too_large
             partitions, replication = t.num_partitions, t.replication_factor
-            if t.assignments:
-                if partitions != -1 or replication != -1:
-                    raise KafkaError(
-                        ErrorCode.invalid_request,
-                        "both assignments and num_partitions/replication_factor were given",
-                    )
-                partitions, replication = len(t.assignments), len(t.assignments[0].broker_ids)
-                if any(tuple(a.broker_ids) != (ctx.config.broker_id,) for a in t.assignments):
-                    raise KafkaError(
-                        ErrorCode.invalid_replica_assignment,
-                        f"assignments must name broker {ctx.config.broker_id} only",
-                    )
-            topic = await ctx.controller.create_topic_batched(
+            if t.assignments and (partitions != -1 or replication != -1):
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "both assignments and num_partitions/replication_factor were given",
+                )
+            topic = await ctx.admin.create_topic(
                 t.name,
                 partitions,
                 replication,
-                {c.name: c.value for c in t.configs},
+                overrides,
+                assignment={a.partition_index: a.broker_ids for a in t.assignments},
                 validate_only=request.body.validate_only,
+                timeout_s=request.body.timeout.total_seconds(),
             )
         except KafkaError as e:
             log.info("CreateTopics %r refused: %s", t.name, e)
@@ -89,42 +91,85 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
                 error_code=error,
                 error_message=message,
                 topic_config_error_code=ErrorCode.none,
-                num_partitions=topic.partitions if topic else -1,
-                replication_factor=topic.replication_factor if topic else -1,
-                configs=tuple(_creatable_configs(ctx, m, topic)) if topic else (),
+                num_partitions=len(topic.partitions) if topic else -1,
+                replication_factor=len(topic.partitions[0]) if topic else -1,
+                configs=tuple(_creatable_configs(ctx, m, overrides)) if topic else (),
             )
         )
     return make(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-def _creatable_configs(ctx: BrokerContext, m: Any, topic: TopicRecord) -> list[Any]:
+def _creatable_configs(ctx: BrokerContext, m: Any, overrides: dict[str, str]) -> list[Any]:
     if not hasattr(m, "CreatableTopicConfigs"):
         return []
     return [
         m.CreatableTopicConfigs(
-            name=name, value=value, read_only=False, config_source=source, is_sensitive=False
+            name=row.name,
+            value=row.value,
+            read_only=False,
+            config_source=row.source,
+            is_sensitive=False,
         )
-        for name, value, source, _type in _topic_configs(ctx, topic)
+        for row in _topic_configs(ctx, overrides)
     ]
 
 
-ConfigRow = tuple[str, str, int, int]
-"""(name, value, config source, config type) as DescribeConfigs reports them."""
+Synonym = tuple[str, str, int]
+"""(name, value, config source) of a config's synonym, as DescribeConfigs reports it."""
 
 
-def _topic_configs(ctx: BrokerContext, topic: TopicRecord) -> list[ConfigRow]:
-    """Every topic config: overrides, broker defaults, Kafka defaults."""
-    rows: list[ConfigRow] = []
+class ConfigRow(NamedTuple):
+    """One config as DescribeConfigs reports it."""
+
+    name: str
+    value: str
+    source: int
+    config_type: int
+    synonyms: tuple[Synonym, ...] = ()
+
+
+def _topic_configs(ctx: BrokerContext, configs: dict[str, str]) -> list[ConfigRow]:
+    """Every topic config: the topic's override, else the broker's default, else Kafka's.
+
+    Synonyms and source as Kafka's ConfigHelper gives them: the override, then the
+    broker properties set, then those with a default of their own, each in the order
+    Kafka tries them; the source is the first synonym's.
+    """
+    overrides = check_overrides(configs)
+    rows = []
     for name, definition in TOPIC_CONFIGS.items():
-        kind = definition.config_type
-        if name in topic.configs:
-            rows.append((name, topic.configs[name], DYNAMIC_TOPIC_CONFIG, kind))
-        elif name in ctx.controller.log_defaults:
-            value = format_value(ctx.controller.log_defaults[name])
-            rows.append((name, value, STATIC_BROKER_CONFIG, kind))
+        synonyms = _broker_synonyms(definition, ctx.config.log_default_synonyms)
+        if name in overrides:
+            value = format_value(overrides[name])
+            synonyms.insert(0, (name, value, DYNAMIC_TOPIC_CONFIG))
         else:
-            rows.append((name, format_value(definition.default), DEFAULT_CONFIG, kind))
+            value = format_value(ctx.admin.log_defaults.get(name, definition.default))
+        source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
+        rows.append(ConfigRow(name, value, source, definition.config_type, tuple(synonyms)))
     return rows
+
+
+def _broker_synonyms(definition: ConfigDef, set_properties: dict[str, str]) -> list[Synonym]:
+    """The broker properties behind a topic config's default: those set, then those with
+    a default, dropping any listed before the first synonym's own (as Kafka does: so
+    `retention.ms` from `log.retention.hours` alone reports no synonym)."""
+    found = [
+        (s.name, set_properties[s.name], STATIC_BROKER_CONFIG)
+        for s in definition.synonyms
+        if s.name in set_properties
+    ]
+    found += [
+        (s.name, format_value(_in_unit(definition.default, s.unit_ms)), DEFAULT_CONFIG)
+        for s in definition.synonyms
+        if s.has_default
+    ]
+    first = definition.broker_property
+    return list(itertools.dropwhile(lambda synonym: synonym[0] != first, found))
+
+
+def _in_unit(value: Any, unit_ms: int) -> Any:
+    """A default in ms in a synonym's unit (hours: `log.retention.hours`)."""
+    return value if unit_ms == 1 else value // unit_ms
 
 
 async def handle_delete_topics(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -141,11 +186,10 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request, _splicer: o
             if not ctx.config.delete_topic_enable:
                 raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
             if not name:
-                record = ctx.controller.store.by_id(topic_id) if topic_id else None
-                if record is None:
+                name = ctx.metadata.topic_by_id(topic_id) if topic_id else None
+                if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic with id {topic_id}")
-                name = record.name
-            topic_id = ctx.controller.delete_topic(name).topic_id
+            topic_id = await ctx.admin.delete_topic(name, body.timeout.total_seconds())
         except KafkaError as e:
             error, message = _error(e)
         results.append(
@@ -162,12 +206,10 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request, _splicer: o
 
 async def handle_create_partitions(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
-    topics = ctx.controller.store.topics
+    cache = ctx.metadata
     too_large: KafkaError | None = None
     try:
-        check_request_size(
-            [t.count - topics[t.name].partitions for t in request.body.topics if t.name in topics]
-        )
+        check_request_size([t.count - cache.partition_count(t.name) for t in request.body.topics])
     except KafkaError as e:
         too_large = e
     results = []
@@ -176,7 +218,13 @@ async def handle_create_partitions(ctx: BrokerContext, request: Request, _splice
         try:
             if too_large is not None:
                 raise too_large
-            await ctx.controller.create_partitions(t.name, t.count, request.body.validate_only)
+            await ctx.admin.create_partitions(
+                t.name,
+                t.count,
+                [a.broker_ids for a in t.assignments] if t.assignments else None,
+                request.body.validate_only,
+                request.body.timeout.total_seconds(),
+            )
         except KafkaError as e:
             error, message = _error(e)
         results.append(
@@ -197,20 +245,26 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
         except KafkaError as e:
             error, message = _error(e)
         keys = set(r.configuration_keys) if r.configuration_keys else None
+        with_synonyms = field(request.body, "include_synonyms", False)
         configs = tuple(
             make(
                 m.DescribeConfigsResourceResult,
-                name=name,
-                value=value,
+                name=row.name,
+                value=row.value,
                 read_only=r.resource_type == BROKER_RESOURCE,
-                config_source=source,
+                config_source=row.source,
                 is_sensitive=False,
-                synonyms=(),
-                config_type=config_type,
+                synonyms=tuple(
+                    m.DescribeConfigsSynonym(name=name, value=value, source=source)
+                    for name, value, source in row.synonyms
+                )
+                if with_synonyms
+                else (),
+                config_type=row.config_type,
                 documentation=None,
             )
-            for name, value, source, config_type in rows
-            if keys is None or name in keys
+            for row in rows
+            if keys is None or row.name in keys
         )
         results.append(
             make(
@@ -227,7 +281,8 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
 
 def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[ConfigRow]:
     if resource_type == TOPIC_RESOURCE:
-        return _topic_configs(ctx, ctx.controller.topic_or_error(name))
+        ctx.admin.topic_or_error(name)
+        return _topic_configs(ctx, ctx.metadata.configs.get(name, {}))
     if resource_type == BROKER_RESOURCE:
         if name not in ("", str(ctx.config.broker_id)):
             raise KafkaError(ErrorCode.invalid_request, f"broker {name!r} is not this broker")
@@ -236,7 +291,9 @@ def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[ConfigR
         metrics_port = ctx.endpoints.metrics_port
         values["metrics.port"] = -1 if metrics_port is None else metrics_port
         return sorted(
-            (k, "" if v is None else format_value(v), STATIC_BROKER_CONFIG, UNKNOWN_CONFIG_TYPE)
+            ConfigRow(
+                k, "" if v is None else format_value(v), STATIC_BROKER_CONFIG, UNKNOWN_CONFIG_TYPE
+            )
             for k, v in values.items()
         )
     raise KafkaError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
@@ -249,7 +306,7 @@ async def handle_alter_configs(ctx: BrokerContext, request: Request, _splicer: o
     def new_configs(r: Any, _current: dict[str, str]) -> dict[str, str]:
         return {c.name: c.value for c in r.configs if c.value is not None}
 
-    return _alter(
+    return await _alter(
         ctx, m, m.AlterConfigsResourceResponse, m.AlterConfigsResponse, request, new_configs
     )
 
@@ -274,7 +331,7 @@ async def handle_incremental_alter_configs(
                 )
         return configs
 
-    return _alter(
+    return await _alter(
         ctx,
         m,
         m.AlterConfigsResourceResponse,
@@ -284,7 +341,7 @@ async def handle_incremental_alter_configs(
     )
 
 
-def _alter(
+async def _alter(
     ctx: BrokerContext,
     m: Any,
     result_cls: Any,
@@ -301,10 +358,10 @@ def _alter(
                     ErrorCode.invalid_request,
                     f"resource type {r.resource_type}: only topic configs can be altered",
                 )
-            topic = ctx.controller.topic_or_error(r.resource_name)
-            ctx.controller.alter_configs(
+            ctx.admin.topic_or_error(r.resource_name)
+            await ctx.admin.alter_configs(
                 r.resource_name,
-                new_configs(r, topic.configs),
+                new_configs(r, ctx.metadata.configs.get(r.resource_name, {})),
                 field(request.body, "validate_only", False),
             )
         except KafkaError as e:

@@ -20,7 +20,8 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.cluster.metadata_cache import MetadataCache
+from tierbroker.broker.cluster.topic_admin import TopicAdmin
 from tierbroker.broker.config import BrokerConfig
 from tierbroker.broker.endpoints import BrokerEndpoints
 from tierbroker.broker.groups.coordinator import GroupCoordinator
@@ -36,10 +37,18 @@ CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 class BrokerContext:
     config: BrokerConfig
     replicas: ReplicaManager
-    controller: Controller
+    metadata: MetadataCache
+    admin: TopicAdmin
     groups: GroupCoordinator
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound
+
+    def this_broker(self) -> tuple[str, int]:
+        """This broker's advertised host and port (a configured port of 0: the one bound)."""
+        registered = self.metadata.brokers.get(self.config.broker_id)
+        if registered is not None:
+            return registered.host, registered.port
+        return self.endpoints.advertised
 
 
 @cache

@@ -29,37 +29,44 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
     body = request.body
     m = response_module(request.api_key, request.api_version)
     by_id = request.api_version >= 13
-    store = ctx.controller.store
+    cache = ctx.metadata
     requested: list[FetchRequestPartition] = []
     layout: list[
         tuple[Any, list[tuple[int, int | ErrorCode]]]
     ] = []  # (topic key, [(partition, index|error)])
     for topic in body.topics:
-        record = store.by_id(topic.topic_id) if by_id else store.topics.get(topic.topic)
+        name = cache.topic_by_id(topic.topic_id) if by_id else topic.topic
+        known = name is not None and name in cache.topics
         unknown = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
         entries: list[tuple[int, int | ErrorCode]] = []
         for p in topic.partitions:
-            if record is None:
+            if not known or name is None:
                 entries.append((p.partition, unknown))
                 continue
             entries.append((p.partition, len(requested)))
             requested.append(
                 FetchRequestPartition(
-                    TopicPartition(record.name, p.partition),
+                    TopicPartition(name, p.partition),
                     p.fetch_offset,
                     p.partition_max_bytes,
                     field(p, "current_leader_epoch", -1),
+                    field(p, "last_fetched_epoch", -1),
+                    field(p, "log_start_offset", -1),
                 )
             )
         layout.append((topic.topic_id if by_id else topic.topic, entries))
+    replica_state = field(body, "replica_state")
     params = FetchParams(
         max_wait_ms=int(body.max_wait.total_seconds() * 1000),
         min_bytes=body.min_bytes,
         max_bytes=field(body, "max_bytes", 2**31 - 1),
+        # v15+ names a follower in ReplicaState, older versions in ReplicaId.
+        replica_id=replica_state.replica_id if replica_state else field(body, "replica_id", -1),
+        replica_epoch=replica_state.replica_epoch if replica_state else -1,
     )
     results = await ctx.replicas.fetch_messages(params, requested)
     for fetched, result in zip(requested, results, strict=True):
-        if result.size:
+        if result.size and not params.is_from_follower:
             ctx.topic_metrics.bytes_out.labels(fetched.topic_partition.topic).inc(result.size)
     return make(
         m.FetchResponse,
@@ -99,4 +106,12 @@ def _partition(m: Any, splicer: RecordsSplicer, index: int, result: FetchResultP
         aborted_transactions=None,
         preferred_read_replica=-1,
         records=splicer.placeholder(result.records) if result.records else b"",
+        **_diverging_epoch(m, result),
     )
+
+
+def _diverging_epoch(m: Any, result: FetchResultPartition) -> dict[str, Any]:
+    if result.diverging_epoch is None or not hasattr(m, "EpochEndOffset"):
+        return {}
+    epoch, end_offset = result.diverging_epoch
+    return {"diverging_epoch": m.EpochEndOffset(epoch=epoch, end_offset=end_offset)}

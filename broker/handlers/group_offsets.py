@@ -29,8 +29,7 @@ def _topic_name(ctx: BrokerContext, topic: Any) -> str:
     name = field(topic, "name")
     if name is not None:
         return str(name)
-    record = ctx.controller.store.by_id(topic.topic_id)
-    return record.name if record else ""
+    return ctx.metadata.topic_by_id(topic.topic_id) or ""
 
 
 async def handle_offset_commit(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -49,7 +48,7 @@ async def handle_offset_commit(ctx: BrokerContext, request: Request, _splicer: o
                 p.committed_metadata or "",
                 timestamp,
             )
-    results = ctx.groups.commit_offsets(
+    results = await ctx.groups.commit_offsets(
         body.group_id,
         body.member_id,
         field(body, "group_instance_id"),
@@ -100,7 +99,7 @@ def _fetch_group(
             wanted.append((key, name, [(tp.partition, v) for tp, v in found.items()]))
     result = []
     for key, name, parts in wanted:
-        record = ctx.controller.store.topics.get(name)
+        record = ctx.metadata.topics.get(name)
         result.append(
             make(
                 m.OffsetFetchResponseTopics
@@ -131,24 +130,28 @@ async def handle_offset_fetch(ctx: BrokerContext, request: Request, _splicer: ob
     body = request.body
     by_id = request.api_version >= 10
     if request.api_version >= 8:
-        return make(
-            m.OffsetFetchResponse,
-            throttle_time=NO_THROTTLE,
-            groups=tuple(
+        groups = []
+        for g in body.groups:
+            error = ctx.groups.coordinator_error(g.group_id)
+            groups.append(
                 make(
                     m.OffsetFetchResponseGroup,
                     group_id=g.group_id,
-                    error_code=ErrorCode.none,
-                    topics=_fetch_group(ctx, m, g.group_id, g.topics, by_id),
+                    error_code=error,
+                    topics=_fetch_group(ctx, m, g.group_id, g.topics, by_id)
+                    if error == ErrorCode.none
+                    else (),
                 )
-                for g in body.groups
-            ),
-        )
+            )
+        return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    error = ctx.groups.coordinator_error(body.group_id)
     return make(
         m.OffsetFetchResponse,
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        topics=_fetch_group(ctx, m, body.group_id, body.topics, False),
+        error_code=error,
+        topics=_fetch_group(ctx, m, body.group_id, body.topics, False)
+        if error == ErrorCode.none
+        else (),
     )
 
 
@@ -158,7 +161,7 @@ async def handle_offset_delete(ctx: BrokerContext, request: Request, _splicer: o
     partitions = [
         TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions
     ]
-    error, results = ctx.groups.delete_offsets(body.group_id, partitions)
+    error, results = await ctx.groups.delete_offsets(body.group_id, partitions)
     return make(
         m.OffsetDeleteResponse,
         error_code=error,

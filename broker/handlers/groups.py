@@ -3,9 +3,11 @@ DescribeGroups, ListGroups and DeleteGroups."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tierbroker.broker.groups.coordinator import JoinRequest
+from tierbroker.broker.groups.offsets_store import OFFSETS_TOPIC
 from tierbroker.broker.handlers.common import (
     CLIENT_HOST,
     NO_THROTTLE,
@@ -15,26 +17,23 @@ from tierbroker.broker.handlers.common import (
     response_module,
 )
 from tierbroker.protocol.codec import Request
-from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
 
 async def handle_find_coordinator(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
-    """This broker coordinates every group and transactional id."""
+    """A group's coordinator is the leader of its `__consumer_offsets` partition (created on
+    first use, as Kafka does); transactional ids are answered with this broker."""
     m = response_module(request.api_key, request.api_version)
     body = request.body
     key_type = field(body, "key_type", GROUP_KEY_TYPE)
-    if key_type == GROUP_KEY_TYPE:
-        ctx.groups.store.ensure_topic()
-    host, port = ctx.endpoints.advertised
-    error = (
-        ErrorCode.none
-        if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE)
-        else ErrorCode.invalid_request
-    )
-    node = ctx.config.broker_id if error == ErrorCode.none else -1
+    keys = body.coordinator_keys if request.api_version >= 4 else (body.key,)
+    answers = [await _coordinator(ctx, key_type, key) for key in keys]
     if request.api_version >= 4:
         return make(
             m.FindCoordinatorResponse,
@@ -49,9 +48,10 @@ async def handle_find_coordinator(ctx: BrokerContext, request: Request, _splicer
                     error_code=error,
                     error_message=None,
                 )
-                for key in body.coordinator_keys
+                for key, (error, node, host, port) in zip(keys, answers, strict=True)
             ),
         )
+    error, node, host, port = answers[0]
     return make(
         m.FindCoordinatorResponse,
         throttle_time=NO_THROTTLE,
@@ -61,6 +61,27 @@ async def handle_find_coordinator(ctx: BrokerContext, request: Request, _splicer
         host=host,
         port=port,
     )
+
+
+async def _coordinator(
+    ctx: BrokerContext, key_type: int, key: str
+) -> tuple[ErrorCode, int, str, int]:
+    """(error, node id, host, port) of the coordinator of `key`."""
+    if key_type == TRANSACTION_KEY_TYPE:
+        host, port = ctx.this_broker()
+        return ErrorCode.none, ctx.config.broker_id, host, port
+    if key_type != GROUP_KEY_TYPE:
+        return ErrorCode.invalid_request, -1, "", -1
+    try:
+        await ctx.groups.store.ensure_topic()
+    except KafkaError as e:
+        log.info("FindCoordinator for %r: %s", key, e)
+        return ErrorCode.coordinator_not_available, -1, "", -1
+    tp = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(key))
+    leader = ctx.metadata.leader_endpoint(tp)
+    if leader is None:
+        return ErrorCode.coordinator_not_available, -1, "", -1
+    return ErrorCode.none, leader.broker_id, leader.host, leader.port
 
 
 async def handle_join_group(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -165,8 +186,11 @@ async def handle_describe_groups(ctx: BrokerContext, request: Request, _splicer:
     described = []
     for group_id in request.body.groups:
         group = ctx.groups.groups.get(group_id)
-        if group is None:
-            error = ErrorCode.group_id_not_found if request.api_version >= 6 else ErrorCode.none
+        coordinator_error = ctx.groups.coordinator_error(group_id)
+        if group is None or coordinator_error != ErrorCode.none:
+            error = coordinator_error
+            if error == ErrorCode.none:
+                error = ErrorCode.group_id_not_found if request.api_version >= 6 else ErrorCode.none
             described.append(
                 make(
                     m.DescribedGroup,
@@ -222,7 +246,7 @@ async def handle_list_groups(ctx: BrokerContext, request: Request, _splicer: obj
 
 async def handle_delete_groups(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
-    results = ctx.groups.delete_groups(list(request.body.groups_names))
+    results = await ctx.groups.delete_groups(list(request.body.groups_names))
     return make(
         m.DeleteGroupsResponse,
         throttle_time=NO_THROTTLE,

@@ -10,8 +10,8 @@ import logging
 import uuid
 from typing import Any
 
-from tierbroker.broker.cluster.controller import INTERNAL_TOPICS, validate_topic_name
-from tierbroker.broker.cluster.metadata_store import TopicRecord
+from tierbroker.broker.cluster.topic_admin import INTERNAL_TOPICS, validate_topic_name
+from tierbroker.broker.cluster.zk_data import TopicAssignment
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -26,55 +26,58 @@ from tierbroker.storage.topic_partition import TopicPartition
 ZERO_UUID = uuid.UUID(int=0)
 log = logging.getLogger(__name__)
 NO_AUTHORIZED_OPERATIONS = -2147483648
+AUTO_CREATE_WAIT_S = 5.0  # longer, and the client is told LEADER_NOT_AVAILABLE and retries
 
 
 def _partitions(
-    ctx: BrokerContext, m: Any, cls: Any, topic: TopicRecord, **extra: Any
+    ctx: BrokerContext, cls: Any, name: str, topic: TopicAssignment, **extra: Any
 ) -> tuple[Any, ...]:
-    """The partitions of `topic` as `cls`; `extra`: fields of this entity only."""
-    broker_id = ctx.config.broker_id
+    """Each partition's leader, leader epoch, replicas, ISR and offline replicas."""
+    live = ctx.metadata.brokers
     result = []
-    for p in range(topic.partitions):
-        partition = ctx.replicas.partitions.get(TopicPartition(topic.name, p))
-        epoch = partition.leader_epoch if partition else -1
+    for p, replicas in sorted(topic.partitions.items()):
+        state = ctx.metadata.states.get(TopicPartition(name, p))
+        leader = state.leader if state is not None and state.leader in live else -1
         result.append(
             make(
                 cls,
-                error_code=ErrorCode.none if partition else ErrorCode.leader_not_available,
+                error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
                 partition_index=p,
-                leader_id=broker_id if partition else -1,
-                leader_epoch=epoch,
-                replica_nodes=(broker_id,),
-                isr_nodes=(broker_id,),
-                offline_replicas=(),
+                leader_id=leader,
+                leader_epoch=state.leader_epoch if state is not None else -1,
+                replica_nodes=replicas,
+                isr_nodes=state.isr if state is not None else (),
+                offline_replicas=tuple(b for b in replicas if b not in live),
                 **extra,
             )
         )
     return tuple(result)
 
 
-def _resolve(
+async def _resolve(
     ctx: BrokerContext, name: str | None, topic_id: uuid.UUID | None, allow_create: bool
-) -> tuple[ErrorCode, str | None, TopicRecord | None]:
-    store = ctx.controller.store
+) -> tuple[ErrorCode, str | None, TopicAssignment | None]:
+    cache = ctx.metadata
     if not name:
-        topic = store.by_id(topic_id) if topic_id else None
-        return (
-            (ErrorCode.none, topic.name, topic)
-            if topic
-            else (ErrorCode.unknown_topic_id, None, None)
-        )
+        found = cache.topic_by_id(topic_id) if topic_id else None
+        if found is None:
+            return ErrorCode.unknown_topic_id, None, None
+        return ErrorCode.none, found, cache.topics[found]
     try:
         validate_topic_name(name)
     except KafkaError as e:
         log.info("Metadata for topic %r refused: %s", name, e)
         return e.code, name, None
-    topic = store.topics.get(name)
+    topic = cache.topics.get(name)
     if topic is None and allow_create:
         try:
-            topic = ctx.controller.create_topic(name, -1, -1, {})
+            topic = await ctx.admin.create_topic(name, -1, -1, {}, timeout_s=AUTO_CREATE_WAIT_S)
         except KafkaError as e:
-            return e.code, name, None
+            if e.code == ErrorCode.request_timed_out:
+                return ErrorCode.leader_not_available, name, None
+            if e.code != ErrorCode.topic_already_exists:
+                return e.code, name, None
+            topic = cache.topics.get(name)
     if topic is None:
         return ErrorCode.unknown_topic_or_partition, name, None
     return ErrorCode.none, name, topic
@@ -83,18 +86,18 @@ def _resolve(
 async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
     body = request.body
-    store = ctx.controller.store
+    cache = ctx.metadata
     allow_create = (
         field(body, "allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable
     )
     if body.topics is None or (request.api_version == 0 and not body.topics):
-        wanted = [(t.name, t.topic_id) for t in store.topics.values()]
+        wanted = [(name, t.topic_id) for name, t in sorted(cache.topics.items())]
         allow_create = False
     else:
         wanted = [(t.name, field(t, "topic_id")) for t in body.topics]
     topics = []
     for requested_name, topic_id in wanted:
-        error, name, topic = _resolve(ctx, requested_name, topic_id, allow_create)
+        error, name, topic = await _resolve(ctx, requested_name, topic_id, allow_create)
         topics.append(
             make(
                 m.MetadataResponseTopic,
@@ -102,26 +105,32 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
                 name=name,
                 topic_id=topic.topic_id if topic else (topic_id or ZERO_UUID),
                 is_internal=bool(name in INTERNAL_TOPICS),
-                partitions=_partitions(ctx, m, m.MetadataResponsePartition, topic) if topic else (),
+                partitions=(
+                    _partitions(ctx, m.MetadataResponsePartition, name, topic)
+                    if topic and name
+                    else ()
+                ),
                 topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
             )
         )
     return make(
         m.MetadataResponse,
         throttle_time=NO_THROTTLE,
-        brokers=(_this_broker(ctx, m.MetadataResponseBroker, node_id=ctx.config.broker_id),),
-        cluster_id=ctx.controller.cluster_id,
-        controller_id=ctx.config.broker_id,
+        brokers=_brokers(ctx, m.MetadataResponseBroker, "node_id"),
+        cluster_id=cache.cluster_id,
+        controller_id=cache.controller_id,
         topics=tuple(topics),
         cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         error_code=ErrorCode.none,
     )
 
 
-def _this_broker(ctx: BrokerContext, cls: type, **identity: Any) -> Any:
-    """This broker as an entry of a Metadata or DescribeCluster response."""
-    host, port = ctx.endpoints.advertised
-    return make(cls, host=host, port=port, rack=ctx.config.broker_rack, **identity)
+def _brokers(ctx: BrokerContext, cls: type, id_field: str, **extra: Any) -> tuple[Any, ...]:
+    """Every live broker as an entry of a Metadata or DescribeCluster response."""
+    return tuple(
+        make(cls, host=b.host, port=b.port, rack=b.rack, **{id_field: b.broker_id}, **extra)
+        for _, b in sorted(ctx.metadata.brokers.items())
+    )
 
 
 async def handle_describe_cluster(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -132,13 +141,9 @@ async def handle_describe_cluster(ctx: BrokerContext, request: Request, _splicer
         error_code=ErrorCode.none,
         error_message=None,
         endpoint_type=1,
-        cluster_id=ctx.controller.cluster_id,
-        controller_id=ctx.config.broker_id,
-        brokers=(
-            _this_broker(
-                ctx, m.DescribeClusterBroker, broker_id=ctx.config.broker_id, is_fenced=False
-            ),
-        ),
+        cluster_id=ctx.metadata.cluster_id,
+        controller_id=ctx.metadata.controller_id,
+        brokers=_brokers(ctx, m.DescribeClusterBroker, "broker_id", is_fenced=False),
         cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
     )
 
@@ -148,15 +153,15 @@ async def handle_describe_topic_partitions(
 ) -> Any:
     m = response_module(request.api_key, request.api_version)
     body = request.body
-    store = ctx.controller.store
-    names = [t.name for t in body.topics] if body.topics else sorted(store.topics)
+    cache = ctx.metadata
+    names = [t.name for t in body.topics] if body.topics else sorted(cache.topics)
     cursor = body.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
     budget = body.response_partition_limit
     topics, next_cursor = [], None
     for name in names:
-        topic = store.topics.get(name)
+        topic = cache.topics.get(name)
         if topic is None:
             topics.append(
                 make(
@@ -172,8 +177,8 @@ async def handle_describe_topic_partitions(
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         partitions = _partitions(
             ctx,
-            m,
             m.DescribeTopicPartitionsResponsePartition,
+            name,
             topic,
             eligible_leader_replicas=None,
             last_known_elr=None,

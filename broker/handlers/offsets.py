@@ -22,6 +22,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
     # v10+ carries the client's timeout for lookups in the remote tier (KIP-1075).
     timeout = field(request.body, "timeout", None)
     timeout_s = timeout.total_seconds() if timeout and timeout.total_seconds() > 0 else None
+    replica_id = request.body.replica_id
 
     async def partition_response(topic: str, p: Any) -> Any:
         values: dict[str, Any] = {
@@ -36,6 +37,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
                 p.timestamp,
                 field(p, "current_leader_epoch", -1),
                 timeout_s,
+                from_follower=replica_id >= 0,
             )
             if found is not None:
                 values.update(

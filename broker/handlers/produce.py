@@ -6,7 +6,7 @@ import datetime
 import logging
 from typing import Any
 
-from tierbroker.broker.cluster.controller import validate_topic_name
+from tierbroker.broker.cluster.topic_admin import validate_topic_name
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
 from tierbroker.broker.replica_manager import ProduceResult
 from tierbroker.protocol.codec import Request
@@ -20,14 +20,15 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
     body = request.body
     m = response_module(request.api_key, request.api_version)
     by_id = request.api_version >= 13
-    store = ctx.controller.store
+    cache = ctx.metadata
     entries: dict[TopicPartition, bytes] = {}
     results: dict[TopicPartition, ProduceResult] = {}
     keys: list[tuple[Any, list[tuple[int, TopicPartition]]]] = []
     for topic in body.topic_data:
-        record = store.by_id(topic.topic_id) if by_id else store.topics.get(topic.name)
-        name = record.name if record else ("" if by_id else topic.name)
-        error = _topic_error(name, record, by_id)
+        found = cache.topic_by_id(topic.topic_id) if by_id else topic.name
+        known = found is not None and found in cache.topics
+        name = found if known and found else ("" if by_id else topic.name)
+        error = _topic_error(name, known, by_id)
         if error is not None:
             log.info("produce to topic %r refused: %s", name or topic.topic_id, error.name.upper())
         partitions = []
@@ -46,7 +47,9 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
             else:
                 entries[tp] = p.records or b""
         keys.append((topic.topic_id if by_id else topic.name, partitions))
-    appended = ctx.replicas.append_records(entries)
+    appended = await ctx.replicas.append_records(
+        entries, body.acks, int(body.timeout.total_seconds() * 1000)
+    )
     for tp, result in appended.items():
         if result.error == ErrorCode.none:
             ctx.topic_metrics.bytes_in.labels(tp.topic).inc(len(entries[tp]))
@@ -70,8 +73,8 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
     )
 
 
-def _topic_error(name: str, record: object, by_id: bool) -> ErrorCode | None:
-    if record is not None:
+def _topic_error(name: str, known: bool, by_id: bool) -> ErrorCode | None:
+    if known:
         return None
     if by_id:
         return ErrorCode.unknown_topic_id

@@ -35,7 +35,7 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request, _splicer
         )
     # An idempotent producer always gets a fresh id at epoch 0, as Kafka gives it.
     try:
-        producer_id = ctx.controller.next_producer_id()
+        producer_id = await ctx.admin.next_producer_id()
     except KafkaError as e:
         # Clients know no storage error here; this one they retry, as Kafka answers while
         # it cannot allocate ids.

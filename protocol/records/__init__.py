@@ -14,6 +14,7 @@ from tierbroker.protocol.records.batch import (
     InvalidRecordError,
     TimestampType,
     iter_batches,
+    whole_batches_size,
 )
 from tierbroker.protocol.records.builder import build_batch
 from tierbroker.protocol.records.codecs import compress, decompress
@@ -42,4 +43,5 @@ __all__ = [
     "decompress",
     "iter_batches",
     "validate_records",
+    "whole_batches_size",
 ]

@@ -1,5 +1,6 @@
 /* The record walk of `validation.walk_records`, compiled: the produce path runs it on
- * every record, where the Python loop costs about 2.5 us a record and this about 20 ns.
+ * every record, where the Python loop costs about 2.5 us a record and this about 6 ns
+ * (100-byte values; the cost is per record, not per byte).
  *
  * walk_records(buffer, start, end, count) -> (min timestampDelta, max timestampDelta)
  * raises ValueError (message: which record, which byte, what is wrong) where the Python
@@ -24,6 +25,12 @@ static inline int read_varint(const uint8_t *data, Py_ssize_t *position, Py_ssiz
         *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
         return 0;
     }
+    if (*position + 1 < limit && data[*position + 1] < 0x80) { /* lengths below 8 KiB */
+        uint64_t raw = (data[*position] & 0x7F) | ((uint64_t)data[*position + 1] << 7);
+        *position += 2;
+        *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+        return 0;
+    }
     uint64_t raw = 0;
     int shift = 0;
     Py_ssize_t index = *position;
@@ -45,14 +52,64 @@ static inline int read_varint(const uint8_t *data, Py_ssize_t *position, Py_ssiz
     return -1;
 }
 
+/* What is wrong with a record, for the message; NULL if nothing is. */
+typedef const char *fault;
+
+/* The fields of one record after its length, in [position, record_end): attributes,
+ * timestampDelta (stored in *timestamp_delta), offsetDelta (must be `expected`), key,
+ * value, headers, ending exactly at record_end. */
+static inline fault check_record(const uint8_t *data, Py_ssize_t position,
+                                 Py_ssize_t record_end, Py_ssize_t expected,
+                                 int64_t *timestamp_delta) {
+    int64_t value;
+    position += 1; /* attributes: unused in magic 2 */
+    if (read_varint(data, &position, record_end, VARLONG_BYTES, timestamp_delta))
+        return "bad timestampDelta";
+    if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
+        return "bad offsetDelta";
+    if (value != expected)
+        return "offsetDelta out of sequence";
+    for (int field = 0; field < 2; field++) { /* key, value */
+        if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
+            return "bad key or value length";
+        if (value < -1 || value > record_end - position)
+            return "key or value length does not fit the record";
+        if (value > 0)
+            position += (Py_ssize_t)value;
+    }
+    /* Most records have no headers: their last byte is a header count of 0 right after
+     * the value. Read there, the load need not wait for the value's length. */
+    if (position == record_end - 1 && data[record_end - 1] == 0)
+        return NULL;
+    if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
+        return "bad header count";
+    if (value < 0 || 2 * value > record_end - position)
+        return "header count does not fit the record";
+    for (int64_t header = 0, headers = value; header < headers; header++) {
+        for (int minimum = 0; minimum >= -1; minimum--) { /* key, then value */
+            if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
+                return "bad header length";
+            if (value < minimum || value > record_end - position)
+                return "header length does not fit the record";
+            if (value > 0)
+                position += (Py_ssize_t)value;
+        }
+    }
+    if (position != record_end)
+        return "its fields do not end where its length says";
+    return NULL;
+}
+
 static PyObject *malformed(Py_ssize_t record, Py_ssize_t at, const char *what) {
     PyErr_Format(PyExc_ValueError, "record %zd at byte %zd: %s", record, at, what);
     return NULL;
 }
 
+/* The next record starts where this one's length says, so each iteration depends on the
+ * previous one through one varint only, and the CPU checks several records at once. */
 static PyObject *walk(const uint8_t *data, Py_ssize_t start, Py_ssize_t end, Py_ssize_t count) {
     Py_ssize_t position = start;
-    int64_t min_delta = INT64_MAX, max_delta = INT64_MIN, value;
+    int64_t min_delta = INT64_MAX, max_delta = INT64_MIN, length, timestamp_delta;
     if (count == 0) {
         if (start != end)
             return malformed(0, 0, "bytes in the records section of 0 records");
@@ -62,46 +119,17 @@ static PyObject *walk(const uint8_t *data, Py_ssize_t start, Py_ssize_t end, Py_
         Py_ssize_t at = position - start;
         if (position >= end)
             return malformed(expected, at, "the records section ends before it");
-        if (read_varint(data, &position, end, VARINT_BYTES, &value))
+        if (read_varint(data, &position, end, VARINT_BYTES, &length))
             return malformed(expected, at, "bad length varint");
-        if (value < MIN_RECORD_BODY_BYTES || value > end - position)
+        if (length < MIN_RECORD_BODY_BYTES || length > end - position)
             return malformed(expected, at, "length does not fit the records section");
-        Py_ssize_t record_end = position + (Py_ssize_t)value;
-        position += 1; /* attributes: unused in magic 2 */
-        if (read_varint(data, &position, record_end, VARLONG_BYTES, &value))
-            return malformed(expected, at, "bad timestampDelta");
-        if (value < min_delta)
-            min_delta = value;
-        if (value > max_delta)
-            max_delta = value;
-        if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
-            return malformed(expected, at, "bad offsetDelta");
-        if (value != expected)
-            return malformed(expected, at, "offsetDelta out of sequence");
-        for (int field = 0; field < 2; field++) { /* key, value */
-            if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
-                return malformed(expected, at, "bad key or value length");
-            if (value < -1 || value > record_end - position)
-                return malformed(expected, at, "key or value length does not fit the record");
-            if (value > 0)
-                position += (Py_ssize_t)value;
-        }
-        if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
-            return malformed(expected, at, "bad header count");
-        if (value < 0 || 2 * value > record_end - position)
-            return malformed(expected, at, "header count does not fit the record");
-        for (int64_t header = 0, headers = value; header < headers; header++) {
-            for (int minimum = 0; minimum >= -1; minimum--) { /* key, then value */
-                if (read_varint(data, &position, record_end, VARINT_BYTES, &value))
-                    return malformed(expected, at, "bad header length");
-                if (value < minimum || value > record_end - position)
-                    return malformed(expected, at, "header length does not fit the record");
-                if (value > 0)
-                    position += (Py_ssize_t)value;
-            }
-        }
-        if (position != record_end)
-            return malformed(expected, at, "its fields do not end where its length says");
+        Py_ssize_t record_end = position + (Py_ssize_t)length;
+        fault wrong = check_record(data, position, record_end, expected, &timestamp_delta);
+        if (wrong)
+            return malformed(expected, at, wrong);
+        min_delta = timestamp_delta < min_delta ? timestamp_delta : min_delta;
+        max_delta = timestamp_delta > max_delta ? timestamp_delta : max_delta;
+        position = record_end;
     }
     if (position != end) {
         PyErr_Format(PyExc_ValueError, "%zd bytes left in the records section after %zd records",
@@ -111,11 +139,22 @@ static PyObject *walk(const uint8_t *data, Py_ssize_t start, Py_ssize_t end, Py_
     return Py_BuildValue("(LL)", (long long)min_delta, (long long)max_delta);
 }
 
-static PyObject *walk_records(PyObject *self, PyObject *args) {
+/* METH_FASTCALL: on small batches, argument parsing costs as much as the walk. */
+static PyObject *walk_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "walk_records() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t bounds[3]; /* start, end, count */
+    for (int i = 0; i < 3; i++) {
+        bounds[i] = PyNumber_AsSsize_t(args[i + 1], PyExc_OverflowError);
+        if (bounds[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    Py_ssize_t start = bounds[0], end = bounds[1], count = bounds[2];
     Py_buffer view;
-    Py_ssize_t start, end, count;
-    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &end, &count))
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
     PyObject *result;
     if (start < 0 || end < start || end > view.len || count < 0) {
@@ -130,7 +169,7 @@ static PyObject *walk_records(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"walk_records", walk_records, METH_VARARGS,
+    {"walk_records", (PyCFunction)(void (*)(void))walk_records, METH_FASTCALL,
      "walk_records(buffer, start, end, count) -> (min timestampDelta, max timestampDelta)"},
     {NULL, NULL, 0, NULL},
 };

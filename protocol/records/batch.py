@@ -53,6 +53,11 @@ class TimestampType(enum.IntEnum):
     LOG_APPEND_TIME = 1
 
 
+# By value: calling an Enum class costs about 0.4 us, once per batch on produce.
+_COMPRESSIONS = tuple(Compression)
+_TIMESTAMP_TYPES = tuple(TimestampType)
+
+
 class InvalidRecordError(KafkaError):
     """A batch that cannot be stored: bad size, bad CRC, old magic, malformed records."""
 
@@ -135,17 +140,17 @@ class BatchView:
 
     @property
     def compression(self) -> Compression:
-        codec = self.attributes & 0x07
-        if codec > Compression.ZSTD:
+        try:
+            return _COMPRESSIONS[self.attributes & 0x07]
+        except IndexError:
             raise InvalidRecordError(
                 ErrorCode.corrupt_message,
-                f"unknown compression codec {codec} at position {self.position}",
-            )
-        return Compression(codec)
+                f"unknown compression codec {self.attributes & 0x07} at position {self.position}",
+            ) from None
 
     @property
     def timestamp_type(self) -> TimestampType:
-        return TimestampType((self.attributes >> 3) & 1)
+        return _TIMESTAMP_TYPES[(self.attributes >> 3) & 1]
 
     @property
     def is_transactional(self) -> bool:
@@ -264,6 +269,18 @@ class BatchView:
                 ErrorCode.invalid_record,
                 f"{where}: producerId {self.producer_id} with baseSequence {self.base_sequence}",
             )
+
+
+def whole_batches_size(buf: memoryview | bytes | bytearray) -> int:
+    """The size of the whole batches `buf` starts with: a fetch may end in part of a batch
+    (a read cut at its byte limit), which is not there yet."""
+    position, end = 0, len(buf)
+    while end - position >= LOG_OVERHEAD:
+        size = LOG_OVERHEAD + _INT32.unpack_from(buf, position + 8)[0]
+        if size <= LOG_OVERHEAD or position + size > end:
+            break
+        position += size
+    return position
 
 
 def iter_batches(buf: memoryview | bytes | bytearray) -> Iterator[BatchView]:

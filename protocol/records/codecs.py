@@ -28,23 +28,33 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16
 _INT32 = struct.Struct(">i")
 _ZSTD_LEVEL = 3  # the Java client's and librdkafka's default
+_LZ4_DEFAULT_LEVEL = 9  # Kafka's: the fast compressor (cramjam's level 0)
 
 
-def compress(codec: Compression, data: bytes) -> bytes:
-    """Compress a batch's records section; snappy is written raw, as librdkafka does."""
+def compress(codec: Compression, data: bytes | memoryview, level: int | None = None) -> bytes:
+    """Compress a batch's records section; snappy is written raw, as librdkafka does.
+
+    `level` is Kafka's for the codec (KIP-390; None: its default): gzip 1 to 9, lz4 1
+    to 17 (9, the default, is LZ4's fast compressor, any other its high-compression
+    one), zstd -131072 to 22 (default 3). Snappy has none.
+    """
     match codec:
         case Compression.NONE:
             return bytes(data)
         case Compression.GZIP:
-            return bytes(cramjam.gzip.compress(data))
+            return bytes(cramjam.gzip.compress(data, level=level))
         case Compression.SNAPPY:
             return bytes(cramjam.snappy.compress_raw(data))
         case Compression.LZ4:
-            compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
-            compressor.compress(data)
+            compressor = cramjam.lz4.Compressor(
+                level=0 if level in (None, _LZ4_DEFAULT_LEVEL) else level,
+                content_checksum=False,
+                block_linked=False,
+            )
+            compressor.compress(bytes(data))  # its streaming compressor takes bytes only
             return bytes(compressor.finish())
         case Compression.ZSTD:
-            return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))
+            return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL if level is None else level))
     assert_never(codec)
 
 

@@ -6,6 +6,7 @@ never leaves a half-written object under its final name. A segment's data is
 written around the page cache (O_DIRECT): what is tiered is cold, and a copy
 through the page cache would fill pages no one reads and evict the tail that
 consumers do. File work runs in the default executor, never on the event loop.
+`check()` creates the directory if it is missing and writes a file in it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import errno
 import mmap
 import os
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -31,6 +33,7 @@ from tierbroker.storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
     RemoteResourceNotFoundError,
+    RemoteStorageError,
     RemoteStorageManager,
 )
 
@@ -52,11 +55,32 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
             entropy_bits=int(configs.get("key.prefix.entropy.bits", "0")),
             cluster=configs.get("cluster.id", "cluster"),
         )
-        self.root.mkdir(parents=True, exist_ok=True)
 
     @staticmethod
     async def _run(fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def check(self, timeout_s: float) -> bool:
+        """The directory exists (it is created if missing) and a file can be written in it."""
+        try:
+            await self._run(self._check)
+        except OSError as e:
+            raise RemoteStorageError(
+                f"remote dir {self.root} is not writable ({e}): fix rsm.config.dir "
+                "or the directory's permissions",
+                retriable=False,
+            ) from e
+        return True
+
+    def _check(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        probe = self.root / f".check-{uuid.uuid4().hex}.tmp"
+        try:
+            with open(probe, "xb") as f:
+                f.write(b"check")
+                os.fsync(f.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
 
     def _path(self, key: str) -> Path:
         return self.root / key

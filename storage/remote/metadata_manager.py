@@ -25,14 +25,18 @@ class MetadataTopic(Protocol):
     @property
     def num_partitions(self) -> int: ...
 
-    def ensure_created(self) -> None:
+    async def ensure_created(self) -> None:
         """Create the topic if it does not exist yet."""
 
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
-        """Append one record; its offset, once it is durable."""
+        """Append one record; its offset, once it is durable (its partition's ISR has it)."""
 
     def read(self, partition: int, start_offset: int) -> Iterator[tuple[int, bytes, bytes | None]]:
-        """(offset, key, value) of the records from `start_offset` to the end."""
+        """(offset, key, value) of the records from `start_offset` to the end; raises
+        KafkaError if this broker holds no replica of the partition."""
+
+    async def close(self) -> None:
+        """Release what it holds (connections to other brokers)."""
 
 
 class RemoteLogMetadataManager(abc.ABC):

@@ -26,8 +26,11 @@ Every call is bounded by `storage.s3.api.call.timeout.ms` (per attempt) and trie
 up to `storage.s3.retry.max.attempts` times, with exponential back-off and full
 jitter (`storage.s3.retry.backoff.ms` doubling up to `storage.s3.retry.backoff.max.ms`),
 on throttling (SlowDown, 429, Throttling*), 5xx, timeouts and connection errors;
-other errors raise `RemoteStorageError(retriable=False)` at once. botocore's own
-retries are off.
+other errors raise `RemoteStorageError(retriable=False)` at once, a configuration
+mistake (a missing bucket, refused credentials, another region) in words that name
+the bucket and the property to fix (`s3_errors`). botocore's own retries are off.
+Attempts and failed clean-ups are logged at DEBUG: the caller reports the outcome,
+once. `check()` is one HeadBucket, not retried.
 
 Settings (the `rsm.config.` prefix removed), named as Aiven's plugin names them:
 `storage.s3.bucket.name` (required), `storage.s3.region` (us-east-1),
@@ -59,13 +62,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiohttp
 import botocore.session
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tierbroker.storage.remote.index_bundle import index_from_bundle, read_index_bundle
 from tierbroker.storage.remote.key_layout import (
@@ -74,6 +75,15 @@ from tierbroker.storage.remote.key_layout import (
     MANIFEST_SUFFIX,
     ObjectKeyLayout,
     manifest_json,
+)
+from tierbroker.storage.remote.s3_errors import (
+    ENDPOINT_PROPERTY,
+    NOT_FOUND_CODES,
+    RETRIABLE_EXCEPTIONS,
+    error_code,
+    explain,
+    explain_client_error,
+    is_retriable,
 )
 from tierbroker.storage.remote.s3_payload import HashedBody, read_hashed, sign_prehashed_payloads
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
@@ -97,59 +107,17 @@ MAX_PART_BYTES = 5 * 1024 * MIB
 MAX_PARTS = 10_000
 INDEXES_OBJECTS_KEPT = 4  # the last few segments' indexes objects (each at most a few MiB)
 
-# Error codes worth another attempt (besides HTTP 429, 5xx and anything named Throttl*).
-RETRIABLE_CODES = frozenset(
-    {
-        "SlowDown",
-        "RequestTimeout",
-        "InternalError",
-        "ServiceUnavailable",
-        "TooManyRequests",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "OperationAborted",
-        "PriorRequestNotComplete",
-    }
-)
-NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound"})
-# Connection trouble, timeouts and truncated responses (botocore, aiohttp or the OS).
-RETRIABLE_EXCEPTIONS: tuple[type[BaseException], ...] = (
-    HTTPClientError,
-    BotoConnectionError,
-    IncompleteReadError,
-    aiohttp.ClientError,
-    OSError,
-    TimeoutError,
-)
-
 
 def backoff_s(attempt: int, base_s: float, max_s: float) -> float:
     """Full-jitter back-off after failed attempt n (from 1): U(0, min(max, base * 2^(n-1)))."""
     return random.uniform(0, min(max_s, base_s * 2 ** (attempt - 1)))
 
 
-def error_code(error: ClientError) -> tuple[str, int]:
-    """The S3 error code and HTTP status of a failed call (status 0 if unknown)."""
-    code = str(error.response.get("Error", {}).get("Code", ""))
-    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return code, int(status) if isinstance(status, int) else 0
-
-
-def is_retriable(code: str, status: int) -> bool:
-    """Whether S3 asks to try again: throttling, a timeout, or a server error."""
-    return (
-        code in RETRIABLE_CODES
-        or code.startswith("Throttl")
-        or status == 429
-        or (status >= 500 and status != 501)
-    )
-
-
 class S3RemoteStorageManager(RemoteStorageManager):
     def __init__(self) -> None:
         self.layout = ObjectKeyLayout()
         self.bucket = ""
+        self.where = ""  # the bucket and where it is, for messages
         self.part_size = DEFAULT_PART_BYTES
         self.call_timeout_s = 30.0
         self.max_attempts = 5
@@ -195,8 +163,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
             )
         path_style = _bool(configs, "storage.s3.path.style.access.enabled", False)
         endpoint = configs.get("storage.s3.endpoint.url") or None
+        region = configs.get("storage.s3.region") or "us-east-1"
+        self.where = f"S3 bucket '{bucket}' at {endpoint or f'AWS region {region}'}"
         self._client_args = {
-            "region_name": configs.get("storage.s3.region") or "us-east-1",
+            "region_name": region,
             "endpoint_url": endpoint,
             "aws_access_key_id": key_id,
             "aws_secret_access_key": secret,
@@ -265,19 +235,22 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 if code in NOT_FOUND_CODES:
                     raise RemoteResourceNotFoundError(f"{what}: {code}") from e
                 if not is_retriable(code, status):
-                    raise RemoteStorageError(f"{what}: {e}", retriable=False) from e
+                    reason = explain(code, status, self.bucket, self.where)
+                    message = f"{what}: {code}: {reason}" if reason else f"{what}: {e}"
+                    raise RemoteStorageError(message, retriable=False) from e
                 error = e
             except RETRIABLE_EXCEPTIONS as e:
                 error = e
             except BotoCoreError as e:  # credentials, parameters: trying again will not help
-                raise RemoteStorageError(f"{what}: {e}", retriable=False) from e
+                reason = explain_client_error(e) or str(e)
+                raise RemoteStorageError(f"{what}: {reason}", retriable=False) from e
             reason = str(error) or f"{type(error).__name__} (after {self.call_timeout_s:g}s)"
             if attempt >= self.max_attempts:
                 raise RemoteStorageError(
                     f"{what}: failed {attempt} times, last: {reason}", retriable=True
                 ) from error
             delay = backoff_s(attempt, self.backoff_s, self.backoff_max_s)
-            log.info(
+            log.debug(  # the caller reports the call's outcome, once
                 "%s failed (attempt %d of %d), retrying in %.2fs: %s",
                 what,
                 attempt,
@@ -287,6 +260,29 @@ class S3RemoteStorageManager(RemoteStorageManager):
             )
             await asyncio.sleep(delay)
             attempt += 1
+
+    async def check(self, timeout_s: float) -> bool:
+        """One HeadBucket, not retried: the bucket exists, the credentials are accepted and
+        the endpoint answers."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await (await self.client()).head_bucket(Bucket=self.bucket)
+        except ClientError as e:
+            code, status = error_code(e)
+            reason = explain(code, status, self.bucket, self.where) or f"{self.where}: {e}"
+            raise RemoteStorageError(reason, retriable=is_retriable(code, status)) from e
+        except TimeoutError as e:
+            raise RemoteStorageError(
+                f"{self.where}: no answer within {timeout_s:g}s: check {ENDPOINT_PROPERTY}"
+            ) from e
+        except RETRIABLE_EXCEPTIONS as e:
+            raise RemoteStorageError(
+                f"{self.where}: cannot reach it ({e}): check {ENDPOINT_PROPERTY}"
+            ) from e
+        except BotoCoreError as e:
+            reason = explain_client_error(e) or str(e)
+            raise RemoteStorageError(f"{self.where}: {reason}", retriable=False) from e
+        return True
 
     def _request(self, method: str, **kwargs: Any) -> Operation[Any]:
         """An operation calling aiobotocore client method `method` on this bucket."""
@@ -403,7 +399,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         try:
             await self.delete_log_segment_data(metadata)
         except Exception as e:
-            log.warning("cleaning up segment %s failed: %s", metadata.segment_id.id, e)
+            log.debug("cleaning up segment %s failed: %s", metadata.segment_id.id, e)
 
     async def _abort_uploads(self, key: str, upload_id: str | None) -> None:
         """Abort every unfinished multipart upload of `key` (or at least `upload_id`)."""
@@ -413,7 +409,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             )
             ids = {u["UploadId"] for u in listed.get("Uploads", []) if u.get("Key") == key}
         except RemoteStorageError as e:
-            log.warning("listing the multipart uploads of %s failed: %s", key, e)
+            log.debug("listing the multipart uploads of %s failed: %s", key, e)
             ids = set()
         if upload_id is not None:
             ids.add(upload_id)
@@ -427,7 +423,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 pass
             except RemoteStorageError as e:
                 if "NoSuchUpload" not in str(e):
-                    log.warning("aborting the multipart upload of %s failed: %s", key, e)
+                    log.debug("aborting the multipart upload of %s failed: %s", key, e)
 
     def _in_background(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -93,6 +93,14 @@ class RemoteStorageManager(abc.ABC):
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Remove every object of the segment; succeeds if they are already gone."""
 
+    async def check(self, timeout_s: float) -> bool:
+        """Try the store once, as copies will use it (it exists, takes these credentials,
+        answers), within about `timeout_s`. True if it works; if not, raise
+        `RemoteStorageError` saying what to fix (the bucket or directory, and the property).
+        False: this plugin has no check (the default), so the store's health is known from
+        the first copy or read."""
+        return False
+
     async def start(self) -> None:  # noqa: B027 (optional hook)
         """Open clients before the first call, so the first copy or read does not pay for it."""
 

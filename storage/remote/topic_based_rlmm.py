@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tierbroker.protocol.errors import KafkaError
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
 from tierbroker.storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import (
@@ -72,6 +73,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.snapshot_path = snapshot_dir / SNAPSHOT_FILE
         self.cache = RemoteLogMetadataCache()
         self.next_offsets: dict[int, int] = {}
+        self._applied_ahead: dict[int, set[int]] = {}  # own events applied before replayed
         self.snapshot_interval_ms = 30_000
         self.replayed_events = 0  # events read from the topic at start (after the snapshot)
         self._dirty = False
@@ -89,22 +91,38 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     async def start(self) -> None:
         # Created now, as Kafka's RLMM does when it initialises: creating its partitions
         # on the first copy stalled the broker while it served produce.
-        self.topic.ensure_created()
+        await self.topic.ensure_created()
         self._load_snapshot()
         for partition in range(self.topic.num_partitions):
-            for offset, _key, value in self.topic.read(
-                partition, self.next_offsets.get(partition, 0)
-            ):
-                if value is not None:
-                    self._replay(partition, offset, value)
-                self.next_offsets[partition] = offset + 1
-                self.replayed_events += 1
+            self.replayed_events += self.catch_up(partition)
         self._dirty = self.replayed_events > 0
         log.info(
             "remote log metadata: %d partitions known, %d events replayed after the snapshot",
             len(self.cache.partitions()),
             self.replayed_events,
         )
+
+    def catch_up(self, partition: int) -> int:
+        """Apply the events of a metadata partition not applied yet (written by this broker
+        or, replicated here, by others); the number applied. A partition this broker holds
+        no replica of is skipped."""
+        applied = 0
+        try:
+            ahead = self._applied_ahead.get(partition, set())
+            for offset, _key, value in self.topic.read(
+                partition, self.next_offsets.get(partition, 0)
+            ):
+                if offset in ahead:
+                    ahead.discard(offset)
+                elif value is not None:
+                    self._replay(partition, offset, value)
+                self.next_offsets[partition] = offset + 1
+                applied += 1
+        except KafkaError as e:
+            log.debug("remote log metadata partition %d not read here: %s", partition, e)
+        if applied:
+            self._dirty = True
+        return applied
 
     def _load_snapshot(self) -> None:
         try:
@@ -159,10 +177,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return zlib.crc32(key) % self.topic.num_partitions
 
     async def _publish(self, tip: TopicIdPartition, event: dict[str, Any]) -> None:
+        """Append the event, then read the partition up to it: events other brokers wrote
+        before it are applied first. If this broker's replica has not got it yet, it is
+        applied now and skipped when replication brings it."""
         partition = self._partition_of(tip)
         offset = await self.topic.append(partition, str(tip).encode(), json.dumps(event).encode())
-        self._apply(event)
-        self.next_offsets[partition] = max(self.next_offsets.get(partition, 0), offset + 1)
+        self.catch_up(partition)
+        if self.next_offsets.get(partition, 0) <= offset:
+            self._apply(event)
+            self._applied_ahead.setdefault(partition, set()).add(offset)
         self._dirty = True
 
     async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
@@ -266,6 +289,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return SnapshotState(dict(self.next_offsets), segments, superseded, deletes)
 
     async def close(self) -> None:
+        await self.topic.close()
         if self._writing is not None:
             await asyncio.wait([self._writing])  # its failure was logged; dirty says what's left
         if self._dirty:

@@ -276,14 +276,17 @@ def test_tier_status_finds_the_broker_and_fits_80_columns(broker: BrokerProcess)
         cli(broker, "produce", "t-tiered-with-a-long-name", stdin=("y" * 400 + "\n") * 500)
     deadline = time.monotonic() + 30
     while True:
-        rows = cli_json(broker, "tier", "status", "--topic", "t-tiered-with-a-long-name")
+        status = cli_json(broker, "tier", "status", "--topic", "t-tiered-with-a-long-name")
+        rows = status["partitions"]
         if (rows and rows[0]["remote_segments"] > 0) or time.monotonic() > deadline:
             break
         time.sleep(0.3)
     [row] = rows
     assert row["log_end_offset"] == 2000 and row["remote_segments"] > 0
+    assert status["remote_storage"]["state"] == "healthy"
     table = cli(broker, "tier", "status").stdout
     assert "t-tiered" in table and "2000" in table
+    assert table.startswith("remote storage: healthy")
     assert all(len(line) <= 80 for line in table.splitlines()), table
 
 

@@ -19,7 +19,7 @@ BAD_DEFAULTS = {
     "log.message.timestamp.type=Now": (
         "log.message.timestamp.type='Now': must be CreateTime or LogAppendTime"
     ),
-    "log.index.size.max.bytes=4": "log.index.size.max.bytes='4': must be an integer >= 8",
+    "log.index.size.max.bytes=3": "log.index.size.max.bytes='3': must be an integer >= 4",
 }
 
 
@@ -76,13 +76,13 @@ def test_kafka_configs_without_effect_are_accepted_and_noted() -> None:
         None,
         [
             "num.io.threads=8",
-            "zookeeper.connect=localhost:2181",
+            "num.network.threads=3",
             "rsm.config.any.plugin.setting=1",
             "rlmm.config.another=2",
             "listener.name.plaintext.some.setting=x",
         ],
     )
-    assert config.ignored_properties == ("num.io.threads", "zookeeper.connect")
+    assert config.ignored_properties == ("num.io.threads", "num.network.threads")
     assert config.rsm_configs == {"any.plugin.setting": "1"}
     assert config.rlmm_configs == {"another": "2"}
 

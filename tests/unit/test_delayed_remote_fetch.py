@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from tests.unit.replicas import lead_log, replica_manager
 from tests.unit.test_remote_metadata import MemoryTopic
 from tests.unit.test_rlm_components import (
     TIP,
@@ -17,8 +18,7 @@ from tests.unit.test_rlm_components import (
     local_fs,
     tier_rolled_segments,
 )
-from tierbroker.broker.partition import Partition
-from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
+from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 from tierbroker.rlm.config import RemoteLogManagerConfig
@@ -41,8 +41,8 @@ async def test_a_waiting_fetch_whose_offset_went_remote_reads_the_remote_tier(
     rlm = RemoteLogManager(
         RemoteLogManagerConfig(), 0, rsm, rlmm, tmp_path / "logdir", CollectorRegistry()
     )
-    replicas = ReplicaManager(0, LogManager([tmp_path]))
-    replicas.partitions[TP] = Partition(lg, 0, 0)
+    replicas = replica_manager(LogManager([tmp_path]))
+    lead_log(replicas, lg)
     replicas.remote = rlm
 
     offset = copied[0].start_offset + 3  # still in the local log when the fetch starts
@@ -58,7 +58,7 @@ async def test_a_waiting_fetch_whose_offset_went_remote_reads_the_remote_tier(
     assert lg.delete_old_segments()
     assert lg.local_log_start_offset > offset
     end = lg.log_end_offset
-    replicas.append_records({TP: bytes(build_batch([(None, b"wake up", [], 0)]))})
+    await replicas.append_records({TP: bytes(build_batch([(None, b"wake up", [], 0)]))})
 
     [answer] = await asyncio.wait_for(fetch, 10)  # the test's guard, far below max_wait_ms
     assert answer.error == ErrorCode.none

@@ -8,10 +8,8 @@ import gc
 import weakref
 from pathlib import Path
 
-from tierbroker.broker.broker_server import BrokerServer
-from tierbroker.broker.config import load_config
+from tests.unit.broker import running_broker
 from tierbroker.broker.long_lived import FREEZE_EVERY_PARTITIONS
-from tierbroker.broker.preflight import bind_ports
 from tierbroker.storage.topic_partition import TopicPartition
 
 TIERED = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20)}
@@ -22,21 +20,15 @@ def tierbroker_objects() -> dict[int, object]:
 
 
 async def test_a_deleted_topic_is_freed_without_the_cyclic_collector(tmp_path: Path) -> None:
-    config = load_config(
-        None,
-        [
-            f"log.dirs={tmp_path / 'logs'}",
-            "listeners=PLAINTEXT://127.0.0.1:0",
-            "metrics.port=-1",
-            f"rsm.config.dir={tmp_path / 'remote'}",
-        ],
-    )
-    server = BrokerServer(config, bind_ports(config))
-    await server.start()
-    try:
+    async with running_broker(
+        tmp_path,
+        "remote.log.storage.system.enable=true",
+        f"rsm.config.dir={tmp_path / 'remote'}",
+    ) as server:
         gc.collect()
         before = tierbroker_objects()
-        await server.controller.create_topic_batched("t", 3, 1, TIERED)
+        await server.admin.create_topic("t", 3, 1, TIERED)
+        await server.replicas.applied.wait()
         created = [o for key, o in tierbroker_objects().items() if key not in before]
         del before
         kinds = {type(o).__name__ for o in created}
@@ -50,30 +42,26 @@ async def test_a_deleted_topic_is_freed_without_the_cyclic_collector(tmp_path: P
         del created, o
         assert TopicPartition("t", 0) in server.replicas.partitions
         gc.disable()
-        server.controller.delete_topic("t")
-        for _ in range(3):  # the loop drops its references to finished futures
-            await asyncio.sleep(0)
-        alive = [type(o).__name__ for r in refs if (o := r()) is not None]
-        assert alive == []
-    finally:
-        gc.enable()
-        await server.stop()
+        try:
+            await server.admin.delete_topic("t")
+            await server.replicas.applied.wait()
+            for _ in range(3):  # the loop drops its references to finished futures
+                await asyncio.sleep(0)
+            alive = [type(o).__name__ for r in refs if (o := r()) is not None]
+            assert alive == []
+        finally:
+            gc.enable()
 
 
 async def test_leading_partitions_freezes_them(tmp_path: Path) -> None:
-    config = load_config(
-        None,
-        [f"log.dirs={tmp_path / 'logs'}", "listeners=PLAINTEXT://127.0.0.1:0", "metrics.port=-1"],
-    )
-    server = BrokerServer(config, bind_ports(config))
-    await server.start()
-    try:
+    # Without tiering no internal topic is led after the freeze at start: the count of
+    # partitions led starts from 0 here.
+    async with running_broker(tmp_path, "remote.log.storage.system.enable=false") as server:
         gc.unfreeze()
-        await server.controller.create_topic_batched("t", FREEZE_EVERY_PARTITIONS, 1, {})
+        await server.admin.create_topic("t", FREEZE_EVERY_PARTITIONS, 1, {})
+        await server.replicas.applied.wait()
         frozen = gc.get_freeze_count()
         led = server.replicas.partitions[TopicPartition("t", FREEZE_EVERY_PARTITIONS - 1)]
         assert frozen > 0
         # the permanent generation is not in gc.get_objects(): a led partition is there
         assert not any(o is led for o in gc.get_objects())
-    finally:
-        await server.stop()

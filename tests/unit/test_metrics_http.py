@@ -42,7 +42,7 @@ CASES = {
 async def test_a_bad_request_is_answered_with_an_http_error(
     request_bytes: bytes, status: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server = MetricsServer(CollectorRegistry(), lambda: [])
+    server = MetricsServer(CollectorRegistry(), lambda: [], lambda: {})
     await server.start("127.0.0.1", 0)
     assert server._server is not None
     port = server._server.sockets[0].getsockname()[1]
@@ -70,7 +70,7 @@ async def test_gauges_are_refreshed_when_scraped() -> None:
         scrapes += 1
         gauge.labels("events").set(scrapes * 100)
 
-    server = MetricsServer(registry, lambda: [], refresh)
+    server = MetricsServer(registry, lambda: [], lambda: {}, refresh)
     await server.start("127.0.0.1", 0)
     try:
         request = b"GET /metrics HTTP/1.0\r\n\r\n"

@@ -27,7 +27,7 @@ def config_for(tmp_path: Path, *overrides: str) -> list[str]:
 def refused(tmp_path: Path, *overrides: str) -> str:
     """The message of the preflight's refusal; the data dir was not created."""
     with pytest.raises(ConfigError) as e:
-        preflight(load_config(None, config_for(tmp_path, *overrides))).close()
+        preflight([load_config(None, config_for(tmp_path, *overrides))])
     assert not (tmp_path / "data").exists()
     return str(e.value)
 
@@ -39,7 +39,7 @@ def taken_port() -> Iterator[int]:
 
 
 def test_a_good_config_binds_free_ports_and_writes_nothing(tmp_path: Path) -> None:
-    ports = preflight(load_config(None, config_for(tmp_path)), tmp_path / "ports.json")
+    [ports] = preflight([load_config(None, config_for(tmp_path))], tmp_path / "ports.json")
     try:
         assert ports.port > 0 and ports.metrics_port is not None and ports.metrics_port > 0
         assert ports.port != ports.metrics_port
@@ -110,7 +110,8 @@ def test_kafkas_own_metadata_manager_name_is_the_topic_based_one(tmp_path: Path)
         "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
     )
     config = config_for(tmp_path, f"remote.log.metadata.manager.class.name={kafka_default}")
-    preflight(load_config(None, config)).close()
+    [ports] = preflight([load_config(None, config)])
+    ports.close()
 
 
 def test_plugins_are_not_checked_with_the_remote_tier_off(tmp_path: Path) -> None:
@@ -118,7 +119,8 @@ def test_plugins_are_not_checked_with_the_remote_tier_off(tmp_path: Path) -> Non
         "remote.log.storage.system.enable=false",
         "remote.log.storage.manager.class.name=x",
     )
-    preflight(load_config(None, config_for(tmp_path, *overrides))).close()
+    [ports] = preflight([load_config(None, config_for(tmp_path, *overrides))])
+    ports.close()
 
 
 def test_s3_settings_are_named_in_full(tmp_path: Path) -> None:

@@ -108,6 +108,41 @@ def test_the_compiled_walk_reads_what_the_python_walk_reads(records: list[Record
     assert compiled_walk(body, 0, len(body), len(records)) == expected
 
 
+@pytest.mark.parametrize(
+    ("body", "valid"),
+    [
+        pytest.param(record(headers=[(b"h", b"\x00")]), True, id="header value ends in 0"),
+        pytest.param(  # the header count is cut off: its length ends at the value's 0
+            record(value=b"a\x00", length_error=-1)[:-1], False, id="value's 0 ends it"
+        ),
+        pytest.param(record(length_error=1) + b"\x00", False, id="a 0 after its fields"),
+        pytest.param(record(value=b"", length_error=1) + b"\x00", False, id="empty value"),
+    ],
+)
+def test_a_record_ending_in_a_zero_byte_is_read_field_by_field(body: bytes, valid: bool) -> None:
+    # The compiled walk takes a last byte of 0 right after the value as "no headers".
+    outcomes = []
+    for walk in (walk_records, compiled_walk):
+        try:
+            outcomes.append(walk(body, 0, len(body), 1) == (0, 0))
+        except (ValueError, IndexError):
+            outcomes.append(False)
+    assert outcomes == [valid, valid]
+
+
+@FAST
+@given(_records, st.sampled_from(Compression))
+def test_the_pure_python_fallback_validates_as_the_compiled_walk(
+    records: list[RecordInput], compression: Compression
+) -> None:
+    # Where the extension cannot be built, validate_records walks in Python.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(validation, "_WALK", walk_records)
+        assert check(build_batch(records, compression=compression)) == max(r[3] for r in records)
+        malformed = rebuild(section(records), count=len(records) + 1, compression=compression)
+        assert refused(malformed) == ErrorCode.invalid_record
+
+
 def test_an_uncompressed_batch_is_walked_where_it_lies_in_the_request() -> None:
     first = build_batch([(None, b"a", [], NOW_MS)])
     second = build_batch([(b"k", b"b" * 300, [("h", b"v")], NOW_MS + 5)] * 3)
@@ -321,6 +356,41 @@ def test_a_compressed_batch_may_not_expand_past_its_bound(
     check(batch)
 
 
+@pytest.mark.parametrize(
+    "codec", [c for c in Compression if c is not Compression.NONE], ids=lambda c: c.name.lower()
+)
+def test_batches_of_changing_expansion_share_the_buffer_without_mixing(codec: Compression) -> None:
+    # Decompression reuses one buffer sized by the previous batch: a batch that expands
+    # further is still read whole, and a shorter one after it never reads what the
+    # longer one left behind.
+    short = [(None, b"a", [], NOW_MS)]
+    long = [(None, bytes(5000), [], NOW_MS + i) for i in range(200)]  # about 1000:1
+    assert check(build_batch(short, compression=codec)) == NOW_MS
+    assert check(build_batch(long, compression=codec)) == NOW_MS + 199
+    missing = rebuild(section(short), count=2, compression=codec)
+    assert refused(missing) == ErrorCode.invalid_record
+    assert check(build_batch(short * 3, compression=codec)) == NOW_MS
+
+
+def test_a_large_buffer_is_kept_only_while_batches_need_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(validation, "_KEEP_SCRATCH_BYTES", 1 << 20)
+    large = build_batch([(None, bytes(1 << 20), [], NOW_MS)] * 2, compression=Compression.ZSTD)
+    small = build_batch([(None, b"v", [], NOW_MS)], compression=Compression.ZSTD)
+    check(large)
+    check(large)
+    assert len(validation._SCRATCH.buffer) > 2 << 20  # a run of large batches keeps it
+    check(small)
+    assert len(validation._SCRATCH.buffer) <= 1 << 20
+    check(large)
+    bomb = bytes(cramjam.zstd.compress(bytes(80 << 20)))
+    assert refused(rebuild(b"", count=1, compression=Compression.ZSTD, raw_payload=bomb)) == (
+        ErrorCode.message_too_large
+    )
+    assert len(validation._SCRATCH.buffer) <= 1 << 20  # nor does a refused one
+
+
 def test_the_expansion_bound_is_64_times_the_batch_and_at_least_64_mib() -> None:
     assert validation.max_uncompressed_bytes(100) == 64 << 20
     assert validation.max_uncompressed_bytes(4 << 20) == 256 << 20
@@ -330,6 +400,101 @@ def test_a_zstd_bomb_is_refused_at_the_bound() -> None:
     bomb = bytes(cramjam.zstd.compress(bytes(80 << 20)))  # a few KiB
     batch = rebuild(b"", count=1, compression=Compression.ZSTD, raw_payload=bomb)
     assert refused(batch) == ErrorCode.message_too_large
+
+
+def _client_lz4(data: bytes, *, block_id: int = 4, content_size: bool = False) -> bytes:
+    """An LZ4 frame as the Java client and librdkafka write it: independent blocks, no
+    block or content checksums; a block that does not shrink is stored as it is."""
+    block_bytes = 1 << (8 + 2 * block_id)
+    descriptor = bytes([0x68 if content_size else 0x60, block_id << 4])
+    if content_size:
+        descriptor += len(data).to_bytes(8, "little")
+    frame = bytearray(b"\x04\x22\x4d\x18" + descriptor)
+    frame.append(validation._lz4_header_checksum(descriptor))
+    for start in range(0, len(data), block_bytes):
+        chunk = data[start : start + block_bytes]
+        packed = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
+        stored = len(packed) >= len(chunk)
+        frame += (len(chunk) | 1 << 31 if stored else len(packed)).to_bytes(4, "little")
+        frame += chunk if stored else packed
+    return bytes(frame + bytes(4))
+
+
+_lz4_sections = st.builds(  # (records section, record count)
+    lambda records, random_value: (
+        section([*records, (None, random_value, [], NOW_MS)]),
+        len(records) + 1,
+    ),
+    _records,
+    st.binary(min_size=0, max_size=70_000),  # incompressible: a stored block
+)
+
+
+@FAST
+@given(_lz4_sections, st.sampled_from([4, 5]), st.booleans())
+def test_lz4_frames_as_clients_write_them_are_read_block_by_block(
+    body_and_count: tuple[bytes, int], block_id: int, content_size: bool
+) -> None:
+    body, count = body_and_count
+    frame = _client_lz4(body, block_id=block_id, content_size=content_size)
+    assert bytes(cramjam.lz4.decompress(frame)) == body  # liblz4 agrees: a valid frame
+    assert validation._lz4_client_frame(memoryview(frame)) is not None
+    read = validation._SCRATCH.decompress(Compression.LZ4, memoryview(frame), len(body))
+    assert bytes(read) == body
+    read.release()
+    check(rebuild(b"", count=count, compression=Compression.LZ4, raw_payload=frame))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _lz4_sections,
+    st.lists(
+        st.tuples(_mutations, st.integers(0, 8) | st.integers(0, 2**20), st.integers(0, 255)),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_a_mutated_lz4_frame_gets_the_frame_decoders_answer(
+    body_and_count: tuple[bytes, int], mutations: list[tuple[str, int, int]]
+) -> None:
+    body, count = body_and_count
+    frame = _client_lz4(body)
+    for kind, index, byte in mutations:
+        frame = mutate(frame, kind, index, byte)
+    batch = rebuild(b"", count=count, compression=Compression.LZ4, raw_payload=frame)
+
+    def outcome() -> object:
+        try:
+            return check(batch)
+        except InvalidRecordError as exc:
+            return exc.code
+
+    block_by_block = outcome()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(validation, "_lz4_client_frame", lambda _data: None)
+        assert outcome() == block_by_block
+
+
+@pytest.mark.parametrize(
+    ("at", "value"),
+    [(4, 0x70), (4, 0x40), (5, 0x30), (6, None), (-1, 1)],
+    ids=["block checksums", "linked blocks", "no block size", "header checksum", "end mark"],
+)
+def test_an_unusual_or_broken_lz4_frame_is_left_to_the_frame_decoder(
+    at: int, value: int | None
+) -> None:
+    frame = bytearray(_client_lz4(section([(None, b"v" * 500, [], NOW_MS)])))
+    frame[at] = frame[at] ^ 1 if value is None else value
+    assert validation._lz4_client_frame(memoryview(frame)) is None
+
+
+def test_an_lz4_frame_past_the_bound_is_too_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = section([(None, bytes(2000), [], NOW_MS)] * 100)
+    batch = rebuild(b"", count=100, compression=Compression.LZ4, raw_payload=_client_lz4(body))
+    monkeypatch.setattr(validation, "max_uncompressed_bytes", lambda _size: len(body) - 1)
+    assert refused(batch) == ErrorCode.message_too_large
+    monkeypatch.setattr(validation, "max_uncompressed_bytes", lambda _size: len(body))
+    assert check(batch) == NOW_MS
 
 
 # Timestamps -------------------------------------------------------------------------

@@ -129,8 +129,11 @@ class MemoryTopic:
     def num_partitions(self) -> int:
         return 4
 
-    def ensure_created(self) -> None:
+    async def ensure_created(self) -> None:
         self.created = True
+
+    async def close(self) -> None:
+        pass
 
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
         self.records.setdefault(partition, []).append((key, value))

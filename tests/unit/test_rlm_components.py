@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.unit import virtual_time
 from tests.unit.test_remote_metadata import MemoryTopic
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import BatchView, build_batch, iter_batches
@@ -135,8 +136,8 @@ def test_a_hanging_task_never_stalls_other_partitions() -> None:
         await asyncio.sleep(0.3)
         await pool.stop(1.0)
 
-    asyncio.run(run())
-    assert runs["a"] >= 5 and runs["b"] >= 5
+    virtual_time.run(run())  # 0.3 s of loop time: about 30 intervals of 10 ms
+    assert runs["a"] >= 25 and runs["b"] >= 25
 
 
 def test_many_partitions_start_as_slots_free_and_each_runs() -> None:
@@ -202,11 +203,12 @@ def test_a_partition_scheduled_anew_while_its_task_runs_gets_the_new_task() -> N
         await asyncio.wait_for(ran_new.wait(), 5)
         await pool.stop(1.0)
 
-    asyncio.run(run())
+    virtual_time.run(run())  # the 10 ms pauses are exact: the old task is still running
     assert ran == ["old", "new"]
 
 
 def test_retriable_failures_back_off_and_recover() -> None:
+    """With the jitter left random: each retry within its back-off cap, then the interval."""
     attempts: list[float] = []
 
     class Flaky:
@@ -219,11 +221,15 @@ def test_retriable_failures_back_off_and_recover() -> None:
         pool = TaskPool("test", size=1, interval_ms=10_000, backoff_ms=20, backoff_max_ms=100)
         pool.start()
         pool.schedule("p", Flaky())
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(25)
         await pool.stop(1.0)
 
-    asyncio.run(run())
-    assert len(attempts) == 4  # three failures retried soon, then the long interval
+    virtual_time.run(run())
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    # Three failures retried within 20, 40 and 80 ms; the success, then every 10 s.
+    assert len(attempts) == 6, attempts
+    assert all(0 <= gap <= cap for gap, cap in zip(gaps, (0.02, 0.04, 0.08), strict=False))
+    assert gaps[3:] == pytest.approx([10.0, 10.0])
 
 
 def test_copies_stuck_in_copy_segment_started_are_cleaned_up_and_never_counted(
@@ -760,11 +766,12 @@ async def test_index_cache_evicts_the_least_recently_used_by_total_bytes(tmp_pat
 # =======================================================================================
 
 
-async def test_retriable_failures_back_off_exponentially_up_to_the_maximum(
-    monkeypatch: pytest.MonkeyPatch,
+def test_retriable_failures_back_off_exponentially_up_to_the_maximum(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """With the jitter pinned to its upper bound, retries come after 40, 80, 160, 200, 200 ms;
-    after a success the interval applies and the back-off starts over."""
+    after a success the interval applies and the back-off starts over. Each failure is one
+    line saying when the task runs again."""
     monkeypatch.setattr("tierbroker.rlm.task_pool.random.uniform", lambda low, high: high)
     runs: list[float] = []
     outcomes = iter(["fail"] * 5 + ["ok"] + ["fail", "ok"] + ["ok"] * 100)
@@ -775,36 +782,96 @@ async def test_retriable_failures_back_off_exponentially_up_to_the_maximum(
             if next(outcomes) == "fail":
                 raise RemoteStorageError("503 Slow Down")
 
-    pool = TaskPool("t", size=1, interval_ms=600, backoff_ms=40, backoff_max_ms=200)
-    pool.start()
-    pool.schedule("p", Flaky())
-    await wait_until(lambda: len(runs) >= 8, "eight runs", 10)
-    await pool.stop(1.0)
+    async def run() -> None:
+        pool = TaskPool("t", size=1, interval_ms=600, backoff_ms=40, backoff_max_ms=200)
+        pool.start()
+        pool.schedule("p", Flaky())
+        await asyncio.sleep(2)
+        await pool.stop(1.0)
+
+    with caplog.at_level(logging.INFO, logger="tierbroker.rlm.task_pool"):
+        virtual_time.run(run())
     gaps = [b - a for a, b in itertools.pairwise(runs)]
-    expected = [0.04, 0.08, 0.16, 0.2, 0.2, 0.6, 0.04]
-    for gap, want in zip(gaps, expected, strict=False):
-        assert want - 0.005 <= gap <= want + 0.2, (gaps, expected)
+    assert gaps[:8] == pytest.approx([0.04, 0.08, 0.16, 0.2, 0.2, 0.6, 0.04, 0.6])
+    assert [(r.levelno, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            f"t task of p failed (attempt {n}), retrying in {s}s: 503 Slow Down",
+            None,
+        )
+        for n, s in [(1, "0.04"), (2, "0.08"), (3, "0.16"), (4, "0.20"), (5, "0.20"), (1, "0.04")]
+    ]
 
 
-async def test_a_bug_in_a_task_is_retried_at_the_maximum_back_off(
+def test_a_store_that_refuses_is_one_line_per_failure_at_the_maximum_back_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A configuration mistake (a missing bucket) does not pass with time: retried at the
+    maximum back-off, one line each time, never a traceback."""
     runs: list[float] = []
+    refusal = RemoteStorageError(
+        "S3 bucket 'gone' does not exist: create it, or fix rsm.config.storage.s3.bucket.name",
+        retriable=False,
+    )
+
+    class Refused:
+        async def run_once(self) -> None:
+            runs.append(asyncio.get_running_loop().time())
+            raise refusal
+
+    async def run() -> None:
+        pool = TaskPool("copy", size=1, interval_ms=10, backoff_ms=1, backoff_max_ms=30_000)
+        pool.start()
+        pool.schedule("t-0", Refused())
+        await asyncio.sleep(100)
+        await pool.stop(1.0)
+
+    with caplog.at_level(logging.INFO, logger="tierbroker.rlm.task_pool"):
+        virtual_time.run(run())
+    assert [b - a for a, b in itertools.pairwise(runs)] == pytest.approx([30.0] * 3)
+    assert [(r.levelno, r.getMessage(), r.exc_info) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            f"copy task of t-0 failed (attempt {n}), retrying in 30.00s: {refusal}",
+            None,
+        )
+        for n in range(1, 5)
+    ]
+
+
+def test_a_bug_in_a_task_is_retried_at_the_maximum_back_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Never a hot loop; its traceback is logged once, then one line per failure, and once
+    more after the task succeeded in between."""
+    runs: list[float] = []
+    outcomes = iter(["bug"] * 3 + ["ok", "bug"] + ["ok"] * 100)
 
     class Broken:
         async def run_once(self) -> None:
             runs.append(asyncio.get_running_loop().time())
-            raise ValueError("a bug")
+            if next(outcomes) == "bug":
+                raise ValueError("a bug")
 
-    pool = TaskPool("t", size=1, interval_ms=10, backoff_ms=1, backoff_max_ms=150)
-    pool.start()
-    with caplog.at_level(logging.ERROR, logger="tierbroker.rlm.task_pool"):
+    async def run() -> None:
+        pool = TaskPool("t", size=1, interval_ms=10, backoff_ms=1, backoff_max_ms=150)
+        pool.start()
         pool.schedule("p", Broken())
         await asyncio.sleep(0.5)
-    await pool.stop(1.0)
-    assert 2 <= len(runs) <= 5, runs  # ~every 150 ms, never a hot loop
-    assert all(b - a >= 0.145 for a, b in itertools.pairwise(runs))
-    assert "ValueError: a bug" in caplog.text  # logged with its traceback
+        await pool.stop(1.0)
+
+    with caplog.at_level(logging.INFO, logger="tierbroker.rlm.task_pool"):
+        virtual_time.run(run())
+    assert [b - a for a, b in itertools.pairwise(runs)][:4] == pytest.approx(
+        [0.15, 0.15, 0.15, 0.01]
+    )
+    line = "t task of p failed (attempt {}), retrying in 0.15s: ValueError: a bug"
+    assert [(r.levelno, r.getMessage(), r.exc_info is not None) for r in caplog.records] == [
+        (logging.ERROR, line.format(1), True),
+        (logging.WARNING, line.format(2), False),
+        (logging.WARNING, line.format(3), False),
+        (logging.ERROR, line.format(1), True),
+    ]
 
 
 async def test_a_hanging_partition_never_stalls_the_others_nor_piles_up() -> None:

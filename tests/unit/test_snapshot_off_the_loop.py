@@ -146,7 +146,8 @@ async def test_a_failed_write_is_retried_by_the_next_snapshot(
 
 def log_manager_with_offsets(tmp_path: Path) -> LogManager:
     manager = LogManager([tmp_path])
-    manager.load_logs(lambda tp: None)  # an empty dir, loaded whole: its checkpoints count
+    # an empty dir, loaded whole: its checkpoints count
+    manager.load_logs(lambda tp, topic_id: None)
     for partition, (start, recovery, hw) in enumerate([(0, 5, 7), (3, 4, 9)]):
         tp = TopicPartition("t", partition)
         manager.logs[tp] = SimpleNamespace(  # type: ignore[assignment]

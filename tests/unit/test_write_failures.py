@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tierbroker.broker.cluster.controller import Controller
-from tierbroker.broker.cluster.metadata_store import LocalMetadataStore
-from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
-from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tests.unit.replicas import create_log, lead, replica_manager
+from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition
+from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch, decode_records
 from tierbroker.storage.checkpoints import OffsetCheckpointFile
 from tierbroker.storage.log import Log
@@ -237,17 +236,17 @@ def test_failed_producer_snapshot_leaves_no_file(tmp_path: Path, faults: DiskFau
 
 def test_storage_error_takes_the_log_dir_offline(tmp_path: Path, faults: DiskFaults) -> None:
     manager = LogManager([tmp_path / "a", tmp_path / "b"])
-    manager.load_logs(lambda tp: CONFIG)
-    replicas = ReplicaManager(0, manager)
-    replicas.make_leader(TP, TOPIC_ID, CONFIG, 0)
+    manager.load_logs(lambda tp, topic_id: CONFIG)
+    replicas = replica_manager(manager)
+    lead(replicas, TP, TOPIC_ID, CONFIG)
     other = TopicPartition("w", 1)
-    replicas.make_leader(other, TOPIC_ID, CONFIG, 0)
+    lead(replicas, other, TOPIC_ID, CONFIG)
     faults.suffix, faults.bytes_left = ".log", 0
-    results = replicas.append_records({TP: bytes(batch(0)), other: bytes(batch(0))})
+    results = asyncio.run(replicas.append_records({TP: bytes(batch(0)), other: bytes(batch(0))}))
     assert [r.error for r in results.values()] == [ErrorCode.kafka_storage_error] * 2
     assert manager.online_log_dirs == []
     faults.heal()
-    again = replicas.append_records({TP: bytes(batch(1))})[TP]
+    again = asyncio.run(replicas.append_records({TP: bytes(batch(1))}))[TP]
     assert again.error == ErrorCode.kafka_storage_error  # offline until a restart
     fetched = asyncio.run(
         replicas.fetch_messages(FetchParams(0, 1, 1 << 20), [FetchRequestPartition(TP, 0, 1 << 20)])
@@ -259,18 +258,19 @@ def test_storage_error_takes_the_log_dir_offline(tmp_path: Path, faults: DiskFau
 
 def test_one_failed_log_dir_leaves_the_other_serving(tmp_path: Path, faults: DiskFaults) -> None:
     manager = LogManager([tmp_path / "a", tmp_path / "b"])
-    manager.load_logs(lambda tp: CONFIG)
-    replicas = ReplicaManager(0, manager)
-    first = replicas.make_leader(TP, TOPIC_ID, CONFIG, 0)
+    manager.load_logs(lambda tp, topic_id: CONFIG)
+    replicas = replica_manager(manager)
+    first = lead(replicas, TP, TOPIC_ID, CONFIG)
     other = TopicPartition("w", 1)
-    replicas.make_leader(other, TOPIC_ID, CONFIG, 0)
+    lead(replicas, other, TOPIC_ID, CONFIG)
     faults.suffix, faults.bytes_left = ".log", 0
-    assert replicas.append_records({TP: bytes(batch(0))})[TP].error == (
+    assert asyncio.run(replicas.append_records({TP: bytes(batch(0))}))[TP].error == (
         ErrorCode.kafka_storage_error
     )
     faults.heal()
     assert manager.online_log_dirs == [tmp_path / "b"]
-    assert replicas.append_records({other: bytes(batch(1))})[other].error == ErrorCode.none
+    appended = asyncio.run(replicas.append_records({other: bytes(batch(1))}))
+    assert appended[other].error == ErrorCode.none
     manager.checkpoint()
     manager.shutdown()
     assert (tmp_path / "b" / CLEAN_SHUTDOWN_FILE).exists()
@@ -281,39 +281,18 @@ def test_one_failed_log_dir_leaves_the_other_serving(tmp_path: Path, faults: Dis
 def test_failed_load_writes_no_clean_shutdown_marker(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     manager = LogManager([log_dir])
-    manager.load_logs(lambda tp: CONFIG)
-    manager.get_or_create_log(TP, TOPIC_ID, CONFIG).append_as_leader(batch(0), 0)
+    manager.load_logs(lambda tp, topic_id: CONFIG)
+    create_log(manager, TP, TOPIC_ID, CONFIG).append_as_leader(batch(0), 0)
     manager.checkpoint()
     for lg in manager.logs.values():  # a crash: no shutdown
         lg.close()
     (log_dir / "log-start-offset-checkpoint").write_text("garbage\n")
     restarted = LogManager([log_dir])
     with pytest.raises(ValueError):
-        restarted.load_logs(lambda tp: CONFIG)
+        restarted.load_logs(lambda tp, topic_id: CONFIG)
     restarted.shutdown()
     assert not (log_dir / CLEAN_SHUTDOWN_FILE).exists()
     assert (log_dir / "log-start-offset-checkpoint").read_text() == "garbage\n"
-
-
-def test_failed_metadata_write_changes_nothing(tmp_path: Path, faults: DiskFaults) -> None:
-    """Topic deletion removes the logs first (freeing space) and answers a failed metadata
-    write with KAFKA_STORAGE_ERROR; the store then still holds what its file holds."""
-    manager = LogManager([tmp_path])
-    manager.load_logs(lambda tp: CONFIG)
-    store = LocalMetadataStore(tmp_path)
-    controller = Controller(0, store, ReplicaManager(0, manager), {}, 1, 1)
-    controller.create_topic("kept", 1, 1, {})
-    faults.suffix, faults.bytes_left = ".json.tmp", 0
-    with pytest.raises(KafkaError) as created:
-        controller.create_topic("new", 1, 1, {})
-    assert created.value.code == ErrorCode.kafka_storage_error
-    with pytest.raises(KafkaError) as deleted:
-        controller.delete_topic("kept")
-    assert deleted.value.code == ErrorCode.kafka_storage_error
-    assert not (tmp_path / "kept-0").exists()  # the data went first
-    assert set(store.topics) == set(LocalMetadataStore(tmp_path).topics) == {"kept"}
-    assert manager.online_log_dirs == []
-    manager.shutdown()
 
 
 def test_failed_flush_takes_only_its_dir_offline(
@@ -322,9 +301,9 @@ def test_failed_flush_takes_only_its_dir_offline(
     """A background fsync that fails raises nothing: its dir goes offline and keeps its
     recovery point; the other dir's rolled segments are flushed."""
     manager = LogManager([tmp_path / "a", tmp_path / "b"])
-    manager.load_logs(lambda tp: CONFIG)
-    first = manager.get_or_create_log(TP, TOPIC_ID, CONFIG)
-    second = manager.get_or_create_log(TopicPartition("w", 1), TOPIC_ID, CONFIG)
+    manager.load_logs(lambda tp, topic_id: CONFIG)
+    first = create_log(manager, TP, TOPIC_ID, CONFIG)
+    second = create_log(manager, TopicPartition("w", 1), TOPIC_ID, CONFIG)
     for lg in (first, second):
         lg.append_as_leader(batch(0), 0)
         lg.roll()
@@ -344,9 +323,9 @@ def test_failed_flush_takes_only_its_dir_offline(
 
 def test_failed_checkpoint_takes_only_its_dir_offline(tmp_path: Path, faults: DiskFaults) -> None:
     manager = LogManager([tmp_path / "a", tmp_path / "b"])
-    manager.load_logs(lambda tp: CONFIG)
-    manager.get_or_create_log(TP, TOPIC_ID, CONFIG)
-    second = manager.get_or_create_log(TopicPartition("w", 1), TOPIC_ID, CONFIG)
+    manager.load_logs(lambda tp, topic_id: CONFIG)
+    create_log(manager, TP, TOPIC_ID, CONFIG)
+    second = create_log(manager, TopicPartition("w", 1), TOPIC_ID, CONFIG)
     second.append_as_leader(batch(0), 0)
     second.flush()
     faults.suffix, faults.bytes_left = "a/recovery-point-offset-checkpoint.tmp", 0
@@ -355,21 +334,4 @@ def test_failed_checkpoint_takes_only_its_dir_offline(tmp_path: Path, faults: Di
     assert not list((tmp_path / "a").glob("*checkpoint*"))
     written = OffsetCheckpointFile(tmp_path / "b" / "recovery-point-offset-checkpoint").read()
     assert written == {TopicPartition("w", 1): 3}
-    manager.shutdown()
-
-
-def test_failed_producer_id_block_write_hands_out_no_id(tmp_path: Path, faults: DiskFaults) -> None:
-    """An id is handed out only from a block on disk: a restart never hands it out again."""
-    manager = LogManager([tmp_path])
-    manager.load_logs(lambda tp: CONFIG)
-    controller = Controller(0, LocalMetadataStore(tmp_path), ReplicaManager(0, manager), {}, 1, 1)
-    faults.suffix, faults.bytes_left = ".json.tmp", 0
-    with pytest.raises(KafkaError) as refused:
-        controller.next_producer_id()
-    assert refused.value.code == ErrorCode.kafka_storage_error
-    assert manager.online_log_dirs == []
-    faults.heal()
-    restarted = Controller(0, LocalMetadataStore(tmp_path), ReplicaManager(0, manager), {}, 1, 1)
-    first = restarted.next_producer_id()
-    assert LocalMetadataStore(tmp_path).producer_id_block_end > first
     manager.shutdown()

@@ -1,0 +1,143 @@
+"""`ClusterRunner`: the brokers one process runs, and the coordination service they share.
+
+`metadata.store=inprocess` (the default): an `InProcessZooKeeper` in this process, its
+znodes in `cluster-metadata.db` under the first log dir, and N brokers (`--brokers N`)
+with ids from `broker.id` up, ports from the one in `listeners` up (port 0: each binds
+a free one), racks from `--racks` in turn, and log dirs `<log.dirs>/broker-<id>` when
+N > 1, beside the LocalFs remote tier they share (`<log.dirs>/remote` unless
+`rsm.config.dir` says). Each broker's ports are bound before it is built: by the
+preflight (`serve`), or here. `metadata.store=zookeeper`: each broker opens its own
+session with the ZooKeeper at `zookeeper.connect`, so brokers in other processes or on
+other hosts join the same cluster.
+
+Start: the service, then every broker joins (registers), then every broker serves: a
+cluster starts whole, so the internal topics its brokers create at start are replicated
+across all of them. Stop: every broker at once (with no controlled shutdown: the whole
+cluster goes), then the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from tierbroker.broker.broker_server import BrokerServer
+from tierbroker.broker.cluster.inprocess_store import InProcessZooKeeper
+from tierbroker.broker.cluster.store import MetadataStore
+from tierbroker.broker.cluster.zk_store import ZooKeeperStore
+from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.preflight import BoundPorts, bind_all, bind_ports
+from tierbroker.broker.remote_storage import local_remote_dir
+
+log = logging.getLogger(__name__)
+
+METADATA_DB = "cluster-metadata.db"
+
+
+def broker_configs(config: BrokerConfig, brokers: int, racks: list[str]) -> list[BrokerConfig]:
+    """The config of each of `brokers` brokers run from `config`."""
+    if brokers == 1:
+        rack = racks[0] if racks else config.broker_rack
+        return [config.model_copy(update={"broker_rack": rack})]
+    host, port = config.listener
+    scheme = config.listeners.split("://", 1)[0]
+    # One remote tier for the cluster: a new leader reads what the old one copied.
+    rsm_configs = {**config.rsm_configs, "dir": str(local_remote_dir(config))}
+    configs = []
+    for i in range(brokers):
+        broker_id = config.broker_id + i
+        log_dirs = ",".join(str(d / f"broker-{broker_id}") for d in config.log_dir_paths)
+        update: dict[str, object] = {
+            "broker_id": broker_id,
+            "listeners": f"{scheme}://{host}:{port + i if port else 0}",
+            "advertised_listeners": None,
+            "log_dirs": log_dirs,
+            "broker_rack": racks[i % len(racks)] if racks else config.broker_rack,
+            "rsm_configs": rsm_configs,
+        }
+        if config.metrics_port > 0:
+            update["metrics_port"] = config.metrics_port + i
+        configs.append(config.model_copy(update=update))
+    return configs
+
+
+class ClusterRunner:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        brokers: int = 1,
+        racks: list[str] | None = None,
+        ports: list[BoundPorts] | None = None,
+    ):
+        """`ports`: each broker's, in the order of `broker_configs` (None: bound here)."""
+        self.config = config
+        self.service: InProcessZooKeeper | None = None
+        if config.metadata_store == "inprocess":
+            self.service = InProcessZooKeeper(config.log_dir_paths[0] / METADATA_DB)
+        configs = broker_configs(config, brokers, racks or [])
+        bound = ports if ports is not None else bind_all(configs)
+        self.brokers = [
+            BrokerServer(c, self._session(c), p) for c, p in zip(configs, bound, strict=True)
+        ]
+        self.stop_requested = asyncio.Event()
+        self.fatal_error: str | None = None
+        self._watches: set[asyncio.Task[None]] = set()
+
+    def _session(self, config: BrokerConfig) -> MetadataStore:
+        timeout = config.zookeeper_session_timeout_ms
+        if self.service is not None:
+            return self.service.session(timeout)
+        assert config.zookeeper_connect is not None  # the config checks it
+        return ZooKeeperStore(
+            config.zookeeper_connect, timeout, config.zookeeper_connection_timeout_ms or timeout
+        )
+
+    async def start(self) -> None:
+        if self.service is not None:
+            await self.service.open()
+        await asyncio.gather(*(b.join() for b in self.brokers))
+        await asyncio.gather(*(b.serve() for b in self.brokers))
+        for broker in self.brokers:
+            self._watches.add(
+                asyncio.get_running_loop().create_task(
+                    self._watch(broker), name=f"broker-{broker.broker_id}-watch"
+                )
+            )
+
+    async def _watch(self, broker: BrokerServer) -> None:
+        """A broker that must stop (every log dir failed) stops the process."""
+        await broker.stop_requested.wait()
+        if broker.fatal_error is not None and self.fatal_error is None:
+            self.fatal_error = broker.fatal_error
+        self.stop_requested.set()
+
+    def broker(self, broker_id: int) -> BrokerServer:
+        return next(b for b in self.brokers if b.broker_id == broker_id)
+
+    async def stop_broker(self, broker_id: int) -> None:
+        """Stop one broker as SIGTERM would: its leadership moves first."""
+        await self.broker(broker_id).stop()
+
+    async def start_broker(self, broker_id: int) -> None:
+        """Start a stopped broker again, on the port it had, with its logs."""
+        old = self.broker(broker_id)
+        host, _ = old.config.listener
+        scheme = old.config.listeners.split("://", 1)[0]
+        update: dict[str, object] = {"listeners": f"{scheme}://{host}:{old.ports.port}"}
+        if old.ports.metrics_port is not None:
+            update["metrics_port"] = old.ports.metrics_port
+        config = old.config.model_copy(update=update)
+        new = BrokerServer(config, self._session(config), bind_ports(config))
+        self.brokers[self.brokers.index(old)] = new
+        await new.start()
+
+    async def stop(self) -> None:
+        """Stop every broker, then the service. A broker of a cluster that goes on (over
+        ZooKeeper) hands its leadership over first; brokers that all stop do not."""
+        for task in self._watches:
+            task.cancel()
+        await asyncio.gather(*self._watches, return_exceptions=True)
+        controlled = self.service is None
+        await asyncio.gather(*(b.stop(controlled=controlled) for b in self.brokers))
+        if self.service is not None:
+            await self.service.close()

@@ -1,0 +1,369 @@
+"""Followers fetch from their leaders: one `ReplicaFetcher` per leader broker, over the wire.
+
+As Kafka's `ReplicaFetcherThread` (one fetcher per source broker, `num.replica.fetchers`
+= 1): a task loops on Fetch v17 requests for every partition it follows from that
+leader, naming this broker in `ReplicaState` with its broker epoch, at each log's end
+offset and last fetched epoch. Per partition of the answer:
+
+- records are appended as they came (offsets and epochs kept), then the leader's high
+  watermark and log start offset are followed;
+- a diverging epoch truncates the log where it left the leader's (`truncation`), and
+  the next fetch goes on from there;
+- OFFSET_OUT_OF_RANGE: the leader's log end is below ours (an unclean election):
+  truncate to it; or ours is below the leader's log start: start over there;
+- leadership errors (NOT_LEADER_OR_FOLLOWER, FENCED / UNKNOWN_LEADER_EPOCH, ...): back off
+  `replica.fetch.backoff.ms`; the metadata cache will move the partition to its new leader.
+
+A partition removed while its fetch is in flight, or whose leader epoch changed, has
+the answer dropped. Connection failures back off and retry; the fetcher never ends on
+its own, and `close()` cancels it and closes its connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.fetch.v17 import request as fetch_request
+from kio.schema.list_offsets.v8 import request as list_offsets_request
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.partition import Partition
+from tierbroker.broker.truncation import truncation_for
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import InvalidRecordError
+from tierbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from tierbroker.storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 17
+LIST_OFFSETS_VERSION = 8
+_RETRIABLE = {
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.unknown_topic_id,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.kafka_storage_error,
+    ErrorCode.offset_moved_to_tiered_storage,
+    ErrorCode.replica_not_available,
+    ErrorCode.leader_not_available,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    wait_max_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 1024 * 1024  # per partition
+    response_max_bytes: int = 10 * 1024 * 1024
+    backoff_ms: int = 1000
+    socket_timeout_ms: int = 30_000
+
+
+@dataclass(slots=True)
+class _FetchState:
+    partition: Partition
+    leader_epoch: int
+    delayed_until: float = 0.0  # monotonic seconds
+
+
+class ReplicaFetcher:
+    """Fetches from one leader broker the partitions this broker follows there."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        broker_epoch: Callable[[], int],
+        leader_id: int,
+        client: BrokerClient,
+        config: FetcherConfig,
+        on_appended: Callable[[list[Partition]], None],
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.leader_id = leader_id
+        self.client = client
+        self.config = config
+        self.on_appended = on_appended  # partitions whose log or high watermark moved
+        self.partitions: dict[TopicPartition, _FetchState] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failing_since: float | None = None
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[partition.topic_partition] = _FetchState(partition, partition.leader_epoch)
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"replica-fetcher-{self.broker_id}-from-{self.leader_id}"
+            )
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await self.client.close()
+
+    async def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            ready = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
+            if not ready:
+                self._changed.clear()
+                delays = [s.delayed_until - now for s in self.partitions.values()]
+                try:
+                    async with asyncio.timeout(min(delays, default=None)):
+                        await self._changed.wait()
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                response = await self.client.send(self._fetch_request(ready))
+            except (BrokerUnavailable, KafkaError) as e:
+                self._connection_failed(e)
+                await asyncio.sleep(self.config.backoff_ms / 1000)
+                continue
+            if self._failing_since is not None:
+                log.info(
+                    "replica fetcher %d: leader %d reachable again", self.broker_id, self.leader_id
+                )
+                self._failing_since = None
+            await self._process(ready, response)
+
+    def _connection_failed(self, error: Exception) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            log.warning(
+                "replica fetcher %d: cannot fetch from broker %d: %s; retrying every %d ms",
+                self.broker_id,
+                self.leader_id,
+                error,
+                self.config.backoff_ms,
+            )
+
+    def _fetch_request(self, ready: dict[TopicPartition, _FetchState]) -> Any:
+        by_topic: dict[Any, list[Any]] = {}
+        for tp, state in ready.items():
+            lg = state.partition.log
+            by_topic.setdefault(state.partition.topic_id, []).append(
+                fetch_request.FetchPartition(
+                    partition=i32(tp.partition),
+                    current_leader_epoch=i32(state.leader_epoch),
+                    fetch_offset=i64(lg.log_end_offset),
+                    last_fetched_epoch=i32(lg.leader_epoch_cache.latest_epoch),
+                    log_start_offset=i64(lg.log_start_offset),
+                    partition_max_bytes=i32(self.config.max_bytes),
+                )
+            )
+        return fetch_request.FetchRequest(
+            replica_state=fetch_request.ReplicaState(
+                replica_id=BrokerId(self.broker_id), replica_epoch=i64(self.broker_epoch())
+            ),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self.config.wait_max_ms)),
+            min_bytes=i32(self.config.min_bytes),
+            max_bytes=i32(self.config.response_max_bytes),
+            isolation_level=i8(0),
+            topics=tuple(
+                fetch_request.FetchTopic(topic_id=topic_id, partitions=tuple(parts))
+                for topic_id, parts in by_topic.items()
+            ),
+            forgotten_topics_data=(),
+        )
+
+    async def _process(self, ready: dict[TopicPartition, _FetchState], response: Any) -> None:
+        if response.error_code != ErrorCode.none:
+            log.info(
+                "replica fetcher %d: fetch from %d failed: %s",
+                self.broker_id,
+                self.leader_id,
+                ErrorCode(response.error_code).name,
+            )
+            self._delay(ready.values())
+            return
+        by_key = {(s.partition.topic_id, tp.partition): (tp, s) for tp, s in ready.items()}
+        moved: list[Partition] = []
+        for topic in response.responses:
+            for data in topic.partitions:
+                found = by_key.get((topic.topic_id, int(data.partition_index)))
+                if found is None:
+                    continue
+                tp, requested = found
+                state = self.partitions.get(tp)
+                if state is not requested or state.partition.leader_epoch != state.leader_epoch:
+                    continue  # removed, or led anew, while the fetch was in flight
+                try:
+                    if await self._process_partition(state, data):
+                        moved.append(state.partition)
+                except OSError:
+                    raise  # the replica manager takes the log dir offline
+                except KafkaError as e:
+                    log.warning("replica fetcher %d: %s: %s", self.broker_id, tp, e)
+                    self._delay([state])
+        if moved:
+            self.on_appended(moved)
+
+    async def _process_partition(self, state: _FetchState, data: Any) -> bool:
+        """Apply one partition's answer; True if its log or high watermark moved."""
+        partition = state.partition
+        error = ErrorCode(data.error_code)
+        if error == ErrorCode.offset_out_of_range:
+            await self._handle_out_of_range(state)
+            return True
+        if error in _RETRIABLE:
+            self._delay([state])
+            return False
+        if error != ErrorCode.none:
+            raise KafkaError(error, f"fetch answered {error.name}")
+        diverging = data.diverging_epoch
+        if diverging.epoch >= 0 or diverging.end_offset >= 0:
+            lg = partition.log
+            cut = truncation_for(
+                int(diverging.epoch),
+                int(diverging.end_offset),
+                lambda epoch: lg.leader_epoch_cache.end_offset_for(epoch, lg.log_end_offset),
+                lg.log_end_offset,
+            )
+            log.info(
+                "%s: truncating to %d (leader %d: epoch %d ends at %d)",
+                partition.topic_partition,
+                cut.offset,
+                self.leader_id,
+                diverging.epoch,
+                diverging.end_offset,
+            )
+            lg.truncate_to(cut.offset)
+            return True
+        before = (partition.log.log_end_offset, partition.high_watermark)
+        try:
+            partition.append_records_to_follower(
+                data.records or b"", int(data.high_watermark), int(data.log_start_offset)
+            )
+        except InvalidRecordError as e:
+            raise KafkaError(ErrorCode.corrupt_message, str(e)) from e
+        return (partition.log.log_end_offset, partition.high_watermark) != before
+
+    async def _handle_out_of_range(self, state: _FetchState) -> None:
+        """Kafka's fetchOffsetAndTruncate: follow the leader's log end or log start."""
+        partition = state.partition
+        lg = partition.log
+        leader_end = await self._list_offset(partition, LATEST_TIMESTAMP)
+        if leader_end < lg.log_end_offset:
+            log.warning(
+                "%s: leader %d ends at %d, below this log's end %d: truncating",
+                partition.topic_partition,
+                self.leader_id,
+                leader_end,
+                lg.log_end_offset,
+            )
+            lg.truncate_to(leader_end)
+            return
+        leader_start = await self._list_offset(partition, EARLIEST_TIMESTAMP)
+        if lg.log_end_offset < leader_start:
+            log.warning(
+                "%s: leader %d starts at %d, above this log's end %d: starting over there",
+                partition.topic_partition,
+                self.leader_id,
+                leader_start,
+                lg.log_end_offset,
+            )
+            lg.truncate_fully_and_start_at(leader_start)
+
+    async def _list_offset(self, partition: Partition, timestamp: int) -> int:
+        tp = partition.topic_partition
+        request = list_offsets_request.ListOffsetsRequest(
+            replica_id=BrokerId(self.broker_id),
+            isolation_level=i8(0),
+            topics=(
+                list_offsets_request.ListOffsetsTopic(
+                    name=TopicName(tp.topic),
+                    partitions=(
+                        list_offsets_request.ListOffsetsPartition(
+                            partition_index=i32(tp.partition),
+                            current_leader_epoch=i32(partition.leader_epoch),
+                            timestamp=i64(timestamp),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        try:
+            response = await self.client.send(request)
+        except BrokerUnavailable as e:
+            raise KafkaError(ErrorCode.leader_not_available, str(e)) from e
+        answer = response.topics[0].partitions[0]
+        if answer.error_code != ErrorCode.none:
+            raise KafkaError(
+                ErrorCode(answer.error_code), f"ListOffsets({timestamp}) to {self.leader_id}"
+            )
+        return int(answer.offset)
+
+    def _delay(self, states: Any) -> None:
+        until = time.monotonic() + self.config.backoff_ms / 1000
+        for state in states:
+            state.delayed_until = until
+
+
+class ReplicaFetcherManager:
+    """The fetchers of one broker, one per leader endpoint."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        broker_epoch: Callable[[], int],
+        config: FetcherConfig,
+        on_appended: Callable[[list[Partition]], None],
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.config = config
+        self.on_appended = on_appended
+        self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
+        self._following: dict[TopicPartition, tuple[int, str, int]] = {}
+
+    def add(self, partition: Partition, leader_id: int, host: str, port: int) -> None:
+        """Fetch `partition` from its leader at `host:port` (moving it from any other)."""
+        self.remove(partition.topic_partition)
+        key = (leader_id, host, port)
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            client = BrokerClient(
+                host, port, f"broker-{self.broker_id}-fetcher", self.config.socket_timeout_ms
+            )
+            fetcher = ReplicaFetcher(
+                self.broker_id,
+                self.broker_epoch,
+                leader_id,
+                client,
+                self.config,
+                self.on_appended,
+            )
+            self.fetchers[key] = fetcher
+        fetcher.add(partition)
+        self._following[partition.topic_partition] = key
+
+    def remove(self, tp: TopicPartition) -> None:
+        key = self._following.pop(tp, None)
+        if key is not None:
+            self.fetchers[key].remove(tp)
+
+    def endpoint_of(self, tp: TopicPartition) -> tuple[int, str, int] | None:
+        """(leader id, host, port) `tp` is fetched from, if it is."""
+        return self._following.get(tp)
+
+    async def close(self) -> None:
+        fetchers, self.fetchers = self.fetchers, {}
+        self._following.clear()
+        await asyncio.gather(*(f.close() for f in fetchers.values()), return_exceptions=True)

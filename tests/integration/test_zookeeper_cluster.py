@@ -1,0 +1,186 @@
+"""Three broker processes over a real ZooKeeper (Debian's package, one per module).
+
+- kill -9 of the partition leader during an idempotent acks=all produce, five times with
+  different victims, the controller among them: every acknowledged message is read back
+  exactly once and in order, and each killed broker restarts and rejoins the ISR;
+- a consumer group keeps its committed offsets when its coordinator is killed.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from tests.integration.zk_cluster import ZooKeeperCluster, wait_for
+from tests.zookeeper import ZooKeeperServer
+
+MESSAGES = 50_000
+KILLS = 5
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZooKeeperCluster]:
+    running = ZooKeeperCluster(zookeeper, tmp_path).start()
+    yield running
+    running.stop()
+
+
+class AcknowledgedProducer(threading.Thread):
+    """Produces MESSAGES sequence numbers idempotently with acks=all; remembers which the
+    brokers acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 120_000,
+            }
+        )
+        self.acknowledged: list[int] = []
+        self.failed: list[KafkaError] = []
+        self.sent = 0
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            self.acknowledged.append(int(message.value()))
+        else:
+            self.failed.append(error)
+
+    def run(self) -> None:
+        for i in range(MESSAGES):
+            while True:
+                try:
+                    self.producer.produce(self.topic, b"%d" % i, on_delivery=self._delivered)
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+            self.sent = i + 1
+            self.producer.poll(0)
+            if i % 100 == 0:
+                time.sleep(0.15)  # about 650 a second: the produce spans every kill
+        self.producer.flush(180)
+
+
+def read_all(bootstrap: str, topic: str, count: int) -> list[int]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(values) < count and time.monotonic() < deadline:
+        for message in consumer.consume(1000, 0.5):
+            if message.error() is None:
+                values.append(int(message.value()))
+    consumer.close()
+    return values
+
+
+def test_killing_leaders_loses_and_duplicates_nothing_acknowledged(
+    cluster: ZooKeeperCluster,
+) -> None:
+    topic = "failover"
+    admin = cluster.admin()
+    topic_config = {"min.insync.replicas": "2"}
+    admin.create_topics([NewTopic(topic, 1, 3, config=topic_config)])[topic].result(30)
+    producer = AcknowledgedProducer(cluster.bootstrap, topic)
+    producer.start()
+    victims: list[int] = []
+    controller_killed = False
+    for round_ in range(KILLS):
+        wait_for(lambda r=round_: producer.sent > (r + 1) * MESSAGES // (KILLS + 2), "progress")
+        leader, _ = cluster.partition_state(topic, 0)
+        victim = leader
+        if round_ == KILLS - 1 and not controller_killed:
+            victim = cluster.controller()  # the controller is among the victims
+        controller_killed |= victim == cluster.controller()
+        acknowledged = len(producer.acknowledged)
+        cluster.brokers[victim].stop(signal.SIGKILL)
+        victims.append(victim)
+        # acks=all goes on with a new leader (once the victim's session expires) ...
+        wait_for(
+            lambda a=acknowledged: len(producer.acknowledged) > min(a + 100, MESSAGES - 1),
+            f"acks after killing {victim} (sent {producer.sent}, failed {producer.failed[:3]})",
+        )
+        cluster.restart(victim)
+        # ... and the victim catches up and rejoins the ISR.
+        wait_for(lambda: sorted(cluster.partition_state(topic, 0)[1]) == [0, 1, 2], "ISR")
+    producer.join(240)
+    assert not producer.is_alive()
+    assert producer.failed == []
+    assert len(set(victims)) > 1 and controller_killed
+    read = read_all(cluster.bootstrap, topic, MESSAGES)
+    assert read == list(range(MESSAGES))  # each once, in order
+    assert sorted(producer.acknowledged) == list(range(MESSAGES))
+
+
+def test_a_group_keeps_its_offsets_when_its_coordinator_dies(cluster: ZooKeeperCluster) -> None:
+    topic, group = "grouped", "survivors"
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(300):
+        producer.produce(topic, b"%d" % i, partition=i % 3)
+    producer.flush(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 150 and time.monotonic() < deadline:
+        seen += sum(1 for m in consumer.consume(10, 0.5) if m.error() is None)
+    consumer.commit(asynchronous=False)
+    committed = {
+        tp.partition: tp.offset
+        for tp in consumer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+        if tp.offset >= 0  # a partition not read yet has no commit
+    }
+    consumer.close()
+    assert sum(committed.values()) == seen > 0
+
+    coordinator = int(admin.describe_consumer_groups([group])[group].result(10).coordinator.id)
+    cluster.brokers[coordinator].stop(signal.SIGKILL)
+    cluster.brokers.pop(coordinator)
+    survivor = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    wanted = [TopicPartition(topic, p) for p in range(3)]
+    wait_for(
+        lambda: (
+            {
+                tp.partition: tp.offset
+                for tp in survivor.committed(wanted, timeout=5)
+                if tp.offset >= 0
+            }
+            == committed
+        ),
+        "the offsets from the new coordinator",
+    )
+    survivor.close()
