@@ -63,6 +63,7 @@ from tierbroker.broker.preflight import BoundPorts
 from tierbroker.broker.remote_storage import build_remote_log_manager
 from tierbroker.broker.replica_fetcher import FetcherConfig
 from tierbroker.broker.replica_manager import ReplicaManager, ReplicationConfig
+from tierbroker.broker.replication_metrics import ReplicationMetrics
 from tierbroker.broker.scheduler import Scheduler
 from tierbroker.broker.server import SocketServer
 from tierbroker.broker.startup_summary import startup_summary
@@ -138,6 +139,8 @@ class BrokerServer:
             ),
         )
         self.registry = CollectorRegistry()
+        replication_metrics = ReplicationMetrics(self.replicas, self.controller, self.registry)
+        self.replicas.isr_change_listeners.append(replication_metrics.isr_changed)
         self.groups = GroupCoordinator(
             GroupConfig(
                 min_session_timeout_ms=config.group_min_session_timeout_ms,

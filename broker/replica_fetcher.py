@@ -74,6 +74,7 @@ class _FetchState:
     partition: Partition
     leader_epoch: int
     delayed_until: float = 0.0  # monotonic seconds
+    lag: int = 0  # the leader's high watermark less this log's end, at the last answer
 
 
 class ReplicaFetcher:
@@ -253,6 +254,7 @@ class ReplicaFetcher:
             )
         except InvalidRecordError as e:
             raise KafkaError(ErrorCode.corrupt_message, str(e)) from e
+        state.lag = max(0, int(data.high_watermark) - partition.log.log_end_offset)
         return (partition.log.log_end_offset, partition.high_watermark) != before
 
     async def _handle_out_of_range(self, state: _FetchState) -> None:
@@ -358,6 +360,14 @@ class ReplicaFetcherManager:
         key = self._following.pop(tp, None)
         if key is not None:
             self.fetchers[key].remove(tp)
+
+    def lags(self) -> dict[TopicPartition, int]:
+        """Per followed partition: how far behind its leader's high watermark it was told."""
+        return {
+            tp: state.lag
+            for fetcher in self.fetchers.values()
+            for tp, state in fetcher.partitions.items()
+        }
 
     def endpoint_of(self, tp: TopicPartition) -> tuple[int, str, int] | None:
         """(leader id, host, port) `tp` is fetched from, if it is."""

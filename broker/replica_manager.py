@@ -141,6 +141,7 @@ class ReplicaManager:
             broker_id, lambda: self.broker_epoch, self.config.fetcher, self._on_follower_appended
         )
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
+        self.isr_change_listeners: list[Callable[[bool], None]] = []  # (expanded)
         self._deltas: asyncio.Queue[MetadataDelta] = asyncio.Queue()
         self._applier: asyncio.Task[None] | None = None
         self.applied = asyncio.Event()  # set whenever the queue of deltas is drained
@@ -345,9 +346,11 @@ class ReplicaManager:
                 )
                 self.alter_partition.submit(partition, shrunk)
 
-    def _on_isr_committed(self, partition: Partition, _expanded: bool) -> None:
+    def _on_isr_committed(self, partition: Partition, expanded: bool) -> None:
         partition.maybe_increment_leader_hw(now_ms())
         self._wake(partition.topic_partition)
+        for listener in self.isr_change_listeners:
+            listener(expanded)
 
     def _on_follower_appended(self, partitions: list[Partition]) -> None:
         for partition in partitions:

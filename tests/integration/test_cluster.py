@@ -138,6 +138,16 @@ def consume_all(bootstrap: str, expected: int) -> list[bytes]:
     return values
 
 
+def under_replicated(cluster: EmbeddedCluster, brokers: tuple[int, ...]) -> float:
+    """UnderReplicatedPartitions summed over `brokers`, as Prometheus reads it."""
+    total = 0.0
+    for b in brokers:
+        value = cluster.broker(b).registry.get_sample_value("UnderReplicatedPartitions")
+        assert value is not None
+        total += value
+    return total
+
+
 def replica_batches(cluster: EmbeddedCluster, broker_id: int, partition: int) -> list[tuple]:
     """(base offset, last offset, partition leader epoch, CRC) of each batch on disk."""
     log_dir = Path(cluster.broker(broker_id).config.log_dir_paths[0]) / f"{TOPIC}-{partition}"
@@ -197,6 +207,9 @@ def test_the_isr_follows_brokers_that_stop_and_return(cluster: EmbeddedCluster) 
         wait_for(lambda p=p: 2 not in isr(cluster, p), f"broker 2 out of the ISR of {p}")
     live = cluster.address(0)
     assert produce_confluent(live, [b"two-left-%d" % i for i in range(300)]) == [None] * 300
+    cache = cluster.broker(0).cache
+    on_broker_2 = sum(2 in r for t in cache.topics.values() for r in t.partitions.values())
+    assert under_replicated(cluster, (0, 1)) == on_broker_2 >= PARTITIONS
 
     cluster.stop_broker(1)
     wait_for(lambda: all(isr(cluster, p) == {0} for p in range(PARTITIONS)), "an ISR of {0}")
@@ -207,6 +220,7 @@ def test_the_isr_follows_brokers_that_stop_and_return(cluster: EmbeddedCluster) 
     cluster.start_broker(1)
     cluster.start_broker(2)
     assert_replicas_identical(cluster)
+    assert under_replicated(cluster, (0, 1, 2)) == 0
     assert produce_confluent(bootstrap, [b"all-back-%d" % i for i in range(300)]) == [None] * 300
 
 
