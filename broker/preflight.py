@@ -21,7 +21,6 @@ from pathlib import Path
 
 from tierbroker.broker.config import BrokerConfig, ConfigError, Endpoint
 from tierbroker.broker.remote_storage import (
-    LOCAL_REMOTE_DIR,
     STORAGE_MANAGERS,
     local_remote_dir,
     metadata_manager_class,
@@ -149,17 +148,15 @@ def _builtin_base(rsm_class: type[RemoteStorageManager]) -> str | None:
 
 
 def _check_local_remote_dir(config: BrokerConfig) -> None:
+    """A LocalFs dir inside a log dir must not be named like a partition, which loading the
+    log dir would take for one of a deleted topic and remove. (A dir that cannot be
+    written is the remote store's health, a warning: the local tier serves without it.)"""
     remote_dir = Path(os.path.abspath(local_remote_dir(config)))
-    prop = "rsm.config.dir" + (
-        "" if "dir" in config.rsm_configs else f" (default: <first log dir>/{LOCAL_REMOTE_DIR})"
-    )
-    check_writable_dir(remote_dir, prop)
-    log_dirs = {Path(os.path.abspath(d)) for d in config.log_dir_paths}
     try:
         TopicPartition.from_dir_name(remote_dir.name)
     except ValueError:
         return
-    if remote_dir.parent in log_dirs:
+    if remote_dir.parent in {Path(os.path.abspath(d)) for d in config.log_dir_paths}:
         raise ConfigError(
             f"rsm.config.dir={remote_dir}: inside a log dir, a name of the form "
             "<topic>-<partition> would be loaded as a partition: choose another name"
