@@ -114,9 +114,9 @@ class BrokerProcess:
         return self
 
     def _read_ports_file(self) -> bool:
-        """Take the bound ports from the ports file; False until the broker wrote it."""
+        """Take the (first) broker's bound ports from the ports file; False until written."""
         try:
-            [ports] = json.loads(self.ports_file.read_text())
+            ports = json.loads(self.ports_file.read_text())[0]
         except FileNotFoundError:
             return False
         self.port, self.metrics_port = ports["port"], ports["metrics_port"]

@@ -292,3 +292,21 @@ def test_the_request_log_is_one_line_per_request_when_asked_for(tmp_path: Path) 
     # --log-level DEBUG alone leaves the request log off, as Kafka's request logger is.
     assert "Completed request" not in everything.log()
     assert "DEBUG" in everything.log()
+
+
+def test_the_ports_file_lists_every_broker_of_the_process(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path, serve_args=("--brokers", "3"))
+    broker.start()  # reads the first broker's ports
+    try:
+        brokers = json.loads(broker.ports_file.read_text())
+        assert [b["broker_id"] for b in brokers] == [0, 1, 2]
+        assert len({b["port"] for b in brokers} | {b["metrics_port"] for b in brokers}) == 6
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = admin.list_topics(timeout=10).brokers.values()
+        assert sorted((b.id, b.host, b.port) for b in listed) == [
+            (b["broker_id"], "127.0.0.1", b["port"]) for b in brokers
+        ]
+        assert (tmp_path / "logs" / "broker-1").is_dir()
+        assert (tmp_path / "logs" / "remote").is_dir()  # one remote tier, shared
+    finally:
+        assert broker.stop() == 0
