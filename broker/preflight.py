@@ -4,9 +4,9 @@
 machine: the log dirs (each an existing writable directory, or one that can be
 created), the remote tier's plugins (their classes load; the built-in ones' required
 `rsm.config.*` settings are there and valid), the directory of the ports file, and
-the ports. The broker's listener and the metrics endpoint are bound here but not
-yet listened on, so a port in use is found before anything is written, and a port of
-0 is already the free port it will advertise. Every failure is a `ConfigError`
+the ports. Each broker's listener and metrics endpoint are bound here but not yet
+listened on, so a port in use is found before anything is written, and a port of 0 is
+already the free port the broker will advertise. Every failure is a `ConfigError`
 whose message names the property and the fix.
 """
 
