@@ -221,7 +221,10 @@ def create_topic(bootstrap: str) -> None:
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
 
 
-_STUB = "import tierbroker.storage.log as m; m.validate_records = lambda v, **_: v.max_timestamp; "
+_STUB = (
+    "import tierbroker.storage.log_validator as m; "
+    "m.validate_records = lambda v, **_: v.max_timestamp; "
+)
 
 
 def start_broker(workdir: Path, validate: bool) -> Broker:

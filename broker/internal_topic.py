@@ -12,7 +12,7 @@ brokers (as Kafka creates `__consumer_offsets`).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from kio.schema.produce.v9 import request as produce_request
 from kio.schema.types import TopicName
@@ -183,6 +183,15 @@ class RemoteLogMetadataTopic:
 
     def read(self, partition: int, start_offset: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         return self.topic.read(partition, start_offset)
+
+    def follow(self, on_records: Callable[[int], None]) -> None:
+        name = self.NAME
+
+        def progressed(tp: TopicPartition) -> None:
+            if tp.topic == name:
+                on_records(tp.partition)
+
+        self.topic.replicas.progress_listeners.append(progressed)
 
     async def close(self) -> None:
         await self.topic.close()

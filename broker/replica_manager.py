@@ -142,6 +142,8 @@ class ReplicaManager:
         )
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
         self.isr_change_listeners: list[Callable[[bool], None]] = []  # (expanded)
+        # Called when a partition's log end or high watermark may have moved.
+        self.progress_listeners: list[Callable[[TopicPartition], None]] = []
         self._deltas: asyncio.Queue[MetadataDelta] = asyncio.Queue()
         self._applier: asyncio.Task[None] | None = None
         self.applied = asyncio.Event()  # set whenever the queue of deltas is drained
@@ -297,6 +299,8 @@ class ReplicaManager:
     def _wake(self, tp: TopicPartition) -> None:
         self.fetch_purgatory.notify(tp)
         self.produce_purgatory.notify(tp)
+        for listener in self.progress_listeners:
+            listener(tp)
 
     def partition_or_error(self, tp: TopicPartition) -> Partition:
         """The partition, if hosted here and its log dir is online (else KAFKA_STORAGE_ERROR)."""

@@ -5,7 +5,6 @@ From OffsetCommit v10 and OffsetFetch v10 topics are named by id.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from tierbroker.broker.groups.records import OffsetValue
@@ -20,8 +19,6 @@ from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
-
-ZERO_UUID = uuid.UUID(int=0)
 
 
 def _topic_name(ctx: BrokerContext, topic: Any) -> str:
@@ -99,14 +96,15 @@ def _fetch_group(
             wanted.append((key, name, [(tp.partition, v) for tp, v in found.items()]))
     result = []
     for key, name, parts in wanted:
-        record = ctx.metadata.topics.get(name)
+        # Only the versions that name topics by id (v10+) have the field.
+        identity = {"topic_id": key} if by_id else {}
         result.append(
             make(
                 m.OffsetFetchResponseTopics
                 if hasattr(m, "OffsetFetchResponseTopics")
                 else m.OffsetFetchResponseTopic,
                 name=name,
-                topic_id=key if by_id else (record.topic_id if record else ZERO_UUID),
+                **identity,
                 partitions=tuple(
                     make(
                         m.OffsetFetchResponsePartitions

@@ -9,7 +9,7 @@ and counted by `remote_log_size`.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from tierbroker.storage.remote.segment_metadata import (
@@ -34,6 +34,10 @@ class MetadataTopic(Protocol):
     def read(self, partition: int, start_offset: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         """(offset, key, value) of the records from `start_offset` to the end; raises
         KafkaError if this broker holds no replica of the partition."""
+
+    def follow(self, on_records: Callable[[int], None]) -> None:
+        """Have `on_records(partition)` called when new records of a partition are readable
+        here (replicated from other brokers, or appended)."""
 
     async def close(self) -> None:
         """Release what it holds (connections to other brokers)."""

@@ -74,6 +74,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.cache = RemoteLogMetadataCache()
         self.next_offsets: dict[int, int] = {}
         self._applied_ahead: dict[int, set[int]] = {}  # own events applied before replayed
+        self._behind: set[int] = set()  # partitions with events to apply
         self.snapshot_interval_ms = 30_000
         self.replayed_events = 0  # events read from the topic at start (after the snapshot)
         self._dirty = False
@@ -95,6 +96,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._load_snapshot()
         for partition in range(self.topic.num_partitions):
             self.replayed_events += self.catch_up(partition)
+        self.topic.follow(self._catch_up_soon)
         self._dirty = self.replayed_events > 0
         log.info(
             "remote log metadata: %d partitions known, %d events replayed after the snapshot",
@@ -123,6 +125,18 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if applied:
             self._dirty = True
         return applied
+
+    def _catch_up_soon(self, partition: int) -> None:
+        """Other brokers' events reached this broker's replica: apply them after the
+        current callback, once per partition however often it is called meanwhile."""
+        if partition not in self._behind:
+            self._behind.add(partition)
+            asyncio.get_running_loop().call_soon(self._catch_up_behind)
+
+    def _catch_up_behind(self) -> None:
+        behind, self._behind = self._behind, set()
+        for partition in sorted(behind):
+            self.catch_up(partition)
 
     def _load_snapshot(self) -> None:
         try:

@@ -7,6 +7,7 @@ they come back, catch up and rejoin the ISR."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import time
 import warnings
@@ -38,14 +39,19 @@ PER_CLIENT = 2_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
+    directory = tmp_path_factory.mktemp("cluster")
     with EmbeddedCluster(
-        tmp_path_factory.mktemp("cluster"),
+        directory / "brokers",
         brokers=3,
         racks=["a", "b", "c"],
         properties={
             "replica.lag.time.max.ms": "3000",
             "zookeeper.session.timeout.ms": "3000",
             "metrics.port": "-1",
+            "remote.log.storage.system.enable": "true",
+            "rsm.config.dir": str(directory / "remote"),  # the object store all brokers share
+            "remote.log.manager.task.interval.ms": "200",
+            "log.retention.check.interval.ms": "200",
         },
     ) as running:
         admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
@@ -262,3 +268,73 @@ def test_a_zombie_leader_acknowledges_nothing_once_a_successor_leads(
     logs = [cluster.broker(b).replicas.partitions[tp].log for b in (0, 1)]
     wait_for(lambda: logs[0].log_end_offset == logs[1].log_end_offset, "equal log ends")
     assert b"to the zombie" not in (Path(logs[0].dir) / "00000000000000000000.log").read_bytes()
+
+
+def test_a_tiered_topic_keeps_tiering_across_a_failover(cluster: EmbeddedCluster) -> None:
+    """The leader copies rolled segments; after it stops, the new leader copies on from
+    where the remote tier ends (no segment twice) and serves every offset, remote ones
+    included, to a consumer reading from the beginning."""
+    topic = "tiered"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    config = {
+        "remote.storage.enable": "true",
+        "segment.bytes": str(64 * 1024),
+        "local.retention.bytes": str(128 * 1024),
+        "min.insync.replicas": "2",
+    }
+    admin.create_topics([NewTopic(topic, 1, 3, config=config)])[topic].result(30)
+    tp = TopicPartition(topic, 0)
+    values = [b"%06d" % i + b"x" * 1000 for i in range(1000)]
+
+    def produce_all(batch: list[bytes]) -> None:
+        producer = Producer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "batch.size": 16384}
+        )
+        for value in batch:
+            producer.produce(topic, value)
+        assert producer.flush(30) == 0
+
+    def remote_end(broker_id: int) -> int:
+        remote = cluster.broker(broker_id).remote
+        assert remote is not None
+        rows = [r for r in remote.status() if r["topic"] == topic]
+        return int(rows[0]["remote_log_end_offset"]) if rows else -1
+
+    produce_all(values[:500])
+    first_leader = cluster.broker(0).cache.states[tp].leader
+    wait_for(lambda: remote_end(first_leader) > 200, "the first leader to tier segments")
+    cluster.stop_broker(first_leader)
+    wait_for(
+        lambda: cluster.broker((first_leader + 1) % 3).cache.states[tp].leader != first_leader,
+        "a new leader",
+    )
+    new_leader = cluster.broker((first_leader + 1) % 3).cache.states[tp].leader
+    tiered_before = remote_end(new_leader)
+    produce_all(values[500:])
+    wait_for(lambda: remote_end(new_leader) > max(tiered_before, 700), "the new leader to tier")
+    rlmm = cluster.broker(new_leader).remote.rlmm  # type: ignore[union-attr]
+    segments = [
+        (m.start_offset, m.end_offset)
+        for m in rlmm.readable_segments(
+            next(t for t in rlmm.partitions() if t.topic_partition.topic == topic)
+        )
+    ]
+    assert segments == sorted(segments)
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(segments))  # no gap, no overlap
+    cluster.start_broker(first_leader)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "tiered-reader",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    received: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(received) < len(values) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            received.append(message.value())
+    consumer.close()
+    assert received == values

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -131,6 +131,9 @@ class MemoryTopic:
 
     async def ensure_created(self) -> None:
         self.created = True
+
+    def follow(self, on_records: Callable[[int], None]) -> None:
+        pass
 
     async def close(self) -> None:
         pass

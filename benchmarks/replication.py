@@ -1,0 +1,280 @@
+"""What replication costs: produce throughput with acks=all and replication factor 3 against
+acks=1 on one broker, with the machine's ceiling measured in the same run.
+
+The load generator keeps the brokers the bottleneck: pre-encoded Produce requests (one
+~256 KiB batch of 1 KiB values each) go over several connections at once, 4 in flight on
+each, as in `benchmarks.ceiling`; a Python producer would be the limit itself and hide
+what replication costs. Every setup gets the same requests for 6 partitions:
+
+- single: one `tierbroker serve`, replication factor 1, acks=1 (the baseline);
+- in-process: `tierbroker serve --brokers 3`, replication factor 3, acks=all,
+  min.insync.replicas=2, every partition led by broker 0 (so brokers 1 and 2 only follow);
+- zookeeper: three `tierbroker serve` processes over a ZooKeeper, the same topic.
+
+Setups alternate round by round. Reported per setup: MiB/s, broker CPU seconds per
+produced MiB, and for the ZooKeeper cluster the followers' CPU seconds per MiB they
+replicated (brokers 1 and 2 lead nothing). Ratios are against `single`.
+
+    python -m benchmarks.replication                      # about 3 minutes on 2 cores
+    python -m benchmarks.replication --mib 128 --repeat 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.serial import entity_writer
+
+from benchmarks.ceiling import measure as measure_ceiling
+from benchmarks.targets import (
+    ROOT,
+    api_versions_answered,
+    free_port,
+    process_cpu_seconds,
+    tierbroker_command,
+)
+from tests.zookeeper import ZooKeeperServer
+from tierbroker.protocol.records import build_batch
+
+TOPIC = "load"
+PARTITIONS = 6
+VALUE = b"v" * 1024
+BATCH_RECORDS = 256
+CONNECTIONS = 3
+IN_FLIGHT = 4
+
+
+@dataclass
+class Result:
+    mib_per_s: float
+    cpu_s_per_mib: float
+    follower_cpu_s_per_mib: float | None = None
+
+
+def encode_produce(partition: int, acks: int, batch: bytes, correlation_id: int) -> bytes:
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            TopicProduceData(
+                name=TOPIC, partition_data=(PartitionProduceData(index=partition, records=batch),)
+            ),
+        ),
+    )  # type: ignore[arg-type]
+    header_cls = ProduceRequest.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(
+        out,
+        header_cls(
+            request_api_key=0, request_api_version=9, correlation_id=correlation_id,
+            client_id="bench",
+        ),
+    )  # fmt: skip
+    entity_writer(ProduceRequest)(out, request)
+    body = out.getvalue()
+    return struct.pack(">i", len(body)) + body
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+def send_requests(port: int, frames: list[bytes], count: int) -> None:
+    """Send `count` requests, cycling through `frames`, IN_FLIGHT unanswered at most."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sent = answered = 0
+        while answered < count:
+            while sent < count and sent - answered < IN_FLIGHT:
+                sock.sendall(frames[sent % len(frames)])
+                sent += 1
+            (size,) = struct.unpack(">i", _exactly(sock, 4))
+            _exactly(sock, size)
+            answered += 1
+
+
+def load(port: int, acks: int, mib: int) -> tuple[int, float]:
+    """(payload bytes, seconds) of `mib` MiB of produce over CONNECTIONS connections."""
+    batch = build_batch([(None, VALUE, [], 0)] * BATCH_RECORDS)
+    frames = [encode_produce(p, acks, batch, p) for p in range(PARTITIONS)]
+    per_connection = max(IN_FLIGHT, mib * 1024 * 1024 // len(batch) // CONNECTIONS)
+    threads = [
+        threading.Thread(target=send_requests, args=(port, frames[i::CONNECTIONS], per_connection))
+        for i in range(CONNECTIONS)
+    ]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return per_connection * CONNECTIONS * len(batch), time.perf_counter() - started
+
+
+def create_topic(bootstrap: str, replicated: bool) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    if replicated:
+        topic = NewTopic(
+            TOPIC,
+            num_partitions=PARTITIONS,
+            replica_assignment=[[0, 1, 2]] * PARTITIONS,
+            config={"min.insync.replicas": "2"},
+        )
+    else:
+        topic = NewTopic(TOPIC, PARTITIONS, 1)
+    admin.create_topics([topic])[TOPIC].result(30)
+
+
+@contextmanager
+def serving(args: list[str], workdir: Path, name: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A `tierbroker serve` process with `args` (properties, or `--flag value`); stopped
+    afterwards."""
+    port = int(next(a for a in args if a.startswith("listeners=")).rsplit(":", 1)[1])
+    command = [tierbroker_command(), "serve"]
+    for a in args:
+        command += ["--override", a] if "=" in a and not a.startswith("--") else [a]
+    log = open(workdir / f"{name}.log", "wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not api_versions_answered(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not start: {(workdir / f'{name}.log').read_text()}")
+            time.sleep(0.05)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(60)
+        log.close()
+
+
+def common(workdir: Path, port: int) -> list[str]:
+    return [
+        f"listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"log.dirs={workdir}",
+        "metrics.port=-1",
+        "remote.log.storage.system.enable=false",
+        "log.segment.bytes=268435456",
+    ]
+
+
+def run_single(mib: int) -> Result:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    port = free_port()
+    try:
+        with serving(common(workdir / "data", port), workdir, "single") as process:
+            create_topic(f"127.0.0.1:{port}", replicated=False)
+            load(port, 1, 4)  # warm-up
+            cpu = process_cpu_seconds(process.pid)
+            size, seconds = load(port, 1, mib)
+            cpu = process_cpu_seconds(process.pid) - cpu
+        return Result(size / 2**20 / seconds, cpu / (size / 2**20))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_in_process(mib: int) -> Result:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    port = free_port()
+    while any(_taken(port + i) for i in (1, 2)):
+        port = free_port()
+    try:
+        args = [*common(workdir / "data", port), "--brokers", "3"]
+        with serving(args, workdir, "in-process") as process:
+            create_topic(f"127.0.0.1:{port}", replicated=True)
+            load(port, -1, 4)
+            cpu = process_cpu_seconds(process.pid)
+            size, seconds = load(port, -1, mib)
+            cpu = process_cpu_seconds(process.pid) - cpu
+        return Result(size / 2**20 / seconds, cpu / (size / 2**20))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _taken(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def run_zookeeper(mib: int) -> Result:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    zookeeper = ZooKeeperServer(workdir / "zk").start()
+    try:
+        ports = [free_port() for _ in range(3)]
+        with ExitStack() as stack:
+            processes = []
+            for broker_id, port in enumerate(ports):
+                args = [
+                    *common(workdir / f"broker-{broker_id}", port),
+                    f"broker.id={broker_id}",
+                    "metadata.store=zookeeper",
+                    f"zookeeper.connect={zookeeper.connect}/bench",
+                ]
+                processes.append(stack.enter_context(serving(args, workdir, f"zk-{broker_id}")))
+            create_topic(f"127.0.0.1:{ports[0]}", replicated=True)
+            load(ports[0], -1, 4)
+            before = [process_cpu_seconds(p.pid) for p in processes]
+            size, seconds = load(ports[0], -1, mib)
+            spent = [process_cpu_seconds(p.pid) - b for p, b in zip(processes, before, strict=True)]
+        mib_moved = size / 2**20
+        return Result(mib_moved / seconds, sum(spent) / mib_moved, sum(spent[1:]) / 2 / mib_moved)
+    finally:
+        zookeeper.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    runs: dict[str, list[Result]] = {"single": [], "in-process": [], "zookeeper": []}
+    setups = {"single": run_single, "in-process": run_in_process, "zookeeper": run_zookeeper}
+    for round_ in range(args.repeat):
+        order = list(setups) if round_ % 2 == 0 else list(reversed(setups))
+        for name in order:
+            runs[name].append(setups[name](args.mib))
+            last = runs[name][-1]
+            print(f"round {round_ + 1} {name}: {last.mib_per_s:.1f} MiB/s", file=sys.stderr)
+    ceiling, _ = measure_ceiling(args.mib * 2**20, args.mib * 1024, 256 * 1024, repeat=1)
+    base = statistics.median(r.mib_per_s for r in runs["single"])
+    print(f"ceiling (loopback into a file): {ceiling.mib_per_s:.0f} MiB/s")
+    print(
+        f"{'setup':<12} {'MiB/s':>8} {'vs single':>10} {'CPU s/MiB':>10} {'follower CPU s/MiB':>19}"
+    )
+    for name, results in runs.items():
+        rate = statistics.median(r.mib_per_s for r in results)
+        cpu = statistics.median(r.cpu_s_per_mib for r in results)
+        followers = [r.follower_cpu_s_per_mib for r in results if r.follower_cpu_s_per_mib]
+        follower = f"{statistics.median(followers):.4f}" if followers else "-"
+        print(f"{name:<12} {rate:>8.1f} {rate / base:>9.2f}x {cpu:>10.4f} {follower:>19}")
+
+
+if __name__ == "__main__":
+    main()
