@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         broker = start_tierbroker(workdir, {**OVERRIDES, "metrics.port": metrics_port})
         try:
             ends = fill(broker, metrics_port, args.mib, args.value_size)
-            storage = (workdir / "remote").as_uri()
+            storage = (workdir / "data" / "remote").as_uri()
             for mode in ("REMOTE_ONLY", "KAFKA_ONLY"):
                 totals = {name: [0.0, 0.0, 0.0] for name in loops}  # MB, seconds, CPU s
                 asyncio.run(backfill(broker, storage, mode, ends))  # warm-up, not counted

@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         broker = start_tierbroker(workdir, {**OVERRIDES, "metrics.port": metrics_port})
         try:
             ends = fill(broker, metrics_port, args.mib, args.value_size)
-            storage = (workdir / "remote").as_uri()
+            storage = (workdir / "data" / "remote").as_uri()
             print(f"remote tier: {sum(ends.values())} records in {TOPIC}", flush=True)
             results = {
                 "kafka_only": measure(

@@ -214,9 +214,10 @@ def fetch_ttfb_ms(port: int, topic: str, offset: int) -> float:
 
 
 def remote_objects(tier: str, workdir: Path, moto: Moto | None) -> list[tuple[str, int]]:
-    """The remote segment data objects: LocalFs puts them in <log dir>/../remote."""
+    """The remote segment data objects: LocalFs puts them in <log dir>/remote."""
     if moto is None:
-        return [(str(p), p.stat().st_size) for p in sorted((workdir / "remote").rglob("*.log"))]
+        remote = workdir / "data" / "remote"
+        return [(str(p), p.stat().st_size) for p in sorted(remote.rglob("*.log"))]
     listed = moto.s3.list_objects_v2(Bucket="bench").get("Contents", [])
     return [(o["Key"], o["Size"]) for o in listed if o["Key"].endswith(".log")]
 

@@ -1,11 +1,15 @@
 """`BrokerServer`: one broker of a cluster, built from its config and a `MetadataStore` session.
 
+It is given its ports bound by the preflight (`BoundPorts`), so it knows the address it
+advertises (`endpoints`: a configured port of 0 is the one bound) before it starts.
+
 Start: open the store session (the cluster id is created once, or checked against
 `cluster.id`), read the cluster's metadata, load and recover the logs it still assigns
 here, listen, register (an ephemeral `/brokers/ids/N` with the bound port; its creating
 transaction is the broker epoch), take the partitions the metadata assigns here (as
 leader or follower), stand for controller, then start the remote tier, the group
-coordinator, background jobs and the metrics endpoint.
+coordinator, background jobs and the metrics endpoint, and log a summary
+(`startup_summary`).
 
 Stop (idempotent, in this order, each with the shutdown timeout): a controlled shutdown
 (the controller moves this broker's leadership to other ISR members and takes it out of
@@ -44,6 +48,7 @@ from tierbroker.broker.cluster.store import (
 from tierbroker.broker.cluster.topic_admin import TopicAdmin
 from tierbroker.broker.cluster.zk_data import BrokerRegistration
 from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.groups.coordinator import GroupConfig, GroupCoordinator
 from tierbroker.broker.groups.offsets_store import (
     OFFSETS_TOPIC,
@@ -54,6 +59,7 @@ from tierbroker.broker.handlers import RequestDispatcher
 from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.metrics import MetricsServer
 from tierbroker.broker.partition import Partition
+from tierbroker.broker.preflight import BoundPorts
 from tierbroker.broker.remote_storage import build_remote_log_manager
 from tierbroker.broker.replica_fetcher import FetcherConfig
 from tierbroker.broker.replica_manager import ReplicaManager, ReplicationConfig
@@ -61,6 +67,7 @@ from tierbroker.broker.replica_selector import load_selector
 from tierbroker.broker.replication_metrics import ReplicationMetrics
 from tierbroker.broker.scheduler import Scheduler
 from tierbroker.broker.server import SocketServer
+from tierbroker.broker.startup_summary import startup_summary
 from tierbroker.broker.topic_metrics import BrokerTopicMetrics
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import now_ms
@@ -82,9 +89,12 @@ class StartupError(Exception):
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, store: MetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, ports: BoundPorts) -> None:
+        """`ports`: bound by `preflight` (or `bind_ports`); the broker closes them."""
         self.config = config
         self.store = store
+        self.ports = ports
+        self.endpoints: BrokerEndpoints = broker_endpoints(config, ports.port, ports.metrics_port)
         self.cache = MetadataCache(store)
         self.log_manager = LogManager(config.log_dir_paths)
         self.admin = TopicAdmin(
@@ -147,7 +157,9 @@ class BrokerServer:
         )
         self.replicas.leadership_listeners.append(self._on_leadership)
         self.remote: RemoteLogManager | None = None
-        self.metrics_server = MetricsServer(self.registry, self._tier_status, self._tier_health)
+        self.metrics_server = MetricsServer(
+            self.registry, self._tier_status, self._tier_health, self._refresh_remote_metrics
+        )
         self.scheduler = Scheduler()
         self.socket_server = SocketServer(
             RequestDispatcher(
@@ -158,6 +170,7 @@ class BrokerServer:
                     self.admin,
                     self.groups,
                     BrokerTopicMetrics(self.registry),
+                    self.endpoints,
                 )
             ).handle,
             config.socket_request_max_bytes,
@@ -197,13 +210,10 @@ class BrokerServer:
         """Load the logs, listen and register: the controller may place replicas here now."""
         loop = asyncio.get_running_loop()
         settings = self.config.model_dump(by_alias=True)
-        try:
-            self.replicas.reader.selector = load_selector(
-                self.config.replica_selector_class,
-                {k: str(v) for k, v in settings.items() if v is not None},
-            )
-        except ValueError as e:
-            raise StartupError(str(e)) from None
+        self.replicas.reader.selector = load_selector(  # its class checked by the preflight
+            self.config.replica_selector_class,
+            {k: str(v) for k, v in settings.items() if v is not None},
+        )
         self.log_manager.failure_channel.listeners.append(
             lambda log_dir, error: loop.call_soon_threadsafe(
                 self._on_log_dir_offline, log_dir, error
@@ -215,11 +225,11 @@ class BrokerServer:
         await loop.run_in_executor(None, partial(self.log_manager.load_logs, self._config_for))
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
-        host, port = self.config.listener
-        self.socket_server.listen(host, port)
-        host, _ = self.config.advertised_listener
+        self.socket_server.listen_on(self.ports.broker)
         try:
-            self.registration = await self.lifecycle.register(host, self.socket_server.port)
+            self.registration = await self.lifecycle.register(
+                self.endpoints.host, self.endpoints.port
+            )
         except RegistrationError as e:
             raise StartupError(str(e)) from None
 
@@ -228,7 +238,6 @@ class BrokerServer:
         await self.replicas.start()
         await self.controller.start()
         c = self.config
-        host, _ = c.listener
         if c.remote_log_storage_system_enable:
             self.remote = build_remote_log_manager(
                 c, self.cache.cluster_id, self.replicas, self.admin, self.registry
@@ -242,12 +251,15 @@ class BrokerServer:
             )
         self.groups.start()
         self._schedule_jobs()
-        if c.metrics_port >= 0:
-            await self.metrics_server.start(host, c.metrics_port)
+        if self.ports.metrics is not None:
+            await self.metrics_server.start_on(self.ports.metrics)
         await self.replicas.applied.wait()
         await self.socket_server.start()
         self._started = True
-        log.info("broker %d started (cluster %s)", c.broker_id, self.cache.cluster_id)
+        host = self.ports.broker.getsockname()[0]
+        bound = f"[{host}]:{self.ports.port}" if ":" in host else f"{host}:{self.ports.port}"
+        for line in startup_summary(c, self.endpoints, self.cache.cluster_id, bound):
+            log.info("%s", line)
 
     async def _join_cluster(self) -> None:
         """Create the cluster id and the persistent znodes on first start; check `cluster.id`."""
@@ -314,6 +326,10 @@ class BrokerServer:
             return {"state": "disabled", "error": None, "since_ms": -1}
         return self.remote.storage_health()
 
+    def _refresh_remote_metrics(self) -> None:
+        if self.remote is not None:
+            self.remote.update_metrics()
+
     async def _remote_housekeeping(self) -> None:
         assert self.remote is not None
         self.remote.update_metrics()
@@ -370,6 +386,7 @@ class BrokerServer:
         await self.socket_server.stop(timeout_s)
         await self.scheduler.stop()
         await self.metrics_server.stop()
+        self.ports.close()  # if the start failed before listening on them
         await self.lifecycle.close()
         await self.replicas.stop()
         await self.controller.stop()

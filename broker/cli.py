@@ -1,11 +1,16 @@
 """`tierbroker`: the command line.
 
 `tierbroker serve [--config FILE] [--override key=value ...]` runs a broker until
-SIGINT or SIGTERM, then shuts it down cleanly; `tierbroker export` writes a topic's
-remote tier to Parquet straight from the object store (`pipeline.jobs.export`). The
-commands that work with a running broker (`topic`, `produce`, `consume`, `group`,
-`cluster`, `tier status`) live in `broker.commands` and load the client library only
-when they run, so `serve` starts without it.
+SIGINT or SIGTERM, then shuts it down cleanly. A start-up mistake (a bad property, a
+port in use, a log dir it cannot write, ...) is found before anything is written and
+reported in one `error:` line naming the property, with exit code 2; a failure after
+the start (every log dir failed, an unexpected error) is one line with exit code 1.
+`--debug` adds the traceback.
+
+`tierbroker export` writes a topic's remote tier to Parquet straight from the object
+store (`pipeline.jobs.export`). The commands that work with a running broker (`topic`,
+`produce`, `consume`, `group`, `cluster`, `tier status`) live in `broker.commands` and
+load the client library only when they run, so `serve` starts without it.
 """
 
 from __future__ import annotations
@@ -14,14 +19,20 @@ import asyncio
 import logging
 import signal
 import sys
+import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from tierbroker.broker.commands import clients, cluster, groups, tier, topics
 from tierbroker.broker.config import BrokerConfig, ConfigError, load_config
+from tierbroker.broker.endpoints import remove_ports_file, write_ports_file
 from tierbroker.broker.memory import reuse_large_buffers
+from tierbroker.broker.request_log import REQUEST_LOGGER
+
+if TYPE_CHECKING:
+    from tierbroker.broker.preflight import BoundPorts
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="A Kafka-protocol broker with tiered storage."
@@ -41,32 +52,99 @@ def serve(
     override: Annotated[
         list[str] | None, typer.Option("--override", help="key=value, repeatable")
     ] = None,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    log_level: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--log-level",
+            help="LEVEL for every logger (DEBUG, INFO, WARNING, ERROR), or LOGGER=LEVEL for "
+            "one, e.g. tierbroker.request=DEBUG for the request log; repeatable",
+        ),
+    ] = None,
+    ports_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ports-file",
+            help='write [{"broker_id", "host", "port", "metrics_port"}] here as JSON once '
+            "listening (port 0 binds a free port)",
+        ),
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="show tracebacks of errors")] = False,
     brokers: Annotated[
         int, typer.Option(min=1, help="brokers to run in this process (ports from listeners up)")
     ] = 1,
     racks: Annotated[str | None, typer.Option(help="racks of the brokers, in turn: a,b,c")] = None,
 ) -> None:
-    """Run a broker until SIGINT or SIGTERM."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        broker_config = load_config(config, override or [])
-    except (ConfigError, OSError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
-    reuse_large_buffers()
+    """Run a broker (or --brokers N) until SIGINT or SIGTERM.
+
+    Without --config, the defaults serve on 127.0.0.1:9092 with data in
+    /tmp/tierbroker-logs, tiering to its remote/ directory, and metrics on port 9404.
+    """
     rack_list = [r.strip() for r in racks.split(",") if r.strip()] if racks else []
-    fatal_error = asyncio.run(_serve(broker_config, brokers, rack_list))
+    try:
+        _configure_logging(log_level or ["INFO"])
+        broker_config = load_config(config, override or [])
+        # The other commands need none of these.
+        from tierbroker.broker.cluster_runner import broker_configs
+        from tierbroker.broker.preflight import preflight
+
+        ports = preflight(broker_configs(broker_config, brokers, rack_list), ports_file)
+    except ConfigError as e:
+        _fail(str(e), 2, debug)
+    except Exception as e:
+        _fail(_unexpected(e), 1, debug)
+    reuse_large_buffers()
+    try:
+        fatal_error = asyncio.run(_serve(broker_config, brokers, rack_list, ports, ports_file))
+    except ConfigError as e:  # a plugin that refused its settings
+        _fail(str(e), 2, debug)
+    except Exception as e:
+        _fail(_unexpected(e), 1, debug)
     if fatal_error is not None:
-        typer.echo(f"error: {fatal_error}", err=True)
-        raise typer.Exit(1)
+        _fail(fatal_error, 1, debug)
 
 
-async def _serve(config: BrokerConfig, brokers: int, racks: list[str]) -> str | None:
+def _configure_logging(levels: list[str]) -> None:
+    """Every logger at the last plain LEVEL; LOGGER=LEVEL for one logger. The request log
+    (`tierbroker.request`) stays off unless named, as Kafka's request logger does."""
+    named = {REQUEST_LOGGER: "INFO"}
+    root = "INFO"
+    for item in levels:
+        name, sep, level = item.rpartition("=")
+        level = level.strip().upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") or (sep and not name):
+            raise ConfigError(
+                f"--log-level {item!r}: use DEBUG, INFO, WARNING or ERROR, or LOGGER=LEVEL"
+            )
+        if sep:
+            named[name.strip()] = level
+        else:
+            root = level
+    logging.basicConfig(
+        level=root, stream=sys.stderr, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s"
+    )
+    for name, level in named.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def _unexpected(e: Exception) -> str:
+    return f"unexpected {type(e).__name__}: {e} (rerun with --debug for the traceback)"
+
+
+def _fail(message: str, code: int, debug: bool) -> NoReturn:
+    """One `error:` line on stderr (after the traceback, with --debug), and exit `code`."""
+    if debug and sys.exc_info()[0] is not None:
+        traceback.print_exc()
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+async def _serve(
+    config: BrokerConfig,
+    brokers: int,
+    racks: list[str],
+    ports: list[BoundPorts],
+    ports_file: Path | None,
+) -> str | None:
     """Serve until a signal (None), or until a broker must stop (what failed)."""
     from tierbroker.broker.broker_server import (  # `tier status` needs none
         LogDirsOffline,
@@ -75,18 +153,22 @@ async def _serve(config: BrokerConfig, brokers: int, racks: list[str]) -> str | 
     from tierbroker.broker.cluster.store import ConnectionLossError
     from tierbroker.broker.cluster_runner import ClusterRunner
 
-    runner = ClusterRunner(config, brokers, racks)
+    runner = ClusterRunner(config, brokers, racks, ports)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, runner.stop_requested.set)
     try:
         await runner.start()
+        if ports_file is not None:
+            write_ports_file(ports_file, [b.endpoints for b in runner.brokers])
         await runner.stop_requested.wait()
     except (LogDirsOffline, StartupError) as e:
         return str(e)
     except ConnectionLossError as e:
         return f"cannot reach the metadata store ({e}): check zookeeper.connect"
     finally:
+        if ports_file is not None:
+            remove_ports_file(ports_file)
         await runner.stop()
     return runner.fatal_error
 

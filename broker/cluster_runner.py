@@ -4,9 +4,11 @@
 znodes in `cluster-metadata.db` under the first log dir, and N brokers (`--brokers N`)
 with ids from `broker.id` up, ports from the one in `listeners` up (port 0: each binds
 a free one), racks from `--racks` in turn, and log dirs `<log.dirs>/broker-<id>` when
-N > 1. `metadata.store=zookeeper`: each broker opens its own session with the ZooKeeper
-at `zookeeper.connect`, so brokers in other processes or on other hosts join the same
-cluster.
+N > 1, beside the LocalFs remote tier they share (`<log.dirs>/remote` unless
+`rsm.config.dir` says). Each broker's ports are bound before it is built: by the
+preflight (`serve`), or here. `metadata.store=zookeeper`: each broker opens its own
+session with the ZooKeeper at `zookeeper.connect`, so brokers in other processes or on
+other hosts join the same cluster.
 
 Start: the service, then every broker joins (registers), then every broker serves: a
 cluster starts whole, so the internal topics its brokers create at start are replicated
@@ -24,6 +26,8 @@ from tierbroker.broker.cluster.inprocess_store import InProcessZooKeeper
 from tierbroker.broker.cluster.store import MetadataStore
 from tierbroker.broker.cluster.zk_store import ZooKeeperStore
 from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.preflight import BoundPorts, bind_all, bind_ports
+from tierbroker.broker.remote_storage import local_remote_dir
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,8 @@ def broker_configs(config: BrokerConfig, brokers: int, racks: list[str]) -> list
         return [config.model_copy(update={"broker_rack": rack})]
     host, port = config.listener
     scheme = config.listeners.split("://", 1)[0]
+    # One remote tier for the cluster: a new leader reads what the old one copied.
+    rsm_configs = {**config.rsm_configs, "dir": str(local_remote_dir(config))}
     configs = []
     for i in range(brokers):
         broker_id = config.broker_id + i
@@ -47,6 +53,7 @@ def broker_configs(config: BrokerConfig, brokers: int, racks: list[str]) -> list
             "advertised_listeners": None,
             "log_dirs": log_dirs,
             "broker_rack": racks[i % len(racks)] if racks else config.broker_rack,
+            "rsm_configs": rsm_configs,
         }
         if config.metrics_port > 0:
             update["metrics_port"] = config.metrics_port + i
@@ -55,13 +62,22 @@ def broker_configs(config: BrokerConfig, brokers: int, racks: list[str]) -> list
 
 
 class ClusterRunner:
-    def __init__(self, config: BrokerConfig, brokers: int = 1, racks: list[str] | None = None):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        brokers: int = 1,
+        racks: list[str] | None = None,
+        ports: list[BoundPorts] | None = None,
+    ):
+        """`ports`: each broker's, in the order of `broker_configs` (None: bound here)."""
         self.config = config
         self.service: InProcessZooKeeper | None = None
         if config.metadata_store == "inprocess":
             self.service = InProcessZooKeeper(config.log_dir_paths[0] / METADATA_DB)
+        configs = broker_configs(config, brokers, racks or [])
+        bound = ports if ports is not None else bind_all(configs)
         self.brokers = [
-            BrokerServer(c, self._session(c)) for c in broker_configs(config, brokers, racks or [])
+            BrokerServer(c, self._session(c), p) for c, p in zip(configs, bound, strict=True)
         ]
         self.stop_requested = asyncio.Event()
         self.fatal_error: str | None = None
@@ -107,9 +123,11 @@ class ClusterRunner:
         old = self.broker(broker_id)
         host, _ = old.config.listener
         scheme = old.config.listeners.split("://", 1)[0]
-        port = old.registration.port if old.registration else old.config.listener[1]
-        config = old.config.model_copy(update={"listeners": f"{scheme}://{host}:{port}"})
-        new = BrokerServer(config, self._session(config))
+        update: dict[str, object] = {"listeners": f"{scheme}://{host}:{old.ports.port}"}
+        if old.ports.metrics_port is not None:
+            update["metrics_port"] = old.ports.metrics_port
+        config = old.config.model_copy(update=update)
+        new = BrokerServer(config, self._session(config), bind_ports(config))
         self.brokers[self.brokers.index(old)] = new
         await new.start()
 

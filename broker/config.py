@@ -1,19 +1,36 @@
 """Broker configuration keyed by Kafka's own property names.
 
-Read from a `server.properties` file, then `--override key=value` on top. Unknown
-properties are logged and ignored, as Kafka does; known ones are type-checked.
+Read from a `server.properties` file, then `--override key=value` on top; with neither,
+the defaults run a useful broker: tiering to a local directory inside the log dir, and
+metrics on `metrics.port` 9404. Every value is checked here, before anything touches
+the disk, and a bad one is a `ConfigError` whose one line names the property and the fix.
+
+Where Kafka logs and ignores a property it does not know, tierbroker refuses it (a typo
+would otherwise leave a setting silently at its default), with "did you mean" when a
+known name is close. A Kafka broker config that tierbroker does not implement is
+accepted and noted (`ignored_properties`), so a Kafka `server.properties` still starts.
+Plugins' own settings pass through under `rsm.config.*` and `rlmm.config.*`, and
+Kafka's per-listener `listener.name.*` are accepted and ignored.
 """
 
 from __future__ import annotations
 
-import logging
+import difflib
+import re
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from tierbroker.broker.acceptor import ConnectionLimits, parse_per_ip_overrides
+from tierbroker.broker.kafka_broker_configs import KAFKA_BROKER_CONFIGS
 from tierbroker.protocol.errors import KafkaError
 from tierbroker.storage.topic_configs import (
     TOPIC_CONFIGS,
@@ -23,14 +40,84 @@ from tierbroker.storage.topic_configs import (
     parse_value,
 )
 
-log = logging.getLogger(__name__)
+# Passed to the plugins (prefix removed), or Kafka's per-listener settings (ignored).
+PASS_THROUGH_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.")
+MAX_PORT = 65535
+_HOST = re.compile(r"[0-9A-Za-z\-%._:]*")
 
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the property."""
 
 
+def _kafka_bool(value: Any) -> Any:
+    """Kafka's BOOLEAN: `true` or `false`, any case, nothing else (no yes/1/on)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text == "true"
+
+
+KafkaBool = Annotated[bool, BeforeValidator(_kafka_bool)]
+
+
+def _port_or_none(value: Any) -> Any:
+    """`metrics.port`: a port, 0 for a free one, or -1 for no endpoint."""
+    try:
+        port = int(str(value).strip())
+    except ValueError:
+        raise ValueError("must be an integer") from None
+    if not -1 <= port <= MAX_PORT:
+        raise ValueError(
+            f"port {port} is out of range: use 1 to {MAX_PORT}, 0 for a free port, -1 for none"
+        )
+    return port
+
+
+class Endpoint(NamedTuple):
+    """A listener's host and port as configured (port 0: any free port)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_listener(value: str, prop: str) -> Endpoint:
+    """The one `PLAINTEXT://host:port` of `listeners` or `advertised.listeners`."""
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    if len(entries) != 1:
+        raise ConfigError(
+            f"{prop}={value!r}: tierbroker serves exactly one listener: "
+            "give one PLAINTEXT://host:port"
+        )
+    scheme, sep, address = entries[0].partition("://")
+    host, colon, port_text = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not colon or not port_text.isdigit() or not _HOST.fullmatch(host):
+        raise ConfigError(f"{prop}={value!r}: expected PLAINTEXT://host:port")
+    if scheme.upper() != "PLAINTEXT":
+        raise ConfigError(
+            f"{prop}={value!r}: {scheme} is not supported, tierbroker speaks PLAINTEXT only: "
+            "use PLAINTEXT://host:port"
+        )
+    port = int(port_text)
+    if port > MAX_PORT:
+        raise ConfigError(
+            f"{prop}={value!r}: port {port} is out of range: use 1 to {MAX_PORT}, "
+            "or 0 for a free port"
+        )
+    return Endpoint(host, port)
+
+
 class BrokerConfig(BaseModel):
+    """The broker's properties; built by `load_config`, which refuses unknown names."""
+
     model_config = ConfigDict(frozen=True, populate_by_name=False, extra="ignore")
 
     broker_id: int = Field(0, alias="broker.id", ge=0)
@@ -41,8 +128,8 @@ class BrokerConfig(BaseModel):
     cluster_id: str | None = Field(None, alias="cluster.id")
     num_partitions: int = Field(1, alias="num.partitions", ge=1)
     default_replication_factor: int = Field(1, alias="default.replication.factor", ge=1)
-    auto_create_topics_enable: bool = Field(True, alias="auto.create.topics.enable")
-    delete_topic_enable: bool = Field(True, alias="delete.topic.enable")
+    auto_create_topics_enable: KafkaBool = Field(True, alias="auto.create.topics.enable")
+    delete_topic_enable: KafkaBool = Field(True, alias="delete.topic.enable")
     socket_request_max_bytes: int = Field(104_857_600, alias="socket.request.max.bytes", ge=1)
     queued_max_request_bytes: int = Field(104_857_600, alias="queued.max.request.bytes", ge=1)
     max_connections: int = Field(2**31 - 1, alias="max.connections", ge=0)
@@ -75,7 +162,11 @@ class BrokerConfig(BaseModel):
     producer_id_expiration_check_interval_ms: int = Field(
         600_000, alias="producer.id.expiration.check.interval.ms", ge=1
     )
-    remote_log_storage_system_enable: bool = Field(False, alias="remote.log.storage.system.enable")
+    # On, unlike Kafka: topics still opt in (remote.storage.enable), and the default plugin
+    # keeps the remote tier in a directory inside the first log dir.
+    remote_log_storage_system_enable: KafkaBool = Field(
+        True, alias="remote.log.storage.system.enable"
+    )
     remote_log_storage_manager_class_name: str = Field(
         "localfs", alias="remote.log.storage.manager.class.name"
     )
@@ -145,9 +236,9 @@ class BrokerConfig(BaseModel):
     )
     replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms", ge=0)
     replica_socket_timeout_ms: int = Field(30_000, alias="replica.socket.timeout.ms", ge=1)
-    controlled_shutdown_enable: bool = Field(True, alias="controlled.shutdown.enable")
+    controlled_shutdown_enable: KafkaBool = Field(True, alias="controlled.shutdown.enable")
     replica_selector_class: str | None = Field(None, alias="replica.selector.class")
-    metrics_port: int = Field(-1, alias="metrics.port", ge=-1)
+    metrics_port: Annotated[int, BeforeValidator(_port_or_none)] = Field(9404, alias="metrics.port")
     # `rsm.config.*` and `rlmm.config.*`, prefixes removed.
     rsm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
     rlmm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
@@ -156,6 +247,8 @@ class BrokerConfig(BaseModel):
     log_defaults: dict[str, Any] = Field(default_factory=dict, exclude=True)
     # Those broker properties as set (DescribeConfigs reports them as synonyms).
     log_default_synonyms: dict[str, str] = Field(default_factory=dict, exclude=True)
+    # Kafka broker configs that were set but that tierbroker does not implement.
+    ignored_properties: tuple[str, ...] = Field((), exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -193,6 +286,20 @@ class BrokerConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _check_listeners(self) -> BrokerConfig:
+        parse_listener(self.listeners, "listeners")
+        if self.advertised_listeners is not None:
+            advertised = parse_listener(self.advertised_listeners, "advertised.listeners")
+            if advertised.host in ("", "0.0.0.0", "::"):
+                raise ConfigError(
+                    f"advertised.listeners={self.advertised_listeners!r}: clients cannot connect "
+                    "to a wildcard address: advertise a host name or an address of this machine"
+                )
+        if not self.log_dir_paths:
+            raise ConfigError(f"log.dirs={self.log_dirs!r}: name at least one directory")
+        return self
+
+    @model_validator(mode="after")
     def _check_metadata_store(self) -> BrokerConfig:
         if self.metadata_store == "zookeeper" and not self.zookeeper_connect:
             raise ValueError("metadata.store=zookeeper needs zookeeper.connect=host:port[/chroot]")
@@ -214,13 +321,18 @@ class BrokerConfig(BaseModel):
         return [Path(p.strip()) for p in self.log_dirs.split(",") if p.strip()]
 
     @property
-    def listener(self) -> tuple[str, int]:
-        return _host_port(self.listeners, "listeners")
+    def listener(self) -> Endpoint:
+        """Where to listen (host "" or 0.0.0.0: every interface; port 0: a free port)."""
+        return parse_listener(self.listeners, "listeners")
 
     @property
-    def advertised_listener(self) -> tuple[str, int]:
-        host, port = _host_port(self.advertised_listeners or self.listeners, "advertised.listeners")
-        return ("127.0.0.1" if host in ("", "0.0.0.0") else host), port
+    def advertised_listener(self) -> Endpoint:
+        """What clients are told, as configured: a port of 0 stands for the port bound
+        (`BrokerServer.endpoints` has it). An unset or wildcard host is 127.0.0.1."""
+        if self.advertised_listeners is not None:
+            return parse_listener(self.advertised_listeners, "advertised.listeners")
+        host, port = self.listener.host, self.listener.port
+        return Endpoint("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
 
 
 def _checked_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 1) -> Any:
@@ -237,14 +349,6 @@ def _checked_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 
         kind = "an integer " if definition.config_type in (ConfigType.INT, ConfigType.LONG) else ""
         unit = f" once in ms (x {unit_ms})" if unit_ms != 1 else ""
         raise ValueError(f"{prop}={raw!r}: must be {kind}{definition.valid}{unit}") from None
-
-
-def _host_port(listeners: str, name: str) -> tuple[str, int]:
-    first = listeners.split(",")[0].strip()
-    parts = urlsplit(first)
-    if parts.scheme.upper() != "PLAINTEXT" or parts.port is None:
-        raise ConfigError(f"{name}={listeners!r}: expected PLAINTEXT://host:port")
-    return parts.hostname or "", parts.port
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -266,30 +370,54 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
+def tierbroker_names() -> frozenset[str]:
+    """Every property name tierbroker reads (plugin prefixes aside)."""
+    names = {f.alias for f in BrokerConfig.model_fields.values() if f.alias}
+    names |= {s.name for d in TOPIC_CONFIGS.values() for s in d.synonyms}
+    return frozenset(names | {"log.dir"})
+
+
 def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:
-    """Read `path` (if given) and apply `key=value` overrides; unknown keys are logged."""
-    props = parse_properties(path.read_text(encoding="utf-8")) if path else {}
+    """Read `path` (if given) and apply `key=value` overrides; `ConfigError` if a property
+    is unknown or a value is not valid."""
+    try:
+        props = parse_properties(path.read_text(encoding="utf-8")) if path else {}
+    except OSError as e:
+        raise ConfigError(f"--config {path}: cannot read it ({e.strerror or e})") from None
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--override {item!r}: expected key=value")
         props[key.strip()] = value.strip()
-    known = {f.alias for f in BrokerConfig.model_fields.values() if f.alias}
-    known |= {s.name for d in TOPIC_CONFIGS.values() for s in d.synonyms} | {"log.dir"}
-    plugin_keys = {k for k in props if k.startswith(("rsm.config.", "rlmm.config."))}
-    for key in sorted(set(props) - known - plugin_keys):
-        log.warning("The configuration %r was supplied but isn't a known config", key)
+    known = tierbroker_names()
+    unknown = [k for k in props if k not in known and not k.startswith(PASS_THROUGH_PREFIXES)]
+    ignored = tuple(sorted(k for k in unknown if k in KAFKA_BROKER_CONFIGS))
+    for key in unknown:
+        if key not in KAFKA_BROKER_CONFIGS:
+            raise ConfigError(_unknown_property(key, known))
     if "log.dir" in props and "log.dirs" not in props:
         props["log.dirs"] = props["log.dir"]
     try:
-        return BrokerConfig.model_validate(props)
+        return BrokerConfig.model_validate({**props, "ignored_properties": ignored})
     except ValidationError as e:
         errors = "; ".join(_describe(err) for err in e.errors())
         raise ConfigError(errors) from None
 
 
+def _unknown_property(key: str, known: frozenset[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(known | KAFKA_BROKER_CONFIGS), n=1, cutoff=0.8)
+    hint = f"did you mean {close[0]!r}?" if close else "check its spelling"
+    return (
+        f"unknown property {key!r}: {hint} "
+        "(a plugin's own settings go under rsm.config.* or rlmm.config.*)"
+    )
+
+
 def _describe(err: Any) -> str:
     """One validation error as a line that names the property."""
-    if err["type"] == "value_error":  # our own checks: the message names the property
-        return str(err["ctx"]["error"])
-    return f"{err['loc'][0] if err['loc'] else ''}: {err['msg']}"
+    prop = err["loc"][0] if err["loc"] else ""
+    if err["type"] == "value_error":  # our own checks
+        message = str(err["ctx"]["error"])
+        # A field's check gives the fix; a model check names the property itself.
+        return f"{prop}={err['input']!r}: {message}" if prop else message
+    return f"{prop}={err['input']!r}: {err['msg']}"

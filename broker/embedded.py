@@ -2,8 +2,9 @@
 
 The brokers and their in-process coordination service run on an event loop of their
 own, in a background thread, so the caller may use blocking clients (confluent-kafka,
-kafka-python) or its own event loop against them. Every broker listens on a free
-loopback port unless told otherwise; data lives in the directory given.
+kafka-python) or its own event loop against them. Every broker listens, and serves its
+metrics, on a free loopback port unless told otherwise; data lives in the directory
+given.
 
 Faults on demand: `stop_broker` (a SIGTERM: leadership moves first), `start_broker`
 (again, on the same port, with its logs), `expire_session` (the broker's metadata-store
@@ -39,6 +40,7 @@ class EmbeddedCluster:
     ) -> None:
         settings = {
             "listeners": "PLAINTEXT://127.0.0.1:0",
+            "metrics.port": "0",
             "log.dirs": str(directory),
             **(properties or {}),
         }

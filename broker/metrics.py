@@ -1,6 +1,7 @@
 """`MetricsServer`: an HTTP endpoint on `metrics.port` for Prometheus and `tierbroker tier status`.
 
-    GET /metrics       Prometheus text format (the remote-storage metrics, per topic)
+    GET /metrics       Prometheus text format (the remote-storage metrics, per topic);
+                       gauges are refreshed first, so a scrape sees the state it asks for
     GET /tier/status   JSON: per partition, both tiers' offsets, sizes and copy lag
     GET /tier/health   JSON: whether the remote store works ("healthy", "unhealthy",
                        "not checked", "disabled"), the error if not, since when (ms)
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -35,17 +37,31 @@ class MetricsServer:
         registry: CollectorRegistry,
         tier_status: Callable[[], list[dict[str, Any]]],
         tier_health: Callable[[], dict[str, Any]],
+        refresh: Callable[[], None] = lambda: None,
     ) -> None:
+        """`refresh` sets the registry's gauges from current state before each scrape."""
         self.registry = registry
         self.tier_status = tier_status
         self.tier_health = tier_health
+        self.refresh = refresh
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
+        """Serve on `host`:`port` (port 0: a free one, then in `port`)."""
         self._server = await asyncio.start_server(
             self._handle, host, port, reuse_address=True, limit=_MAX_LINE_BYTES
         )
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        log.info("metrics on http://%s:%d/metrics", host, self.port)
+
+    async def start_on(self, sock: socket.socket) -> None:
+        """Serve on `sock`, a bound TCP socket."""
+        self._server = await asyncio.start_server(self._handle, sock=sock, limit=_MAX_LINE_BYTES)
+        log.info("metrics on http://%s:%d/metrics", sock.getsockname()[0], self.port)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -66,6 +82,7 @@ class MetricsServer:
 
     async def _answer(self, writer: asyncio.StreamWriter, path: str) -> None:
         if path == "/metrics":
+            self.refresh()
             await _respond(writer, "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry))
         elif path.startswith("/tier/status"):
             body = json.dumps(self.tier_status()).encode()

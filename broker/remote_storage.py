@@ -2,9 +2,15 @@
 
 `remote.log.storage.manager.class.name` is `localfs`, `s3`, or a dotted path
 (`package.module.ClassName`) to any `RemoteStorageManager`; likewise
-`remote.log.metadata.manager.class.name` is `topic` or a dotted path.
-`remote.log.storage.manager.class.path` lists extra directories (`:`-separated)
-to import plugins from, as Kafka's class path does for plugin jars.
+`remote.log.metadata.manager.class.name` is `topic` (or Kafka's own class name for
+it) or a dotted path. `remote.log.storage.manager.class.path` lists extra
+directories (`:`-separated) to import plugins from, as Kafka's class path does for
+plugin jars. The preflight loads the classes before the broker touches the disk, so
+a name that does not load stops the start with one line listing the accepted names.
+
+The LocalFs plugin's directory (`rsm.config.dir`) defaults to `remote/` inside the
+first log dir: the data dir the user named holds both tiers. Its name cannot be
+taken for a partition directory (`<topic>-<partition>`) when logs are loaded.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from prometheus_client import CollectorRegistry
 
@@ -30,14 +36,63 @@ STORAGE_MANAGERS = {
     "localfs": "tierbroker.storage.remote.local_fs.LocalFsRemoteStorageManager",
     "s3": "tierbroker.storage.remote.s3.S3RemoteStorageManager",
 }
+TOPIC_BASED = "topic"
+# Kafka's default for remote.log.metadata.manager.class.name: the same design as `topic`.
+KAFKA_TOPIC_BASED = (
+    "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
+)
+LOCAL_REMOTE_DIR = "remote"  # inside the first log dir; never a `<topic>-<partition>` name
 
 
-def load_class(path: str, property_name: str) -> Any:
+def local_remote_dir(config: BrokerConfig) -> Path:
+    """Where the LocalFs plugin keeps the remote tier: `rsm.config.dir`, by default
+    `remote/` inside the first log dir."""
+    configured = config.rsm_configs.get("dir")
+    return Path(configured) if configured else config.log_dir_paths[0] / LOCAL_REMOTE_DIR
+
+
+def storage_manager_class(config: BrokerConfig) -> type[RemoteStorageManager]:
+    """The class `remote.log.storage.manager.class.name` names; `ConfigError` if it does
+    not load or is not a `RemoteStorageManager`."""
+    for extra in (config.remote_log_storage_manager_class_path or "").split(":"):
+        if extra and extra not in sys.path:
+            sys.path.append(extra)
+    name = config.remote_log_storage_manager_class_name
+    found = _load_class(
+        STORAGE_MANAGERS.get(name, name),
+        RemoteStorageManager,
+        f"remote.log.storage.manager.class.name={name!r}",
+        f"use {', '.join(STORAGE_MANAGERS)}, or package.module.Class of a RemoteStorageManager",
+    )
+    return cast(type[RemoteStorageManager], found)
+
+
+def metadata_manager_class(config: BrokerConfig) -> type[RemoteLogMetadataManager] | None:
+    """The class `remote.log.metadata.manager.class.name` names, None for the topic-based
+    manager; `ConfigError` if it does not load or is not a `RemoteLogMetadataManager`."""
+    name = config.remote_log_metadata_manager_class_name
+    if name in (TOPIC_BASED, KAFKA_TOPIC_BASED):
+        return None
+    found = _load_class(
+        name,
+        RemoteLogMetadataManager,
+        f"remote.log.metadata.manager.class.name={name!r}",
+        f"use {TOPIC_BASED}, or package.module.Class of a RemoteLogMetadataManager",
+    )
+    return cast(type[RemoteLogMetadataManager], found)
+
+
+def _load_class(path: str, base: type, setting: str, accepted: str) -> type:
+    """The class at `path` (`package.module.Class`), if it is a subclass of `base`."""
     module_name, _, class_name = path.replace(":", ".").rpartition(".")
     try:
-        return getattr(importlib.import_module(module_name), class_name)
+        found = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"{property_name}={path!r}: cannot load it: {e}") from e
+        reason = str(e) or type(e).__name__
+        raise ConfigError(f"{setting}: cannot load it ({reason}): {accepted}") from None
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise ConfigError(f"{setting}: not a {base.__name__}: {accepted}")
+    return found
 
 
 def build_remote_log_manager(
@@ -48,21 +103,10 @@ def build_remote_log_manager(
     registry: CollectorRegistry,
 ) -> RemoteLogManager:
     log_dir = config.log_dir_paths[0]
-    for extra in (config.remote_log_storage_manager_class_path or "").split(":"):
-        if extra and extra not in sys.path:
-            sys.path.append(extra)
-    name = config.remote_log_storage_manager_class_name
-    rsm_class = load_class(
-        STORAGE_MANAGERS.get(name, name), "remote.log.storage.manager.class.name"
-    )
-    rsm = rsm_class()
-    if not isinstance(rsm, RemoteStorageManager):
-        raise ConfigError(
-            f"remote.log.storage.manager.class.name={name!r} is not a RemoteStorageManager"
-        )
+    rsm = storage_manager_class(config)()
     rsm.configure(
         {
-            "dir": str((log_dir / ".." / "remote").resolve()),
+            "dir": str(local_remote_dir(config).resolve()),
             "cluster.id": cluster_id,
             "broker.id": str(config.broker_id),
             **config.rsm_configs,
@@ -76,21 +120,16 @@ def build_remote_log_manager(
 def _metadata_manager(
     config: BrokerConfig, replicas: ReplicaManager, admin: TopicAdmin, log_dir: Path
 ) -> RemoteLogMetadataManager:
-    name = config.remote_log_metadata_manager_class_name
-    if name == "topic":
-        topic = RemoteLogMetadataTopic(
-            config.remote_log_metadata_topic_num_partitions,
-            config.remote_log_metadata_topic_replication_factor,
-            replicas,
-            admin,
-        )
-        return TopicBasedRemoteLogMetadataManager(topic, log_dir)
-    rlmm = load_class(name, "remote.log.metadata.manager.class.name")()
-    if not isinstance(rlmm, RemoteLogMetadataManager):
-        raise ConfigError(
-            f"remote.log.metadata.manager.class.name={name!r} is not a RemoteLogMetadataManager"
-        )
-    return rlmm
+    rlmm_class = metadata_manager_class(config)
+    if rlmm_class is not None:
+        return rlmm_class()
+    topic = RemoteLogMetadataTopic(
+        config.remote_log_metadata_topic_num_partitions,
+        config.remote_log_metadata_topic_replication_factor,
+        replicas,
+        admin,
+    )
+    return TopicBasedRemoteLogMetadataManager(topic, log_dir)
 
 
 def _rlm_config(c: BrokerConfig) -> RemoteLogManagerConfig:

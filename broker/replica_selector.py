@@ -93,25 +93,31 @@ class RackAwareReplicaSelector:
         pass
 
 
-def load_selector(name: str | None, configs: Mapping[str, str]) -> ReplicaSelector | None:
-    """The selector `replica.selector.class` names, configured; None for the leader only.
+def selector_class(name: str) -> type[ReplicaSelector]:
+    """The class `replica.selector.class` names.
 
     Raises ValueError (naming the property and the accepted names) if it does not load."""
+    name = _SHORT_NAMES.get(name, name)
+    if name == RACK_AWARE:
+        return RackAwareReplicaSelector
+    module_name, _, class_name = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(
+            f"replica.selector.class={name!r} cannot be loaded ({e}): use {RACK_AWARE}, "
+            "RackAwareReplicaSelector, or a dotted path to a class with configure, select "
+            "and close"
+        ) from None
+    if not isinstance(found, type):
+        raise ValueError(f"replica.selector.class={name!r} is not a class")
+    return found
+
+
+def load_selector(name: str | None, configs: Mapping[str, str]) -> ReplicaSelector | None:
+    """The selector `replica.selector.class` names, configured; None for the leader only."""
     if not name:
         return None
-    name = _SHORT_NAMES.get(name, name)
-    selector: ReplicaSelector
-    if name == RACK_AWARE:
-        selector = RackAwareReplicaSelector()
-    else:
-        module_name, _, class_name = name.rpartition(".")
-        try:
-            selector = getattr(importlib.import_module(module_name), class_name)()
-        except (ImportError, AttributeError, ValueError, TypeError) as e:
-            raise ValueError(
-                f"replica.selector.class={name!r} cannot be loaded ({e}): use {RACK_AWARE}, "
-                "RackAwareReplicaSelector, or a dotted path to a class with configure, select "
-                "and close"
-            ) from None
+    selector = selector_class(name)()
     selector.configure(configs)
     return selector

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 WRITE_SLICE_BYTES = 1 << 20
 QUEUED_SCRATCH_FRAME_BYTES = 2 * SCRATCH_BYTES
+LISTEN_BACKLOG = 1024
 
 # Handles one request frame; returns the response parts, or None to send nothing
 # (acks=0), or raises ConnectionClosing to drop the connection.
@@ -254,9 +255,16 @@ class SocketServer:
         self._no_connections = asyncio.Event()
 
     def listen(self, host: str, port: int) -> None:
-        """Bind and listen (port 0: a free one, see `port`); connections wait in the
-        backlog until `start`, as Kafka enables request processing once it is ready."""
-        self._sock = socket.create_server((host, port), backlog=1024)
+        """Listen on `host`:`port` (port 0: a free one, then in `port`)."""
+        self.listen_on(socket.create_server((host, port), backlog=LISTEN_BACKLOG))
+
+    def listen_on(self, sock: socket.socket) -> None:
+        """Listen on `sock`, a bound TCP socket (the preflight binds it before the broker
+        loads its logs, so a port in use is found before anything is written).
+        Connections wait in the backlog until `start`, as Kafka enables request
+        processing once the broker is ready."""
+        sock.listen(LISTEN_BACKLOG)
+        self._sock = sock
         self._sock.setblocking(False)
 
     async def start(self) -> None:
@@ -267,8 +275,8 @@ class SocketServer:
         self._acceptor = Acceptor(self._sock, self.quotas, self._admit)
         self._acceptor.start()
         self._idle_task = loop.create_task(self._close_idle_connections(), name="idle-connections")
-        host, port = self._sock.getsockname()[:2]
-        log.info("listening on %s:%d (sendfile: %s)", host, port, self.use_sendfile)
+        host = self._sock.getsockname()[0]
+        log.info("listening on %s:%d (sendfile: %s)", host, self.port, self.use_sendfile)
 
     async def _admit(self, sock: socket.socket, ip: str) -> None:
         loop = asyncio.get_running_loop()

@@ -7,6 +7,7 @@ Controller, and their results into a kio response entity; it holds no state.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from tierbroker.broker.handlers import (
     producers,
 )
 from tierbroker.broker.handlers.common import CLIENT_HOST, BrokerContext
+from tierbroker.broker.request_log import log_completed, request_log
 from tierbroker.broker.server import ConnectionClosing
 from tierbroker.protocol.codec import (
     RecordsSplicer,
@@ -81,6 +83,8 @@ class RequestDispatcher:
         self.ctx = ctx
 
     async def handle(self, frame: bytes | memoryview, peer: str) -> list[ResponsePart] | None:
+        logged = request_log.isEnabledFor(logging.DEBUG)
+        started_s = time.perf_counter() if logged else 0.0
         try:
             request = parse_request(frame)
         except UnsupportedVersionError as e:
@@ -100,6 +104,7 @@ class RequestDispatcher:
         splicer = RecordsSplicer()
         CLIENT_HOST.set("/" + peer.rsplit(":", 1)[0])  # as Kafka shows it: "/127.0.0.1"
         body = await handler(self.ctx, request, splicer)
-        if body is None:
-            return None
-        return encode_response(request.correlation_id, body, splicer)
+        response = None if body is None else encode_response(request.correlation_id, body, splicer)
+        if logged:
+            log_completed(request, peer, started_s)
+        return response

@@ -287,6 +287,9 @@ def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[ConfigR
         if name not in ("", str(ctx.config.broker_id)):
             raise KafkaError(ErrorCode.invalid_request, f"broker {name!r} is not this broker")
         values = ctx.config.model_dump(by_alias=True)
+        # The port bound, which `tier status` asks for (metrics.port=0 binds a free one).
+        metrics_port = ctx.endpoints.metrics_port
+        values["metrics.port"] = -1 if metrics_port is None else metrics_port
         return sorted(
             ConfigRow(
                 k, "" if v is None else format_value(v), STATIC_BROKER_CONFIG, UNKNOWN_CONFIG_TYPE

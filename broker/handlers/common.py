@@ -23,6 +23,7 @@ from kio.static.constants import EntityType
 from tierbroker.broker.cluster.metadata_cache import MetadataCache
 from tierbroker.broker.cluster.topic_admin import TopicAdmin
 from tierbroker.broker.config import BrokerConfig
+from tierbroker.broker.endpoints import BrokerEndpoints
 from tierbroker.broker.groups.coordinator import GroupCoordinator
 from tierbroker.broker.replica_manager import ReplicaManager
 from tierbroker.broker.topic_metrics import BrokerTopicMetrics
@@ -40,13 +41,14 @@ class BrokerContext:
     admin: TopicAdmin
     groups: GroupCoordinator
     topic_metrics: BrokerTopicMetrics
+    endpoints: BrokerEndpoints  # the address advertised, with the ports bound
 
     def this_broker(self) -> tuple[str, int]:
-        """This broker's advertised host and the port it listens on."""
+        """This broker's advertised host and port (a configured port of 0: the one bound)."""
         registered = self.metadata.brokers.get(self.config.broker_id)
         if registered is not None:
             return registered.host, registered.port
-        return self.config.advertised_listener
+        return self.endpoints.advertised
 
 
 @cache

@@ -1,7 +1,11 @@
-"""A tierbroker started as a user starts it: the CLI, as a subprocess, on a free port."""
+"""A tierbroker started as a user starts it: the CLI, as a subprocess, on a free port.
+
+The broker binds free ports itself (port 0) and says which in its ports file; a
+restarted broker takes the same ports again."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -51,33 +55,39 @@ class BrokerProcess:
         overrides: dict[str, str] | None = None,
         *,
         file_limit: int | None = None,
+        config: Path | None = ROOT / "config" / "server.properties",
+        serve_args: tuple[str, ...] = (),
     ) -> None:
-        """`file_limit`: the process's RLIMIT_NOFILE (soft and hard), if given."""
+        """`file_limit`: the process's RLIMIT_NOFILE (soft and hard), if given; `config`:
+        the `--config` file (None: the built-in defaults); `serve_args`: more options."""
         self.data_dir = data_dir
         self.file_limit = file_limit
-        self.port = free_port()
+        self.config = config
+        self.serve_args = serve_args
+        self.port = 0  # the ports bound, once started
+        self.metrics_port = 0
         self.overrides = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": "PLAINTEXT://127.0.0.1:0",
             "log.dirs": str(data_dir / "logs"),
-            "metrics.port": str(free_port()),
+            "metrics.port": "0",
             **(overrides or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "broker.log"
+        self.ports_file = data_dir / "ports.json"
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 15.0) -> BrokerProcess:
-        args = [
-            executable("tierbroker", "pip install -e ."),
-            "serve",
-            "--config",
-            str(ROOT / "config" / "server.properties"),
-        ]
+        args = [executable("tierbroker", "pip install -e ."), "serve", *self.serve_args]
+        if self.config is not None:
+            args += ["--config", str(self.config)]
+        args += ["--ports-file", str(self.ports_file)]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
+        self.ports_file.unlink(missing_ok=True)
         log_file = open(self.log_path, "ab")
         # kio registers hypothesis strategies when hypothesis is installed (it is, for the
         # tests); a shared storage dir keeps it from rebuilding its cache in every temp dir.
@@ -92,7 +102,7 @@ class BrokerProcess:
         )
         log_file.close()
         deadline = time.monotonic() + timeout_s
-        while not api_versions_answered(self.port):
+        while not self._read_ports_file() or not api_versions_answered(self.port):
             if self.process.poll() is not None:
                 raise RuntimeError(
                     f"tierbroker exited with {self.process.returncode}:\n{self.log()}"
@@ -103,14 +113,32 @@ class BrokerProcess:
             time.sleep(0.05)
         return self
 
+    def _read_ports_file(self) -> bool:
+        """Take the (first) broker's bound ports from the ports file; False until written."""
+        try:
+            ports = json.loads(self.ports_file.read_text())[0]
+        except FileNotFoundError:
+            return False
+        self.port, self.metrics_port = ports["port"], ports["metrics_port"]
+        return True
+
     def _limit_files(self) -> None:
         assert self.file_limit is not None
         resource.setrlimit(resource.RLIMIT_NOFILE, (self.file_limit, self.file_limit))
 
     def restarted(self, timeout_s: float = 15.0) -> BrokerProcess:
-        """A new broker process on the same data dir, port, overrides and limits, started."""
-        new = type(self)(self.data_dir, self.overrides, file_limit=self.file_limit)
-        new.port = self.port
+        """A new broker process on the same data dir, ports, overrides and limits, started."""
+        same_ports = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "metrics.port": str(self.metrics_port),
+        }
+        new = type(self)(
+            self.data_dir,
+            {**self.overrides, **same_ports},
+            file_limit=self.file_limit,
+            config=self.config,
+            serve_args=self.serve_args,
+        )
         return new.start(timeout_s)
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:

@@ -171,7 +171,7 @@ def create_tiered_topic(data_dir: Path) -> TieredTopic:
         return TieredTopic(
             broker,
             TOPIC,
-            (data_dir / "remote").as_uri(),
+            (data_dir / "logs" / "remote").as_uri(),
             rows,
             ends,
             {p: r["remote_log_end_offset"] + 1 for p, r in status.items()},

@@ -1,10 +1,14 @@
 """The README's shell examples run as written, against a broker started with the shipped
-config; only its ports differ (9092 and 9404 are `make run`'s), so nothing collides."""
+config; only its ports differ (9092 and 9404 are `make run`'s), so nothing collides.
+The examples that start brokers run as written too, their data in a temp dir instead of
+/tmp and, where they name fixed ports, on free ones."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.broker_process import ROOT, BrokerProcess, executable
+from tests.integration.broker_process import (
+    ROOT,
+    BrokerProcess,
+    api_versions_answered,
+    executable,
+    free_port,
+)
 
 README = ROOT / "README.md"
 
@@ -26,27 +36,71 @@ def sh_blocks(heading: str) -> list[str]:
     return re.findall(r"```sh\n(.*?)```", text[start:end], flags=re.DOTALL)
 
 
-def run(block: str, broker: BrokerProcess, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`block` in bash, stopping at the first failure, with the broker's ports in it."""
-    script = block.replace("127.0.0.1:9092", broker.bootstrap).replace(
-        "127.0.0.1:9404", f"127.0.0.1:{broker.overrides['metrics.port']}"
-    )
-    executable("kcat", "apt-get install kcat")
+def as_here(block: str, cwd: Path) -> str:
+    """`block` with this virtualenv's commands, and `cwd` for /tmp."""
+    venv_bin = f"{Path(sys.executable).parent}/"
+    return block.replace(".venv/bin/", venv_bin).replace("/tmp/", f"{cwd}/")
+
+
+def environment(broker: BrokerProcess | None) -> dict[str, str]:
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the venv's commands
-        "TIERBROKER_BOOTSTRAP": broker.bootstrap,  # where the README's commands default to 9092
+        "HYPOTHESIS_STORAGE_DIRECTORY": str(ROOT / ".hypothesis"),
     }
+    if broker is not None:  # where the README's commands default to 9092
+        env["TIERBROKER_BOOTSTRAP"] = broker.bootstrap
+    return env
+
+
+def run(block: str, broker: BrokerProcess | None, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`block` in bash, stopping at the first failure, with the broker's ports in it."""
+    script = as_here(block, cwd)
+    if broker is not None:
+        script = script.replace("127.0.0.1:9092", broker.bootstrap).replace(
+            "127.0.0.1:9404", f"127.0.0.1:{broker.metrics_port}"
+        )
+    executable("kcat", "apt-get install kcat")
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=cwd,
-        env=env,
+        env=environment(broker),
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert done.returncode == 0, f"{script}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     return done
+
+
+def run_serve(block: str, cwd: Path) -> str:
+    """A block that runs a broker in the foreground: run it, on free ports, until it
+    answers; stop it with SIGTERM; its stderr (it must have exited 0)."""
+    port = free_port()
+    script = (
+        as_here(block, cwd)
+        .replace("127.0.0.1:19092", f"127.0.0.1:{port}")
+        .replace("metrics.port=19404", f"metrics.port={free_port()}")
+    )
+    with open(cwd / "serve.log", "w+") as log:
+        process = subprocess.Popen(
+            ["bash", "-c", f"exec {script}"], cwd=cwd, env=environment(None), stderr=log
+        )
+        try:
+            while not api_versions_answered(port):
+                assert process.poll() is None, f"{script}\n{Path(log.name).read_text()}"
+            cluster = subprocess.run(
+                ["tierbroker", "cluster", "info", "-b", f"127.0.0.1:{port}"],
+                env=environment(None),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert cluster.returncode == 0, cluster.stderr
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(60) == 0
+        return Path(log.name).read_text()
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +111,24 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def test_quick_start(broker: BrokerProcess, tmp_path: Path) -> None:
-    _make, kcat = sh_blocks("## Quick start")
-    assert run(kcat, broker, tmp_path).stdout.splitlines() == ["hello"]
+    _make, produce_consume = sh_blocks("## Quick start")
+    assert run(produce_consume, broker, tmp_path).stdout.splitlines() == ["hello"]
+
+
+def test_running_a_broker(tmp_path: Path) -> None:
+    second, free_ports = sh_blocks("## Running a broker")
+    assert "Traceback" not in run_serve(second, tmp_path)
+    assert (tmp_path / "tierbroker-19092" / "remote").is_dir()  # tiering, by default
+    [ports] = json.loads(run(free_ports, None, tmp_path).stdout)
+    assert ports["broker_id"] == 0 and ports["host"] == "127.0.0.1"
+    assert ports["port"] > 0 and ports["metrics_port"] > 0
+    assert not (tmp_path / "tierbroker-free.json").exists()  # removed on exit
+
+
+def test_the_request_log(tmp_path: Path) -> None:
+    (block,) = sh_blocks("### Logs")
+    logged = run_serve(block, tmp_path)
+    assert "DEBUG tierbroker.request: Completed request: Metadata v" in logged
 
 
 def test_everyday_commands(broker: BrokerProcess, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Helpers shared by the tiered-storage integration tests (test_tiering, test_tiering_resilience).
 
-- `Tier`: the remote tier a broker is started with (LocalFs in `<tmp>/remote`, or S3 on
+- `Tier`: the remote tier a broker is started with (LocalFs in `<tmp>/logs/remote`, or S3 on
   moto's standalone server), its broker overrides, and a listing of its objects.
 - `status` / `metrics`: the broker's `/tier/status` rows and Prometheus values.
 - `wait_for`: polls a condition with a deadline; the failure names the last value seen.
@@ -174,7 +174,7 @@ def wait_for(
 
 
 def _get(broker: BrokerProcess, path: str) -> bytes:
-    url = f"http://127.0.0.1:{broker.overrides['metrics.port']}{path}"
+    url = f"http://127.0.0.1:{broker.metrics_port}{path}"
     with urllib.request.urlopen(url, timeout=10) as response:
         return bytes(response.read())
 
@@ -235,7 +235,7 @@ class LocalFsTier(Tier):
     name = "localfs"
 
     def __init__(self, data_dir: Path) -> None:
-        self.root = data_dir / "remote"  # log.dirs=<tmp>/logs: the plugin's default dir
+        self.root = data_dir / "logs" / "remote"  # log.dirs=<tmp>/logs: the default dir
 
     def overrides(self) -> dict[str, str]:
         return {"remote.log.storage.manager.class.name": "localfs"}

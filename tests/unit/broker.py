@@ -15,7 +15,12 @@ from tierbroker.broker.config import load_config
 async def running_broker(tmp_path: Path, *overrides: str) -> AsyncIterator[BrokerServer]:
     config = load_config(
         None,
-        [f"log.dirs={tmp_path / 'logs'}", "listeners=PLAINTEXT://127.0.0.1:0", *overrides],
+        [
+            f"log.dirs={tmp_path / 'logs'}",
+            "listeners=PLAINTEXT://127.0.0.1:0",
+            "metrics.port=0",
+            *overrides,
+        ],
     )
     runner = ClusterRunner(config)
     await runner.start()

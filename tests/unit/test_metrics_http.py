@@ -1,5 +1,6 @@
 """The metrics endpoint answers an oversized or malformed request with 400 or 431 and a log
-line, never a reset: what the client still sends is read and dropped before closing."""
+line, never a reset: what the client still sends is read and dropped before closing. Its
+gauges are refreshed at each scrape."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import socket
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from tierbroker.broker.metrics import MetricsServer
 
@@ -57,3 +58,25 @@ async def test_a_bad_request_is_answered_with_an_http_error(
         assert "Traceback" not in caplog.text and "Unhandled exception" not in caplog.text
     finally:
         await server.stop()
+
+
+async def test_gauges_are_refreshed_when_scraped() -> None:
+    registry = CollectorRegistry()
+    gauge = Gauge("RemoteLogSizeBytes", "Bytes in the remote tier", ["topic"], registry=registry)
+    scrapes = 0
+
+    def refresh() -> None:
+        nonlocal scrapes
+        scrapes += 1
+        gauge.labels("events").set(scrapes * 100)
+
+    server = MetricsServer(registry, lambda: [], lambda: {}, refresh)
+    await server.start("127.0.0.1", 0)
+    try:
+        request = b"GET /metrics HTTP/1.0\r\n\r\n"
+        first = await asyncio.to_thread(exchange, server.port, request)
+        second = await asyncio.to_thread(exchange, server.port, request)
+    finally:
+        await server.stop()
+    assert b'RemoteLogSizeBytes{topic="events"} 100.0' in first
+    assert b'RemoteLogSizeBytes{topic="events"} 200.0' in second
