@@ -73,10 +73,10 @@ class BrokerClient:
             if self._closed:
                 raise BrokerUnavailable(f"{self}: closed")
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, limit=_READ_LIMIT_BYTES),
-                    self.request_timeout_ms / 1000,
-                )
+                async with asyncio.timeout(self.request_timeout_ms / 1000):
+                    reader, writer = await asyncio.open_connection(
+                        self.host, self.port, limit=_READ_LIMIT_BYTES
+                    )
             except (OSError, TimeoutError) as e:
                 raise BrokerUnavailable(f"cannot connect to {self.host}:{self.port}: {e}") from e
             self._writer = writer
@@ -106,7 +106,8 @@ class BrokerClient:
         try:
             writer.write(encode_request(correlation_id, self.client_id, body))
             await writer.drain()
-            return await asyncio.wait_for(asyncio.shield(future), self.request_timeout_ms / 1000)
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                return await asyncio.shield(future)
         except TimeoutError:
             # A peer that does not answer in time is treated as gone: start afresh.
             await self._disconnect(BrokerUnavailable(f"{self}: request timed out"))

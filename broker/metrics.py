@@ -66,7 +66,8 @@ class MetricsServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                path = await asyncio.wait_for(_read_request_head(reader), _READ_TIMEOUT_S)
+                async with asyncio.timeout(_READ_TIMEOUT_S):
+                    path = await _read_request_head(reader)
             except _BadRequest as e:
                 log.info("metrics request refused: %s", e.reason)
                 body = f"{e.reason}\n".encode()

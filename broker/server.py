@@ -227,7 +227,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if task is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(task)
         except TimeoutError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

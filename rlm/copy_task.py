@@ -112,14 +112,12 @@ class CopyTask:
         )
         p.copying.add(metadata.segment_id.id)
         try:
-            await asyncio.wait_for(
-                self.rlmm.add_remote_log_segment_metadata(metadata), self.timeout_s
-            )
+            async with asyncio.timeout(self.timeout_s):
+                await self.rlmm.add_remote_log_segment_metadata(metadata)
             await self.limiter.acquire(segment.size)
             try:
-                await asyncio.wait_for(
-                    self.rsm.copy_log_segment_data(metadata, data), self.timeout_s
-                )
+                async with asyncio.timeout(self.timeout_s):
+                    await self.rsm.copy_log_segment_data(metadata, data)
             except Exception as e:  # reported once, with its back-off, by the copy pool
                 self.metrics.copy_errors.labels(p.topic).inc()
                 self.metrics.health.failed(e)
@@ -134,9 +132,8 @@ class CopyTask:
                 await self._abandon(metadata)
                 return
             finished = metadata.with_state(RemoteLogSegmentState.COPY_SEGMENT_FINISHED, now_ms())
-            await asyncio.wait_for(
-                self.rlmm.update_remote_log_segment_metadata(finished), self.timeout_s
-            )
+            async with asyncio.timeout(self.timeout_s):
+                await self.rlmm.update_remote_log_segment_metadata(finished)
         finally:
             p.copying.discard(metadata.segment_id.id)
         lg.update_highest_offset_in_remote_storage(end)
@@ -156,14 +153,13 @@ class CopyTask:
         Logged at DEBUG: when the store fails, so does this, and the copy's failure says why."""
         try:
             started = metadata.with_state(RemoteLogSegmentState.DELETE_SEGMENT_STARTED, now_ms())
-            await asyncio.wait_for(
-                self.rlmm.update_remote_log_segment_metadata(started), self.timeout_s
-            )
-            await asyncio.wait_for(self.rsm.delete_log_segment_data(metadata), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                await self.rlmm.update_remote_log_segment_metadata(started)
+            async with asyncio.timeout(self.timeout_s):
+                await self.rsm.delete_log_segment_data(metadata)
             done = started.with_state(RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, now_ms())
-            await asyncio.wait_for(
-                self.rlmm.update_remote_log_segment_metadata(done), self.timeout_s
-            )
+            async with asyncio.timeout(self.timeout_s):
+                await self.rlmm.update_remote_log_segment_metadata(done)
         except Exception as e:
             log.debug(
                 "%s: cleaning up the failed copy %s failed: %s",

@@ -61,12 +61,13 @@ class SegmentDeleter:
             if metadata.state == DELETE_STARTED
             else metadata.with_state(DELETE_STARTED, now_ms())
         )
-        await asyncio.wait_for(
-            self.rlmm.update_remote_log_segment_metadata(started), self.timeout_s
-        )
-        await asyncio.wait_for(self.rsm.delete_log_segment_data(metadata), self.timeout_s)
+        async with asyncio.timeout(self.timeout_s):
+            await self.rlmm.update_remote_log_segment_metadata(started)
+        async with asyncio.timeout(self.timeout_s):
+            await self.rsm.delete_log_segment_data(metadata)
         done = started.with_state(DELETE_FINISHED, now_ms())
-        await asyncio.wait_for(self.rlmm.update_remote_log_segment_metadata(done), self.timeout_s)
+        async with asyncio.timeout(self.timeout_s):
+            await self.rlmm.update_remote_log_segment_metadata(done)
         self.forget_indexes(metadata.segment_id.id)
 
 

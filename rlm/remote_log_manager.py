@@ -194,10 +194,8 @@ class RemoteLogManager:
 
         Raises TimeoutError after `timeout_s`, or the remote call timeout if that is shorter."""
         limit_s = self.config.remote_call_timeout_ms / 1000
-        return await asyncio.wait_for(
-            self.reader.find_offset_by_timestamp(tip, timestamp_ms, starting_offset),
-            limit_s if timeout_s is None else min(timeout_s, limit_s),
-        )
+        async with asyncio.timeout(limit_s if timeout_s is None else min(timeout_s, limit_s)):
+            return await self.reader.find_offset_by_timestamp(tip, timestamp_ms, starting_offset)
 
     # Status and metrics --------------------------------------------------------------
 

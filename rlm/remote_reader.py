@@ -80,7 +80,8 @@ class RemoteLogReader:
             if len(self._inflight) >= self.config.reader_max_pending_tasks:
                 raise KafkaError(ErrorCode.request_timed_out, "remote read queue is full")
             task = self._start(key)
-        result = await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            result = await asyncio.shield(task)
         self._take(key)
         self._read_ahead(tip, result, max_bytes)
         return result

@@ -120,7 +120,8 @@ class TaskPool:
             if self._due and len(self._running) < self.size:
                 timeout = max(self._due[0][0] - now, 0.0)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 
