@@ -295,6 +295,7 @@ def test_the_request_log_is_one_line_per_request_when_asked_for(tmp_path: Path) 
 
 
 def test_the_ports_file_lists_every_broker_of_the_process(tmp_path: Path) -> None:
+    """And SIGTERM stops all of them cleanly, removing the file."""
     broker = BrokerProcess(tmp_path, serve_args=("--brokers", "3"))
     broker.start()  # reads the first broker's ports
     try:
@@ -308,5 +309,7 @@ def test_the_ports_file_lists_every_broker_of_the_process(tmp_path: Path) -> Non
         ]
         assert (tmp_path / "logs" / "broker-1").is_dir()
         assert (tmp_path / "logs" / "remote").is_dir()  # one remote tier, shared
+        assert broker.stop(timeout_s=30) == 0, broker.log()
+        assert not broker.ports_file.exists()
     finally:
-        broker.kill()  # how a process of several brokers stops is tested elsewhere
+        broker.kill()

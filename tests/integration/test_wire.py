@@ -7,14 +7,11 @@ timestamps and batch boundaries are known exactly.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import struct
 import time
 import uuid
 from collections.abc import Sequence
-from functools import cache
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -23,7 +20,15 @@ from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.wire import WireClient, decode_response
+from tests.integration.wire import (
+    FetchSpec,
+    WireClient,
+    decode_response,
+    fetch_request,
+    make,
+    request_module,
+    split_batches,
+)
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import BatchView, build_batch, decode_batch
 
@@ -32,17 +37,6 @@ UNDEFINED = -1
 
 
 # Building requests of any version ------------------------------------------------------------
-
-
-@cache
-def request_module(api_key: int, version: int) -> ModuleType:
-    return load_payload_module(api_key, version, EntityType.request)
-
-
-def make(cls: type, **values: Any) -> Any:
-    """An instance of the kio entity `cls` from those `values` its version has."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 def api_versions(client: WireClient, version: int = 3) -> Any:
@@ -103,71 +97,10 @@ def batch_of(values: Sequence[bytes], timestamps: Sequence[int] | None = None) -
     return build_batch([(None, v, (), ts) for v, ts in zip(values, stamps, strict=True)])
 
 
-FetchSpec = Sequence[tuple[str | uuid.UUID, Sequence[tuple[int, int]]]]
-"""[(topic name, or id for v13+, [(partition, fetch offset), ...]), ...]"""
-
-
-def fetch_request(
-    version: int,
-    topics: FetchSpec,
-    *,
-    max_wait_ms: int = 0,
-    min_bytes: int = 1,
-    max_bytes: int = 50 * 1024 * 1024,
-    partition_max_bytes: int = 1024 * 1024,
-) -> Any:
-    m = request_module(1, version)
-    return make(
-        m.FetchRequest,
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=(),
-        rack_id="",
-        topics=tuple(
-            make(
-                m.FetchTopic,
-                topic=key,
-                topic_id=key,
-                partitions=tuple(
-                    make(
-                        m.FetchPartition,
-                        partition=p,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=partition_max_bytes,
-                    )
-                    for p, offset in partitions
-                ),
-            )
-            for key, partitions in topics
-        ),
-    )
-
-
 def fetch(client: WireClient, version: int, topics: FetchSpec, **kwargs: Any) -> Any:
     response = client.request(fetch_request(version, topics, **kwargs))
     assert response.error_code == ErrorCode.none
     return response
-
-
-def split_batches(records: bytes | None) -> tuple[list[bytes], int]:
-    """(whole batches, bytes of a trailing partial batch) of a fetched records field."""
-    data = records or b""
-    batches, position = [], 0
-    while position + 12 <= len(data):
-        (length,) = struct.unpack_from(">i", data, position + 8)
-        if position + 12 + length > len(data):
-            break
-        batches.append(data[position : position + 12 + length])
-        position += 12 + length
-    return batches, len(data) - position
 
 
 def values_of(records: bytes | None) -> list[bytes | None]:

@@ -8,14 +8,21 @@ matching kio response class and that class's response header. `send_raw` and
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import io
 import socket
 import struct
 import time
+import uuid
+from collections.abc import Sequence
+from functools import cache
+from types import ModuleType
 from typing import Any
 
-from kio.index import load_response_schema
+from kio.index import load_payload_module, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 
 _SIZE = struct.Struct(">i")
 
@@ -125,3 +132,79 @@ class WireClient:
         cls = type(entity)
         correlation_id = self.send(entity, client_id)
         return self.receive(load_response_schema(cls.__api_key__, cls.__version__), correlation_id)
+
+
+# Requests of any version ---------------------------------------------------------------
+
+
+@cache
+def request_module(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+def make(cls: type, **values: Any) -> Any:
+    """An instance of the kio entity `cls` from those `values` its version has."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+FetchSpec = Sequence[tuple[str | uuid.UUID, Sequence[tuple[int, int]]]]
+"""[(topic name, or id for v13+, [(partition, fetch offset), ...]), ...]"""
+
+
+def fetch_request(
+    version: int,
+    topics: FetchSpec,
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 50 * 1024 * 1024,
+    partition_max_bytes: int = 1024 * 1024,
+    rack_id: str = "",
+) -> Any:
+    m = request_module(1, version)
+    return make(
+        m.FetchRequest,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=(),
+        rack_id=rack_id,
+        topics=tuple(
+            make(
+                m.FetchTopic,
+                topic=key,
+                topic_id=key,
+                partitions=tuple(
+                    make(
+                        m.FetchPartition,
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p, offset in partitions
+                ),
+            )
+            for key, partitions in topics
+        ),
+    )
+
+
+def split_batches(records: bytes | None) -> tuple[list[bytes], int]:
+    """(whole batches, bytes of a trailing partial batch) of a fetched records field."""
+    data = records or b""
+    batches, position = [], 0
+    while position + 12 <= len(data):
+        (length,) = struct.unpack_from(">i", data, position + 8)
+        if position + 12 + length > len(data):
+            break
+        batches.append(data[position : position + 12 + length])
+        position += 12 + length
+    return batches, len(data) - position
