@@ -3,21 +3,27 @@
 - kill -9 of the partition leader during an idempotent acks=all produce, five times with
   different victims, the controller among them: every acknowledged message is read back
   exactly once and in order, and each killed broker restarts and rejoins the ISR;
-- a consumer group keeps its committed offsets when its coordinator is killed.
+- a consumer group keeps its committed offsets when its coordinator is killed;
+- a consumer in a follower's rack (the brokers run Kafka's RackAwareReplicaSelector)
+  reads from that follower, goes back to the leader when the follower is killed, and
+  returns to it once it is back, losing nothing.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from tests.integration.tiering_helpers import metric, metrics
 from tests.integration.zk_cluster import ZooKeeperCluster, wait_for
 from tests.zookeeper import ZooKeeperServer
 
@@ -34,7 +40,8 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZooKeeperCluster]:
-    running = ZooKeeperCluster(zookeeper, tmp_path).start()
+    selector = {"replica.selector.class": "RackAwareReplicaSelector"}
+    running = ZooKeeperCluster(zookeeper, tmp_path, overrides=selector).start()
     yield running
     running.stop()
 
@@ -43,9 +50,10 @@ class AcknowledgedProducer(threading.Thread):
     """Produces MESSAGES sequence numbers idempotently with acks=all; remembers which the
     brokers acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, count: int = MESSAGES) -> None:
         super().__init__(daemon=True)
         self.topic = topic
+        self.count = count
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -66,7 +74,7 @@ class AcknowledgedProducer(threading.Thread):
             self.failed.append(error)
 
     def run(self) -> None:
-        for i in range(MESSAGES):
+        for i in range(self.count):
             while True:
                 try:
                     self.producer.produce(self.topic, b"%d" % i, on_delivery=self._delivered)
@@ -184,3 +192,93 @@ def test_a_group_keeps_its_offsets_when_its_coordinator_dies(cluster: ZooKeeperC
         "the offsets from the new coordinator",
     )
     survivor.close()
+
+
+class RackConsumer(threading.Thread):
+    """Reads partition 0 from the start with `client.rack` set; remembers the values and
+    the brokers librdkafka's statistics say it fetches from."""
+
+    def __init__(self, bootstrap: str, topic: str, rack: str) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.values: list[int] = []
+        self.fetching: set[int] = set()
+        self.stopped = threading.Event()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"nearby-{time.monotonic_ns()}",
+                "enable.auto.commit": False,
+                "client.rack": rack,
+                "statistics.interval.ms": 200,
+                "stats_cb": self._stats,
+            }
+        )
+
+    def _stats(self, raw: str) -> None:
+        brokers: Any = json.loads(raw)["brokers"].values()
+        self.fetching = {
+            b["nodeid"]
+            for b in brokers
+            if any(tp["topic"] == self.topic for tp in b.get("toppars", {}).values())
+        }
+
+    def run(self) -> None:
+        self.consumer.assign([TopicPartition(self.topic, 0, 0)])
+        while not self.stopped.is_set():
+            for message in self.consumer.consume(1000, 0.2):
+                if message.error() is None:
+                    self.values.append(int(message.value()))
+        self.consumer.close()
+
+
+def same_rack_bytes(cluster: ZooKeeperCluster, broker_id: int, topic: str) -> float:
+    text = metrics(cluster.brokers[broker_id])
+    found = metric(text, "ConsumerBytesOut_total", topic=topic, partition="0", locality="same-rack")
+    return found or 0.0
+
+
+def test_a_consumer_leaves_a_killed_follower_for_the_leader_and_comes_back(
+    cluster: ZooKeeperCluster,
+) -> None:
+    topic, count = "nearby", 15_000
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(
+        30
+    )
+    wait_for(lambda: sorted(cluster.partition_state(topic, 0)[1]) == [0, 1, 2], "ISR")
+    leader, _ = cluster.partition_state(topic, 0)
+    follower = (leader + 1) % 3
+    producer = AcknowledgedProducer(cluster.bootstrap, topic, count)
+    consumer = RackConsumer(cluster.bootstrap, topic, "abc"[follower])
+    producer.start()
+    consumer.start()
+    try:
+        wait_for(
+            lambda: (
+                consumer.fetching == {follower} and same_rack_bytes(cluster, follower, topic) > 0
+            ),
+            "the consumer to fetch from the follower in its rack",
+        )
+        cluster.brokers[follower].stop(signal.SIGKILL)
+        read = len(consumer.values)
+        wait_for(
+            lambda: consumer.fetching == {leader} and len(consumer.values) > read + 100,
+            "the consumer to read on from the leader",
+        )
+        cluster.restart(follower)
+        wait_for(lambda: sorted(cluster.partition_state(topic, 0)[1]) == [0, 1, 2], "ISR")
+        wait_for(
+            lambda: (
+                consumer.fetching == {follower} and same_rack_bytes(cluster, follower, topic) > 0
+            ),
+            "the consumer to return to the follower",
+        )
+        producer.join(120)
+        assert not producer.is_alive() and producer.failed == []
+        wait_for(lambda: len(consumer.values) >= count, "every record", timeout_s=120)
+    finally:
+        consumer.stopped.set()
+        consumer.join(30)
+    assert consumer.values == list(range(count))  # each once, in order
+    assert sorted(producer.acknowledged) == list(range(count))
