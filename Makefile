@@ -50,6 +50,7 @@ bench: install-test
 	$(BIN)/python -m benchmarks.partitions
 	$(BIN)/python -m benchmarks.pipeline
 	$(BIN)/python -m benchmarks.startup
+	$(BIN)/python -m benchmarks.follower_fetching
 
 clean:
 	rm -rf $(VENV) data
