@@ -449,3 +449,15 @@ def test_a_consumer_in_a_followers_rack_reads_a_tiered_partition_through_that_fo
         "RemoteFetchBytesPerSec_total", {"topic": topic}
     )
     assert remote is not None and remote > 0
+
+    def remote_size(broker_id: int) -> float | None:
+        labels = {"topic": topic, "partition": "0"}
+        return cluster.broker(broker_id).registry.get_sample_value("RemoteLogSizeBytes", labels)
+
+    # Every replica reports the size of the remote tier (KIP-852), followers included.
+    wait_for(
+        lambda: (size := remote_size(leader)) is not None
+        and size > 0
+        and all(remote_size(b) == size for b in range(3)),
+        "every replica's RemoteLogSizeBytes",
+    )
