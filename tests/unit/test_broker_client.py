@@ -85,9 +85,11 @@ async def peer(answer: Answer) -> AsyncIterator[tuple[int, list[int]]]:
     many connections it accepted (one entry per connection)."""
     accepted: list[int] = []
     answering: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         accepted.append(1)
+        writers.append(writer)
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
@@ -122,6 +124,9 @@ async def peer(answer: Answer) -> AsyncIterator[tuple[int, list[int]]]:
             task.cancel()
         await asyncio.gather(*answering, return_exceptions=True)
         server.close()
+        for writer in writers:
+            writer.close()
+        await asyncio.gather(*(w.wait_closed() for w in writers), return_exceptions=True)
         await server.wait_closed()
 
 
