@@ -44,9 +44,9 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,6 +65,8 @@ from benchmarks.targets import (
 )
 from benchmarks.tiering import recycle_page_cache
 from tests.zookeeper import ZooKeeperServer
+from tierbroker.protocol.client_codec import decode_response
+from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 
 TOPIC = "load"
@@ -131,7 +133,8 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
 
 
 def send_requests(port: int, frames: list[bytes], count: int, in_flight: int) -> None:
-    """Send `count` requests, cycling through `frames`, `in_flight` unanswered at most."""
+    """Send `count` requests, cycling through `frames`, `in_flight` unanswered at most;
+    raise on the first partition answered with an error (a refused batch is no load)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sent = answered = 0
         while answered < count:
@@ -139,7 +142,12 @@ def send_requests(port: int, frames: list[bytes], count: int, in_flight: int) ->
                 sock.sendall(frames[sent % len(frames)])
                 sent += 1
             (size,) = struct.unpack(">i", _exactly(sock, 4))
-            _exactly(sock, size)
+            response = decode_response(0, 9, _exactly(sock, size))
+            for topic in response.responses:
+                for partition in topic.partition_responses:
+                    if partition.error_code != ErrorCode.none:
+                        name = ErrorCode(partition.error_code).name.upper()
+                        raise RuntimeError(f"produce to partition {partition.index}: {name}")
             answered += 1
 
 
@@ -150,7 +158,7 @@ def load(port: int, acks: int, mib: int, shape: Shape) -> tuple[int, float]:
     batch = build_batch([(None, VALUE, [], 0)] * max(1, shape.batch_kib * 1024 // len(VALUE)))
     n = shape.connections
     per_connection = max(shape.in_flight, mib * 1024 * 1024 // len(batch) // n)
-    threads = []
+    work = []
     for i in range(n):
         mine = [p for p in range(shape.partitions) if p % n == i % n] or [i % shape.partitions]
         frames = [
@@ -158,15 +166,11 @@ def load(port: int, acks: int, mib: int, shape: Shape) -> tuple[int, float]:
             for p in mine
             for copy in range(shape.copies)
         ]
-        count = per_connection * shape.copies
-        threads.append(
-            threading.Thread(target=send_requests, args=(port, frames, count, shape.in_flight))
-        )
+        work.append((port, frames, per_connection * shape.copies, shape.in_flight))
     started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(n) as pool:
+        for done in [pool.submit(send_requests, *args) for args in work]:
+            done.result()  # a connection's error, raised here
     return per_connection * n * len(batch), time.perf_counter() - started
 
 
