@@ -21,13 +21,14 @@ connection per partition (6); `--connections`, `--partitions`, `--batch-kib` and
 
 Setups alternate round by round, and each writes into pages just freed (as
 `benchmarks.tiering` does: this machine hands idle free pages back to its host, and a
-page written after that costs several times more). Reported per setup: MiB/s, broker CPU seconds per
-produced MiB (all brokers), and for the ZooKeeper cluster the followers' CPU seconds per
-MiB they replicated (brokers 1 and 2 lead nothing). Ratios are against `single` and
-against `single x3`, which does the same disk writes on one core as the in-process
-cluster does.
+page written after that costs several times more). A produce answered with an error
+ends the run. Reported per setup: MiB/s, broker CPU seconds per produced MiB (all
+brokers), and for the ZooKeeper cluster the followers' CPU seconds per MiB they
+replicated (brokers 1 and 2 lead nothing). Ratios are against `single` and against
+`single x3`, which does the same disk writes on one core as the in-process cluster does.
+Batches must stay under `message.max.bytes` (`--batch-kib` 960 at most).
 
-    python -m benchmarks.replication                      # about 3 minutes on 2 cores
+    python -m benchmarks.replication                      # about 90 s on 2 cores
     python -m benchmarks.replication --mib 128 --repeat 1
     python -m benchmarks.replication --connections 3      # latency-bound: see above
 """
