@@ -3,16 +3,15 @@
 - start-up: `tierbroker serve --brokers 3` from exec to every broker answering
   ApiVersions, against one broker (`tierbroker serve`) in the same run;
 - kill -9 of the partition leader of three processes over a ZooKeeper (session timeout
-  `--session-ms`), and SIGTERM of it (a controlled shutdown), while a confluent-kafka
-  producer with its default settings sends one acks=all record every 5 ms: the time
-  from the signal to a new leader in the metadata of the brokers left (polled every
-  10 ms), and to the first acknowledgement of a record the new leader appended (at or
-  after the first offset of its leader epoch, read from its `leader-epoch-checkpoint`).
-  The second includes the client's own way back: librdkafka refreshes metadata with a
-  backoff that grows to `retry.backoff.max.ms` (1 s) while the partition's leader is
-  gone. Goals: the session timeout plus under 1 s for kill -9, under 1 s for SIGTERM.
+  `--session-ms`), and SIGTERM of it (a controlled shutdown), while a producer
+  (confluent-kafka, then kafka-python) sends one acks=all record every 5 ms:
+  the time from the signal to a new leader in the metadata of the brokers left (polled
+  every 10 ms), and to the first acknowledgement of a record the new leader appended (at
+  or after the first offset of its leader epoch, read from its `leader-epoch-checkpoint`).
+  The second includes the client's own way back to the new leader. Goals: the session
+  timeout plus under 1 s for kill -9, under 1 s for SIGTERM.
 
-    python -m benchmarks.failover                    # about a minute on 2 cores
+    python -m benchmarks.failover                    # about 90 s on 2 cores
     python -m benchmarks.failover --repeat 5 --session-ms 4000
 """
 
@@ -27,11 +26,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
 
 from benchmarks.replication import common, serving
 from benchmarks.targets import ROOT, api_versions_answered, free_port, tierbroker_command
@@ -68,8 +69,22 @@ def start_up(brokers: int) -> float:
 class Ticker(threading.Thread):
     """One acks=all record every 5 ms; the time and offset of every acknowledgement."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self) -> None:
         super().__init__(daemon=True)
+        self.acked: list[float] = []
+        self.offsets: list[int] = []
+        self.running = True
+
+    def _acknowledged(self, offset: int) -> None:
+        self.offsets.append(offset)
+        self.acked.append(time.perf_counter())
+
+
+class LibrdkafkaTicker(Ticker):
+    """confluent-kafka (librdkafka), reconnecting within 100 ms, otherwise as it comes."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__()
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -79,14 +94,10 @@ class Ticker(threading.Thread):
                 "reconnect.backoff.max.ms": 100,
             }
         )
-        self.acked: list[float] = []
-        self.offsets: list[int] = []
-        self.running = True
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
-            self.offsets.append(message.offset() or 0)
-            self.acked.append(time.perf_counter())
+            self._acknowledged(message.offset() or 0)
 
     def run(self) -> None:
         while self.running:
@@ -95,7 +106,34 @@ class Ticker(threading.Thread):
         self.producer.flush(30)
 
 
-def failover(sig: int, session_ms: int) -> tuple[float, float]:
+class KafkaPythonTicker(Ticker):
+    """kafka-python, reconnecting within 100 ms, otherwise as it comes."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__()
+        self.producer = KafkaProducer(
+            bootstrap_servers=bootstrap.split(","),
+            acks="all",
+            linger_ms=0,
+            reconnect_backoff_max_ms=100,
+        )
+
+    def run(self) -> None:
+        while self.running:
+            sent = self.producer.send(TOPIC, b"tick")
+            sent.add_callback(lambda record: self._acknowledged(record.offset))
+            time.sleep(0.005)
+        self.producer.flush(30)
+        self.producer.close(5)
+
+
+CLIENTS: dict[str, Callable[[str], Ticker]] = {
+    "confluent-kafka": LibrdkafkaTicker,
+    "kafka-python": KafkaPythonTicker,
+}
+
+
+def failover(sig: int, session_ms: int, client: str) -> tuple[float, float]:
     """Seconds from `sig` to the leader to (a new leader in the metadata of the brokers
     left, the first acknowledgement of a record that new leader appended)."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-failover-"))
@@ -117,7 +155,7 @@ def failover(sig: int, session_ms: int) -> tuple[float, float]:
             admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
             topic = NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})
             admin.create_topics([topic])[TOPIC].result(30)
-            ticker = Ticker(bootstrap)
+            ticker = CLIENTS[client](bootstrap)
             ticker.start()
             while len(ticker.acked) < 200:
                 time.sleep(0.05)
@@ -167,19 +205,25 @@ def main() -> None:
     args = parser.parse_args()
     single = [start_up(1) for _ in range(args.repeat)]
     three = [start_up(3) for _ in range(args.repeat)]
-    killed = [failover(signal.SIGKILL, args.session_ms) for _ in range(args.repeat)]
-    stopped = [failover(signal.SIGTERM, args.session_ms) for _ in range(args.repeat)]
+    runs = {
+        (client, sig): [failover(sig, args.session_ms, client) for _ in range(args.repeat)]
+        for client in CLIENTS
+        for sig in (signal.SIGKILL, signal.SIGTERM)
+    }
 
     def line(name: str, values: list[float]) -> str:
         spread = f"({min(values):.2f}-{max(values):.2f})"
-        return f"{name:<56} median {statistics.median(values):6.2f} s  {spread}"
+        return f"{name:<62} median {statistics.median(values):6.2f} s  {spread}"
 
     print(line("start-up, one broker", single))
     print(line("start-up, three brokers in one process", three))
-    print(line(f"kill -9 (session {args.session_ms} ms): to a new leader", [k[0] for k in killed]))
-    print(line("kill -9: to the new leader's first ack", [k[1] for k in killed]))
-    print(line("SIGTERM (controlled shutdown): to a new leader", [s[0] for s in stopped]))
-    print(line("SIGTERM: to the new leader's first ack", [s[1] for s in stopped]))
+    for client in CLIENTS:
+        killed, stopped = runs[client, signal.SIGKILL], runs[client, signal.SIGTERM]
+        session = f"session {args.session_ms} ms"
+        print(line(f"{client}: kill -9 ({session}): to a new leader", [k[0] for k in killed]))
+        print(line(f"{client}: kill -9: to the new leader's first ack", [k[1] for k in killed]))
+        print(line(f"{client}: SIGTERM: to a new leader", [s[0] for s in stopped]))
+        print(line(f"{client}: SIGTERM: to the new leader's first ack", [s[1] for s in stopped]))
     print(
         "(medians of",
         args.repeat,
