@@ -11,7 +11,7 @@
   The second includes the client's own way back to the new leader. Goals: the session
   timeout plus under 1 s for kill -9, under 1 s for SIGTERM.
 
-    python -m benchmarks.failover                    # about 90 s on 2 cores
+    python -m benchmarks.failover                    # about 2 minutes on 2 cores
     python -m benchmarks.failover --repeat 5 --session-ms 4000
 """
 
