@@ -281,6 +281,11 @@ async def test_timestamp_bounds_return_exactly_their_range(spark: Any, tier: Tie
     assert expected
 
     after_all = str(max(r[5] for r in tier.rows) + 1)
+    by_partition = json.dumps({tier.topic: {"1": start_ts}})  # partition 0: earliest
+    frame = load(spark, tier, startingOffsetsByTimestamp=by_partition)
+    lo = first_at_or_after(start_ts, [r for r in remote if r[0] == 1])
+    assert frame.count() == sum(1 for r in remote if r[0] == 0 or r[1] >= lo)
+
     assert "No offset matched from request of topic-partition" in error_of(
         lambda: load(spark, tier, startingTimestamp=after_all).count()
     )
