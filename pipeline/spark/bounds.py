@@ -15,6 +15,7 @@ a stream refreshes once per micro-batch.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -126,10 +127,14 @@ class TopicView:
         return None
 
 
-def resolve(view: TopicView, options: ReadOptions) -> dict[TopicPartitionKey, tuple[int, int]]:
-    """[start, end) of every partition of a batch read."""
+def resolve(
+    view: TopicView,
+    options: ReadOptions,
+    keep: Callable[[TopicPartitionKey], bool] = lambda tp: True,
+) -> dict[TopicPartitionKey, tuple[int, int]]:
+    """[start, end) of every partition of a batch read (that `keep` keeps)."""
     bounds = {}
-    for tp in view.topic_partitions():
+    for tp in filter(keep, view.topic_partitions()):
         start = offset_of(view, tp, options.starting, "startingOffsets", True, options)
         end = offset_of(view, tp, options.ending, "endingOffsets", False, options)
         bounds[tp] = (start, end)

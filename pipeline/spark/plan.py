@@ -140,22 +140,85 @@ class Task:
         return tasks
 
 
-def plan(options: ReadOptions) -> list[Task]:
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Integers in [low, high) (None: unbounded), and among `values` if given."""
+
+    low: int | None = None
+    high: int | None = None
+    values: frozenset[int] | None = None
+
+    def __contains__(self, x: int) -> bool:
+        return (
+            (self.low is None or x >= self.low)
+            and (self.high is None or x < self.high)
+            and (self.values is None or x in self.values)
+        )
+
+    def narrowed(self, low: int | None = None, high: int | None = None) -> Interval:
+        lows = [x for x in (self.low, low) if x is not None]
+        highs = [x for x in (self.high, high) if x is not None]
+        return replace(self, low=max(lows, default=None), high=min(highs, default=None))
+
+    def only(self, values: frozenset[int]) -> Interval:
+        return replace(self, values=values if self.values is None else self.values & values)
+
+    def clamp(self, start: int, end: int) -> tuple[int, int]:
+        """[start, end) narrowed to the interval's bounds (and its values' span)."""
+        span = (
+            self
+            if self.values is None
+            else self.narrowed(min(self.values, default=0), max(self.values, default=-1) + 1)
+        )
+        return (
+            start if span.low is None else max(start, span.low),
+            end if span.high is None else min(end, span.high),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Pushed:
+    """What the filters Spark pushed down say about the rows to read: partitions and
+    offsets exactly; a lowest timestamp, which prunes segments whose largest is below."""
+
+    partitions: Interval = Interval()
+    offsets: Interval = Interval()
+    timestamp_from_ms: int | None = None
+
+    def interval(self, column: str) -> Interval:
+        """The interval of column `partition` or `offset`."""
+        return self.partitions if column == "partition" else self.offsets
+
+    def with_interval(self, column: str, interval: Interval) -> Pushed:
+        if column == "partition":
+            return replace(self, partitions=interval)
+        return replace(self, offsets=interval)
+
+
+NO_FILTERS = Pushed()
+
+
+def plan(options: ReadOptions, pushed: Pushed = NO_FILTERS) -> list[Task]:
     """The input partitions of a batch read."""
     with TopicView(options) as view:
-        return plan_ranges(view, options, resolve(view, options))
+        bounds = resolve(view, options, lambda tp: tp[1] in pushed.partitions)
+        return plan_ranges(view, options, bounds, pushed)
 
 
 def plan_ranges(
-    view: TopicView, options: ReadOptions, bounds: dict[TopicPartitionKey, tuple[int, int]]
+    view: TopicView,
+    options: ReadOptions,
+    bounds: dict[TopicPartitionKey, tuple[int, int]],
+    pushed: Pushed = NO_FILTERS,
 ) -> list[Task]:
     """The input partitions of offsets [start, end) of each partition in `bounds`."""
     access = Access.of(options)
     tasks: list[Task] = []
     for (topic, partition), (start, end) in sorted(bounds.items()):
+        start, end = pushed.offsets.clamp(start, end)
         if start >= end:
             continue
-        pieces = _pieces(view, options, (topic, partition), start, end)
+        pieces = _pieces(view, options, (topic, partition), start, end, pushed)
         for group in _pack(pieces, options.max_bytes_per_partition):
             tasks.append(Task(access, topic, partition, tuple(group)))
     if options.max_records_per_partition is not None:
@@ -167,11 +230,19 @@ def plan_ranges(
 
 
 def _pieces(
-    view: TopicView, options: ReadOptions, tp: TopicPartitionKey, start: int, end: int
+    view: TopicView,
+    options: ReadOptions,
+    tp: TopicPartitionKey,
+    start: int,
+    end: int,
+    pushed: Pushed,
 ) -> list[Piece]:
-    """Remote slices where the remote tier holds the offsets, broker ranges elsewhere."""
+    """Remote slices where the remote tier holds the offsets, broker ranges elsewhere;
+    segments the filters rule out are skipped (the brokers do not read them either)."""
     pieces: list[Piece] = []
     through_broker = options.through_broker and options.segments is None
+    wanted = options.segments
+    newer = pushed.timestamp_from_ms
     cursor = start
     for range_ in view.ranges(tp):
         lo, hi = max(range_.first_offset, cursor), min(range_.last_offset, end - 1)
@@ -179,7 +250,10 @@ def _pieces(
             continue
         if lo > cursor and through_broker:
             pieces.append(BrokerRange(cursor, lo))
-        if options.segments is None or range_.segment.segment_id in options.segments:
+        segment = range_.segment
+        if (wanted is None or segment.segment_id in wanted) and (
+            newer is None or segment.max_timestamp_ms >= newer
+        ):
             sliced = SegmentRange(range_.segment, lo, hi)
             pieces.extend(_slices(view.store, sliced, options.max_bytes_per_partition))
         cursor = hi + 1

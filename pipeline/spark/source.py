@@ -16,7 +16,10 @@ carries its storage URL, keys and byte ranges, so executors need nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pyarrow as pa
 import pyspark
@@ -24,7 +27,15 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    Not,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -39,7 +50,7 @@ from pyspark.sql.types import (
 )
 
 from tierbroker.pipeline.spark.options import ReadOptions, include_headers
-from tierbroker.pipeline.spark.plan import Task, plan
+from tierbroker.pipeline.spark.plan import NO_FILTERS, Task, plan
 from tierbroker.pipeline.spark.read import read_task
 
 _COLUMNS = [
@@ -81,16 +92,75 @@ class TierbrokerReader(DataSourceReader):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
+        self.pushed = NO_FILTERS
 
     def partitions(self) -> list[InputPartition]:
-        return [TaskPartition(t) for t in plan(self.options)]
+        return [TaskPartition(t) for t in plan(self.options, self.pushed)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition, self.schema)
 
 
+class FilteringReader(TierbrokerReader):
+    """The batch reader taking Spark's pushed-down filters (PySpark >= 4.1, with
+    `spark.sql.python.filterPushdown.enabled`, which PySpark requires of such a reader).
+
+    Comparisons, `=` and `IN` on `partition` and `offset` narrow the plan and are
+    done here exactly (except `IN` on offsets, narrowed to its span); `>`, `>=` and
+    `=` on `timestamp` prune the segments whose largest timestamp is lower, and
+    Spark still applies them to the rows. Spark evaluates every other filter.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            if not self._push(f):
+                yield f
+
+    def _push(self, f: Filter) -> bool:
+        """Narrow `self.pushed` by `f`; True if no row it leaves fails `f`."""
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())
+        value: Any = getattr(f, "value", None)
+        if isinstance(f, Not) or attribute not in (("partition",), ("offset",), ("timestamp",)):
+            return False
+        column = attribute[0]
+        if column == "timestamp":
+            if (
+                isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual)
+                and isinstance(value, datetime)
+                and value.tzinfo is not None  # PySpark's are in UTC
+            ):  # a record at `lowest` ms or later may pass
+                lowest = (value - _EPOCH) // timedelta(milliseconds=1)
+                start = self.pushed.timestamp_from_ms
+                self.pushed = replace(
+                    self.pushed, timestamp_from_ms=lowest if start is None else max(start, lowest)
+                )
+            return False
+        interval = self.pushed.interval(column)
+        if isinstance(f, In) and all(isinstance(v, int) for v in value):
+            self.pushed = self.pushed.with_interval(column, interval.only(frozenset(value)))
+            return column == "partition"  # offsets: only their span is planned
+        bounds = _BOUNDS.get(type(f))
+        if bounds is None or not isinstance(value, int) or isinstance(value, bool):
+            return False
+        self.pushed = self.pushed.with_interval(column, interval.narrowed(*bounds(value)))
+        return True
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_BOUNDS: dict[type, Callable[[int], tuple[int | None, int | None]]] = {
+    EqualTo: lambda v: (v, v + 1),
+    GreaterThan: lambda v: (v + 1, None),
+    GreaterThanOrEqual: lambda v: (v, None),
+    LessThan: lambda v: (None, v),
+    LessThanOrEqual: lambda v: (None, v + 1),
+}
+"""[low, high) of the integers a comparison with v keeps."""
+
+
 class TierbrokerDataSource(DataSource):
     """`format("tierbroker")`: a topic read from the remote tier (and the brokers)."""
+
+    filter_pushdown = False  # FilteringReader, which PySpark takes only with pushdown on
 
     @classmethod
     def name(cls) -> str:
@@ -108,6 +178,8 @@ class TierbrokerDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         options = ReadOptions.parse(dict(self.options))
         self._check(schema, options)
+        if self.filter_pushdown:
+            return FilteringReader(options, schema)
         return TierbrokerReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -121,3 +193,9 @@ class TierbrokerDataSource(DataSource):
         options = ReadOptions.parse(dict(self.options), streaming=True)
         self._check(schema, options)
         return TierbrokerStreamReader(options, schema)
+
+
+class FilteringDataSource(TierbrokerDataSource):
+    """`format("tierbroker")` taking pushed-down filters (see `FilteringReader`)."""
+
+    filter_pushdown = True

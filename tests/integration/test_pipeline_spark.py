@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,10 @@ from tests.integration.pipeline_topic import (
     tiered_topic_on,
 )
 from tests.integration.spark_rows import assert_same_rows, fingerprint
+from tierbroker.pipeline.discovery import SegmentDiscovery
 from tierbroker.pipeline.spark.options import ReadOptions
 from tierbroker.pipeline.spark.plan import BrokerRange, plan
+from tierbroker.pipeline.storage import open_store
 
 pytestmark = pytest.mark.slow
 try:
@@ -61,6 +64,7 @@ class Tier:
     rows: list[Row]  # every record below `ends`, by partition then offset (confluent-kafka)
     ends: dict[int, int]  # the log end offsets when `rows` were read
     remote_ends: dict[int, int]  # exclusive
+    segment_bytes: int
     store_options: dict[str, str] = field(default_factory=dict)
 
     def remote_rows(self) -> list[Row]:
@@ -74,7 +78,7 @@ class Tier:
 def local_tier(tiered_topic: TieredTopic) -> Tier:
     t = tiered_topic
     rows = read_with_confluent(t.broker.bootstrap, t.topic, t.ends)
-    return Tier(t.broker, t.topic, t.storage, rows, t.ends, t.remote_ends)
+    return Tier(t.broker, t.topic, t.storage, rows, t.ends, t.remote_ends, 1 << 20)
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +104,7 @@ def s3_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
                 rows,
                 ends,
                 remote_ends,
+                256 * 1024,
                 {
                     "storage.aws.access.key.id": CREDENTIALS["aws_access_key_id"],
                     "storage.aws.secret.access.key": CREDENTIALS["aws_secret_access_key"],
@@ -292,6 +297,27 @@ async def test_timestamp_bounds_return_exactly_their_range(spark: Any, tier: Tie
     assert load(
         spark, tier, startingTimestamp=after_all, startingOffsetsByTimestampStrategy="latest"
     ).isEmpty()
+
+
+def test_filters_on_partition_offset_and_timestamp_narrow_the_plan(spark: Any, tier: Tier) -> None:
+    one_per_segment = str(tier.segment_bytes * 3 // 2)
+    frame = load(spark, tier, maxBytesPerPartition=one_per_segment)
+    every = frame.rdd.getNumPartitions()
+
+    picked = frame.where("partition = 1 AND offset >= 100 AND offset < 1100")
+    assert sorted(tuple(r) for r in picked.select("partition", "offset").collect()) == [
+        (1, o) for o in range(100, 1100)
+    ]
+    assert picked.rdd.getNumPartitions() < every // 2  # one partition, a few segments
+
+    remote = tier.remote_rows()
+    store = open_store(tier.storage, tier.store_options)
+    first = SegmentDiscovery(store).ranges(tier.topic, 0)[0].segment
+    ts = first.max_timestamp_ms + 1  # after every record of the first segment
+    moment = datetime.fromtimestamp(ts / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    later = frame.where(f"timestamp >= TIMESTAMP '{moment}'")
+    assert later.count() == sum(1 for r in remote if r[5] >= ts)
+    assert later.rdd.getNumPartitions() < every  # the first segment at least: pruned
 
 
 def test_assign_and_subscribe_pattern(spark: Any, tier: Tier) -> None:

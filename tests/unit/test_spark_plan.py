@@ -7,13 +7,14 @@ partition of ten segments of 100 offsets, in batches of 10 records.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from tests.unit.test_pipeline_discovery import TOPIC, copy_segment, rsm_for
+from tests.unit.test_pipeline_discovery import TOPIC, copy_segment, record_ts, rsm_for
 from tierbroker.pipeline.spark.options import KNOWN, ReadOptions
 from tierbroker.pipeline.spark.plan import BrokerRange, RemoteSlice, Task, plan
 from tierbroker.pipeline.spark.read import read_task
@@ -166,3 +167,30 @@ def test_max_offsets_per_trigger_is_shared_as_spark_shares_it() -> None:
     # backlogs 1000, 300, 1 of 1301: 99.9 -> 99, 29.9 -> 29, 0.0999 -> 1 (never starved)
     assert limited == {("t", 0): 99, ("t", 1): 129, ("t", 2): 6}
     assert rate_limit(10_000, start, until) == until
+
+
+async def test_pushed_filters_narrow_the_plan_and_leave_the_rest_to_spark(remote: Path) -> None:
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, Not
+
+    from tierbroker.pipeline.spark.source import FilteringReader
+
+    reader = FilteringReader(
+        options(remote, maxBytesPerPartition="1"), KAFKA_SCHEMA_WITHOUT_HEADERS
+    )
+    when = datetime.fromtimestamp(record_ts(450) / 1000, UTC)
+    filters = [
+        EqualTo(("partition",), 0),
+        GreaterThanOrEqual(("offset",), 250),
+        LessThan(("offset",), 720),
+        In(("offset",), [300, 301, 650]),
+        GreaterThan(("timestamp",), when),
+        Not(EqualTo(("offset",), 300)),
+        EqualTo(("key",), b"k3"),
+    ]
+    left = list(reader.pushFilters(filters))
+    assert left == filters[3:]  # offset IN: its span only; timestamps: segments only
+    planned = [o for p in reader.partitions() for o in offsets_of(p.value)]
+    assert planned == list(range(400, 651))  # segments below 400 end before the timestamp
+    other = FilteringReader(options(remote), KAFKA_SCHEMA_WITHOUT_HEADERS)
+    assert list(other.pushFilters([In(("partition",), [3])])) == []
+    assert other.partitions() == []
