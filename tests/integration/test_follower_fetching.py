@@ -18,7 +18,6 @@ import json
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -28,9 +27,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.held_fetcher import hold_fetcher
 from tests.integration.wire import WireClient, fetch_request, make, request_module, split_batches
 from tierbroker.broker.embedded import EmbeddedCluster
-from tierbroker.broker.replica_fetcher import ReplicaFetcher
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import BatchView
 from tierbroker.storage.topic_partition import TopicPartition
@@ -288,54 +287,6 @@ def test_python_clients_in_a_followers_rack_fetch_from_that_follower(
 # A lagging follower ---------------------------------------------------------------------
 
 
-class HeldFetcher:
-    """A follower's replica fetcher, held before each fetch until let through one at a
-    time, or released; used on the cluster's event loop."""
-
-    def __init__(self, fetcher: ReplicaFetcher, partition_max_bytes: int) -> None:
-        self.fetcher = fetcher
-        self.send = fetcher.client.send
-        self.permits = asyncio.Semaphore(0)
-        self.held = asyncio.Event()
-        self.released = False
-        # One batch per fetch, so that one fetch leaves the follower short of the leader.
-        fetcher.config = replace(fetcher.config, max_bytes=partition_max_bytes)
-        fetcher.client.send = self._send  # type: ignore[method-assign]
-
-    async def _send(self, body: Any) -> Any:
-        if not self.released:
-            self.held.set()
-            await self.permits.acquire()
-            self.held.clear()
-        return await self.send(body)
-
-    async def step(self) -> None:
-        """Let one fetch through; return once its answer is taken and the next is held."""
-        self.held.clear()
-        self.permits.release()
-        await self.held.wait()
-
-    async def release(self, config: Any) -> None:
-        self.released = True
-        self.fetcher.config = config
-        self.fetcher.client.send = self.send  # type: ignore[method-assign]
-        self.permits.release()
-
-
-def hold_fetcher(cluster: EmbeddedCluster, follower: int, leader: int) -> HeldFetcher:
-    async def hold() -> HeldFetcher:
-        [fetcher] = [
-            f
-            for (leader_id, _, _), f in cluster.broker(follower).replicas.fetchers.fetchers.items()
-            if leader_id == leader
-        ]
-        held = HeldFetcher(fetcher, partition_max_bytes=1)
-        await held.held.wait()  # the fetch in flight was answered; the next one waits
-        return held
-
-    return cluster.call(hold())
-
-
 def consumer_fetch(
     cluster: EmbeddedCluster, broker_id: int, topic: str, offset: int, max_wait_ms: int = 300
 ) -> tuple[Any, float]:
@@ -422,7 +373,6 @@ def test_a_lagging_follower_serves_only_committed_records_with_kafkas_answers_at
     produce(cluster, topic, 500)
     committed = 500
     wait_for(lambda: log_of(cluster, behind, topic).high_watermark == committed, "replication")
-    original = cluster.broker(behind).replicas.fetchers.config
     held = hold_fetcher(cluster, behind, leader)
     try:
         # Five batches acknowledged by the leader alone: the held follower keeps the
@@ -475,7 +425,7 @@ def test_a_lagging_follower_serves_only_committed_records_with_kafkas_answers_at
         assert offset_for_leader_epoch(cluster, behind, topic) == ErrorCode.not_leader_or_follower
         assert offset_for_leader_epoch(cluster, leader, topic) == ErrorCode.none
     finally:
-        cluster.call(held.release(original))
+        cluster.call(held.release())
     wait_for(lambda: isr(cluster, topic) == {0, 1, 2}, "the follower to rejoin the ISR")
 
 
