@@ -4,10 +4,10 @@ Spark's own Kafka source (`spark-sql-kafka-0-10`) is a jar that is not on this
 machine; this Python source stands in for it. Like it, it plans one input
 partition per Kafka partition and reads each offset range with a Kafka consumer
 (librdkafka here, through the `tierbroker` source's own broker reader), and it
-builds the very Arrow batches the `tierbroker` source builds, set up its Python
-workers the same way. Spark's overhead is then the same on both sides; the only
-difference is where the bytes come from: the broker and a client, or the object
-store and a parser.
+builds Arrow batches of the same schema with the `tierbroker` source's own column
+code, in Python workers set up the same way. Spark's overhead is then the same on
+both sides; the difference is where the bytes come from and how they become
+columns: the broker and a client's messages, or the object store and its batches.
 
 Options: `bootstrap`, `topic`, `ends` (JSON: partition -> exclusive end offset).
 """
@@ -40,14 +40,14 @@ class ViaBrokerReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         number, end = partition.value
         schema = to_arrow_schema(KAFKA_SCHEMA_WITHOUT_HEADERS, timezone="UTC")
-        columns = Columns(self.topic, number, headers=False)
+        columns = Columns(self.topic, number, schema)
         for messages in read_range(self.config, self.topic, number, 0, end, 120_000, True):
             columns.extend_messages(messages)
             set_up_worker()
             if columns.rows >= ROWS_PER_BATCH:
-                yield columns.take(schema)
+                yield columns.take()
         if columns.rows:
-            yield columns.take(schema)
+            yield columns.take()
 
 
 class ViaBrokerDataSource(DataSource):

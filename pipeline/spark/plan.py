@@ -89,7 +89,6 @@ class Access:
     kafka: tuple[tuple[str, str], ...]  # librdkafka settings; empty: no broker reads
     poll_timeout_ms: int
     fail_on_data_loss: bool
-    include_headers: bool
 
     @classmethod
     def of(cls, options: ReadOptions) -> Access:
@@ -99,7 +98,6 @@ class Access:
             tuple(sorted(options.kafka.items())) if options.through_broker else (),
             options.poll_timeout_ms,
             options.fail_on_data_loss,
-            options.include_headers,
         )
 
 
