@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -194,3 +195,49 @@ async def test_pushed_filters_narrow_the_plan_and_leave_the_rest_to_spark(remote
     other = FilteringReader(options(remote), KAFKA_SCHEMA_WITHOUT_HEADERS)
     assert list(other.pushFilters([In(("partition",), [3])])) == []
     assert other.partitions() == []
+
+
+async def test_a_stream_follows_the_remote_tier_at_its_read_limit(
+    remote: Path, tmp_path: Path
+) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from tierbroker.pipeline.spark.stream import TierbrokerStreamReader
+
+    def stream(**extra: str) -> TierbrokerStreamReader:
+        raw = {"storage": remote.as_uri(), "subscribe": TOPIC, **extra}
+        parsed = ReadOptions.parse(raw, streaming=True)
+        return TierbrokerStreamReader(parsed, KAFKA_SCHEMA_WITHOUT_HEADERS)
+
+    def offsets(reader: TierbrokerStreamReader, start: Any, end: Any) -> list[int]:
+        parts = reader.partitions(start, end)
+        return [o for p in parts for o in read_offsets([p.value])]
+
+    assert stream().initialOffset() == {TOPIC: {"0": 1000}}  # latest, as Spark's streams
+    reader = stream(startingOffsets="earliest", maxOffsetsPerTrigger="250")
+    start = reader.initialOffset()
+    assert start == {TOPIC: {"0": 0}}
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end == {TOPIC: {"0": 250}} and reader.getDefaultReadLimit() == ReadMaxRows(250)
+    assert offsets(reader, start, end) == list(range(250))
+    assert reader.latestOffset(end, ReadAllAvailable()) == {TOPIC: {"0": 1000}}
+
+    work = tmp_path / "more"
+    work.mkdir()
+    await copy_segment(rsm_for(remote), work, 0, 1000, 1099)  # uploaded meanwhile
+    assert reader.latestOffset(end, ReadAllAvailable()) == {TOPIC: {"0": 1100}}
+
+    delete_first_segment(remote)  # retention, before a restarted query replays [0, 250)
+    replay = stream(startingOffsets="earliest")
+    with pytest.raises(RuntimeError, match=r"offsets 0\.\.99 are gone"):
+        replay.partitions(start, end)
+    lenient = stream(startingOffsets="earliest", failOnDataLoss="false")
+    lenient.latestOffset(start, ReadAllAvailable())
+    assert offsets(lenient, start, end) == list(range(100, 250))
+    for each in (reader, replay, lenient):
+        each.stop()
+
+
+def delete_first_segment(remote: Path) -> None:
+    for path in remote.rglob("00000000000000000000-*"):
+        path.unlink()
