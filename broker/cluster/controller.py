@@ -54,6 +54,7 @@ from tierbroker.broker.cluster.store import (
     Stat,
     StoreError,
     WatchEvent,
+    gather_bounded,
 )
 from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
@@ -309,6 +310,7 @@ class Controller:
     async def _on_brokers_gone(self, gone: set[int]) -> None:
         if not gone:
             return
+        await self._refresh_states(self._hosted_on(gone))
         changes: dict[TopicPartition, PartitionState] = {}
         for tp, state in self.states.items():
             if state.leader in gone or gone & set(state.isr):
@@ -484,6 +486,7 @@ class Controller:
         if not new:
             return
         log.info("controller: controlled shutdown of brokers %s", sorted(new))
+        await self._refresh_states(self._hosted_on(new))
         # Leadership moves only to another live ISR member: a partition no one else can lead
         # keeps its leader until the broker is gone (Kafka skips it the same way).
         changes: dict[TopicPartition, PartitionState] = {}
@@ -550,16 +553,20 @@ class Controller:
         await self._write_states(changes)
 
     async def _refresh_states(self, tps: Iterable[TopicPartition]) -> None:
-        """Read again the states of partitions about to be decided on: their leaders have
-        changed their ISRs since this controller last wrote them."""
-        for tp in tps:
-            if tp not in self.states:
-                continue
-            try:
-                data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition))
-            except NoNodeError:
-                continue  # being deleted: the deletion event forgets it
-            self.states[tp] = PartitionState.decode(data, stat.version)
+        """Read again the states of partitions about to be decided on: their leaders change
+        their ISRs without this controller (Kafka's controller learns of it through ISR
+        change notifications; reading before deciding needs no more znodes)."""
+        await gather_bounded(self._refresh_state(tp) for tp in list(tps) if tp in self.states)
+
+    async def _refresh_state(self, tp: TopicPartition) -> None:
+        try:
+            data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition))
+        except NoNodeError:
+            return  # being deleted: the deletion event forgets it
+        self.states[tp] = PartitionState.decode(data, stat.version)
+
+    def _hosted_on(self, brokers: set[int]) -> list[TopicPartition]:
+        return [tp for tp in self.states if brokers & set(self._replicas(tp))]
 
     # Writes --------------------------------------------------------------------------
 

@@ -11,25 +11,18 @@ was acknowledged by the ISR (acks=all) is there exactly once, in order.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.held_fetcher import hold_fetcher
+from tests.integration.waiting import wait_for
 from tierbroker.broker.embedded import EmbeddedCluster
 from tierbroker.protocol.records import iter_batches
 from tierbroker.storage.topic_partition import TopicPartition as Tp
 
 TOPIC = "diverging"
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def produce(cluster: EmbeddedCluster, prefix: bytes, count: int, acks: str) -> None:

@@ -28,7 +28,14 @@ from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.held_fetcher import hold_fetcher
-from tests.integration.wire import WireClient, fetch_request, make, request_module, split_batches
+from tests.integration.waiting import wait_for
+from tests.integration.wire import (
+    WireClient,
+    fetch_request,
+    list_offsets,
+    request_module,
+    split_batches,
+)
 from tierbroker.broker.embedded import EmbeddedCluster
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import BatchView
@@ -68,13 +75,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
 
 
 # The cluster's side ---------------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def create_topic(cluster: EmbeddedCluster, topic: str, **configs: str) -> tuple[int, list[int]]:
@@ -314,31 +314,9 @@ def list_offset(
     cluster: EmbeddedCluster, broker_id: int, topic: str, replica_id: int, timestamp: int
 ) -> tuple[int, int]:
     """(error, offset) of ListOffsets v7 for partition 0."""
-    m = request_module(2, 7)
     host, port = cluster.address(broker_id).rsplit(":", 1)
     with WireClient(int(port), host) as client:
-        response = client.request(
-            make(
-                m.ListOffsetsRequest,
-                replica_id=replica_id,
-                isolation_level=0,
-                topics=(
-                    m.ListOffsetsTopic(
-                        name=topic,
-                        partitions=(
-                            make(
-                                m.ListOffsetsPartition,
-                                partition_index=0,
-                                current_leader_epoch=-1,
-                                timestamp=timestamp,
-                            ),
-                        ),
-                    ),
-                ),
-            )
-        )
-    [[answer]] = [t.partitions for t in response.topics]
-    return int(answer.error_code), int(answer.offset)
+        return list_offsets(client, topic, timestamp, version=7, replica_id=replica_id)[:2]
 
 
 def offset_for_leader_epoch(cluster: EmbeddedCluster, broker_id: int, topic: str) -> int:
@@ -471,3 +449,15 @@ def test_a_consumer_in_a_followers_rack_reads_a_tiered_partition_through_that_fo
         "RemoteFetchBytesPerSec_total", {"topic": topic}
     )
     assert remote is not None and remote > 0
+
+    def remote_size(broker_id: int) -> float | None:
+        labels = {"topic": topic, "partition": "0"}
+        return cluster.broker(broker_id).registry.get_sample_value("RemoteLogSizeBytes", labels)
+
+    # Every replica reports the size of the remote tier (KIP-852), followers included.
+    wait_for(
+        lambda: (size := remote_size(leader)) is not None
+        and size > 0
+        and all(remote_size(b) == size for b in range(3)),
+        "every replica's RemoteLogSizeBytes",
+    )

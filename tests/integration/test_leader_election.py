@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.waiting import wait_for
 from tests.integration.wire import WireClient, request_module
 from tierbroker.broker.embedded import EmbeddedCluster
 from tierbroker.protocol.errors import ErrorCode
@@ -52,13 +53,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
     running = start_cluster(tmp_path_factory.mktemp("elections"), auto_balance=False)
     yield running
     running.stop()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def leader_and_isr(cluster: EmbeddedCluster, topic: str) -> tuple[int, int, set[int]]:
