@@ -50,6 +50,8 @@ bench: install-test
 	$(BIN)/python -m benchmarks.partitions
 	$(BIN)/python -m benchmarks.pipeline
 	$(BIN)/python -m benchmarks.startup
+	$(BIN)/python -m benchmarks.replication
+	$(BIN)/python -m benchmarks.failover
 	$(BIN)/python -m benchmarks.follower_fetching
 
 clean:

@@ -3,12 +3,15 @@
 - start-up: `tierbroker serve --brokers 3` from exec to every broker answering
   ApiVersions, against one broker (`tierbroker serve`) in the same run;
 - kill -9 of the partition leader of three processes over a ZooKeeper (session timeout
-  `--session-ms`), and SIGTERM of it (a controlled shutdown): how long produce stops,
-  the longest gap between two acknowledgements around the signal, while a
-  confluent-kafka producer sends one acks=all record every 5 ms. Goals: the session
+  `--session-ms`), and SIGTERM of it (a controlled shutdown), while a producer
+  (confluent-kafka, then kafka-python) sends one acks=all record every 5 ms:
+  the time from the signal to a new leader in the metadata of the brokers left (polled
+  every 10 ms), and to the first acknowledgement of a record the new leader appended (at
+  or after the first offset of its leader epoch, read from its `leader-epoch-checkpoint`).
+  The second includes the client's own way back to the new leader. Goals: the session
   timeout plus under 1 s for kill -9, under 1 s for SIGTERM.
 
-    python -m benchmarks.failover                    # about a minute on 2 cores
+    python -m benchmarks.failover                    # about 2 minutes on 2 cores
     python -m benchmarks.failover --repeat 5 --session-ms 4000
 """
 
@@ -23,15 +26,18 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
 
 from benchmarks.replication import common, serving
 from benchmarks.targets import ROOT, api_versions_answered, free_port, tierbroker_command
 from tests.zookeeper import ZooKeeperServer
+from tierbroker.storage.checkpoints import read_epoch_entries
 
 TOPIC = "failover"
 
@@ -61,10 +67,24 @@ def start_up(brokers: int) -> float:
 
 
 class Ticker(threading.Thread):
-    """One acks=all record every 5 ms; the time of every acknowledgement."""
+    """One acks=all record every 5 ms; the time and offset of every acknowledgement."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.acked: list[float] = []
+        self.offsets: list[int] = []
+        self.running = True
+
+    def _acknowledged(self, offset: int) -> None:
+        self.offsets.append(offset)
+        self.acked.append(time.perf_counter())
+
+
+class LibrdkafkaTicker(Ticker):
+    """confluent-kafka (librdkafka), reconnecting within 100 ms, otherwise as it comes."""
 
     def __init__(self, bootstrap: str) -> None:
-        super().__init__(daemon=True)
+        super().__init__()
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -74,12 +94,10 @@ class Ticker(threading.Thread):
                 "reconnect.backoff.max.ms": 100,
             }
         )
-        self.acked: list[float] = []
-        self.running = True
 
-    def _delivered(self, error: KafkaError | None, _message: Message) -> None:
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
-            self.acked.append(time.perf_counter())
+            self._acknowledged(message.offset() or 0)
 
     def run(self) -> None:
         while self.running:
@@ -88,8 +106,36 @@ class Ticker(threading.Thread):
         self.producer.flush(30)
 
 
-def failover(sig: int, session_ms: int) -> float:
-    """The longest gap in seconds between acknowledgements around `sig` to the leader."""
+class KafkaPythonTicker(Ticker):
+    """kafka-python, reconnecting within 100 ms, otherwise as it comes."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__()
+        self.producer = KafkaProducer(
+            bootstrap_servers=bootstrap.split(","),
+            acks="all",
+            linger_ms=0,
+            reconnect_backoff_max_ms=100,
+        )
+
+    def run(self) -> None:
+        while self.running:
+            sent = self.producer.send(TOPIC, b"tick")
+            sent.add_callback(lambda record: self._acknowledged(record.offset))
+            time.sleep(0.005)
+        self.producer.flush(30)
+        self.producer.close(5)
+
+
+CLIENTS: dict[str, Callable[[str], Ticker]] = {
+    "confluent-kafka": LibrdkafkaTicker,
+    "kafka-python": KafkaPythonTicker,
+}
+
+
+def failover(sig: int, session_ms: int, client: str) -> tuple[float, float]:
+    """Seconds from `sig` to the leader to (a new leader in the metadata of the brokers
+    left, the first acknowledgement of a record that new leader appended)."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-failover-"))
     zookeeper = ZooKeeperServer(workdir / "zk").start()
     ports = [free_port() for _ in range(3)]
@@ -109,24 +155,47 @@ def failover(sig: int, session_ms: int) -> float:
             admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
             topic = NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})
             admin.create_topics([topic])[TOPIC].result(30)
-            ticker = Ticker(bootstrap)
+            ticker = CLIENTS[client](bootstrap)
             ticker.start()
             while len(ticker.acked) < 200:
                 time.sleep(0.05)
             leader = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].leader
+            old_epoch = _epochs(workdir, leader)[-1][0]
+            survivors = ",".join(f"127.0.0.1:{p}" for i, p in enumerate(ports) if i != leader)
+            watcher = AdminClient({"bootstrap.servers": survivors, "log_level": 0})
+            watcher.list_topics(TOPIC, timeout=10)  # connected before the signal
             signalled = time.perf_counter()
             processes[leader].send_signal(sig)
-            while (
-                not any(t > signalled for t in ticker.acked[-50:]) or ticker.acked[-1] < signalled
-            ):
+            new_leader = leader
+            while new_leader in (leader, -1):
                 time.sleep(0.01)
-            first = next(t for t in ticker.acked if t > signalled)
+                metadata = watcher.list_topics(TOPIC, timeout=10)
+                new_leader = metadata.topics[TOPIC].partitions[0].leader
+            elected = time.perf_counter() - signalled
+            while (epochs := _epochs(workdir, new_leader))[-1][0] <= old_epoch:
+                time.sleep(0.01)
+            epoch_start = epochs[-1][1]
+            deadline = time.monotonic() + 60
+            first: float | None = None
+            while first is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+                acked = list(zip(ticker.acked, ticker.offsets, strict=False))
+                first = next((t for t, offset in acked if offset >= epoch_start), None)
             ticker.running = False
             ticker.join(60)
-            return first - signalled
+            if first is None:
+                raise RuntimeError("no acknowledgement from the new leader within 60 s")
+            return elected, first - signalled
     finally:
         zookeeper.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _epochs(workdir: Path, broker_id: int) -> list[tuple[int, int]]:
+    """(leader epoch, start offset) of the topic's partition on `broker_id`."""
+    return read_epoch_entries(
+        workdir / f"broker-{broker_id}" / f"{TOPIC}-0" / "leader-epoch-checkpoint"
+    )
 
 
 def main() -> None:
@@ -136,17 +205,25 @@ def main() -> None:
     args = parser.parse_args()
     single = [start_up(1) for _ in range(args.repeat)]
     three = [start_up(3) for _ in range(args.repeat)]
-    killed = [failover(signal.SIGKILL, args.session_ms) for _ in range(args.repeat)]
-    stopped = [failover(signal.SIGTERM, args.session_ms) for _ in range(args.repeat)]
+    runs = {
+        (client, sig): [failover(sig, args.session_ms, client) for _ in range(args.repeat)]
+        for client in CLIENTS
+        for sig in (signal.SIGKILL, signal.SIGTERM)
+    }
 
     def line(name: str, values: list[float]) -> str:
         spread = f"({min(values):.2f}-{max(values):.2f})"
-        return f"{name:<44} median {statistics.median(values):6.2f} s  {spread}"
+        return f"{name:<62} median {statistics.median(values):6.2f} s  {spread}"
 
     print(line("start-up, one broker", single))
     print(line("start-up, three brokers in one process", three))
-    print(line(f"produce stopped: kill -9 (session {args.session_ms} ms)", killed))
-    print(line("produce stopped: SIGTERM (controlled shutdown)", stopped))
+    for client in CLIENTS:
+        killed, stopped = runs[client, signal.SIGKILL], runs[client, signal.SIGTERM]
+        session = f"session {args.session_ms} ms"
+        print(line(f"{client}: kill -9 ({session}): to a new leader", [k[0] for k in killed]))
+        print(line(f"{client}: kill -9: to the new leader's first ack", [k[1] for k in killed]))
+        print(line(f"{client}: SIGTERM: to a new leader", [s[0] for s in stopped]))
+        print(line(f"{client}: SIGTERM: to the new leader's first ack", [s[1] for s in stopped]))
     print(
         "(medians of",
         args.repeat,

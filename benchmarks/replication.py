@@ -4,19 +4,33 @@ acks=1 on one broker, with the machine's ceiling measured in the same run.
 The load generator keeps the brokers the bottleneck: pre-encoded Produce requests (one
 ~256 KiB batch of 1 KiB values each) go over several connections at once, 4 in flight on
 each, as in `benchmarks.ceiling`; a Python producer would be the limit itself and hide
-what replication costs. Every setup gets the same requests for 6 partitions:
+what replication costs. A broker handles one request of a connection at a time (as
+Kafka does), so an acks=all produce holds its connection for a replication round trip:
+with fewer connections than partitions the brokers wait on that latency rather than
+work, and each follower fetch carries one or two batches. The default shape is one
+connection per partition (6); `--connections`, `--partitions`, `--batch-kib` and
+`--in-flight` change it. Every setup gets the same requests:
 
 - single: one `tierbroker serve`, replication factor 1, acks=1 (the baseline);
+- single x3: the same broker and topic taking every request three times, to three
+  partitions: the bytes the three replicas of a replicated setup write, received and
+  written by one broker process (the MiB/s counts each request's bytes once);
 - in-process: `tierbroker serve --brokers 3`, replication factor 3, acks=all,
   min.insync.replicas=2, every partition led by broker 0 (so brokers 1 and 2 only follow);
 - zookeeper: three `tierbroker serve` processes over a ZooKeeper, the same topic.
 
-Setups alternate round by round. Reported per setup: MiB/s, broker CPU seconds per
-produced MiB, and for the ZooKeeper cluster the followers' CPU seconds per MiB they
-replicated (brokers 1 and 2 lead nothing). Ratios are against `single`.
+Setups alternate round by round, and each writes into pages just freed (as
+`benchmarks.tiering` does: this machine hands idle free pages back to its host, and a
+page written after that costs several times more). A produce answered with an error
+ends the run. Reported per setup: MiB/s, broker CPU seconds per produced MiB (all
+brokers), and for the ZooKeeper cluster the followers' CPU seconds per MiB they
+replicated (brokers 1 and 2 lead nothing). Ratios are against `single` and against
+`single x3`, which does the same disk writes on one core as the in-process cluster does.
+Batches must stay under `message.max.bytes` (`--batch-kib` 960 at most).
 
-    python -m benchmarks.replication                      # about 3 minutes on 2 cores
+    python -m benchmarks.replication                      # about 90 s on 2 cores
     python -m benchmarks.replication --mib 128 --repeat 1
+    python -m benchmarks.replication --connections 3      # latency-bound: see above
 """
 
 from __future__ import annotations
@@ -31,11 +45,11 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -50,15 +64,31 @@ from benchmarks.targets import (
     process_cpu_seconds,
     tierbroker_command,
 )
+from benchmarks.tiering import recycle_page_cache
 from tests.zookeeper import ZooKeeperServer
+from tierbroker.protocol.client_codec import decode_response
+from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 
 TOPIC = "load"
-PARTITIONS = 6
 VALUE = b"v" * 1024
-BATCH_RECORDS = 256
-CONNECTIONS = 3
-IN_FLIGHT = 4
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the load generator sends: `connections` sockets, `in_flight` unanswered
+    requests on each, one batch of `batch_kib` KiB of 1 KiB values per request, spread
+    over `partitions` partitions (each written `copies` times, to as many partitions)."""
+
+    connections: int = 6
+    partitions: int = 6
+    batch_kib: int = 256
+    in_flight: int = 4
+    copies: int = 1
+
+    @property
+    def topic_partitions(self) -> int:
+        return self.partitions * self.copies
 
 
 @dataclass
@@ -103,47 +133,59 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def send_requests(port: int, frames: list[bytes], count: int) -> None:
-    """Send `count` requests, cycling through `frames`, IN_FLIGHT unanswered at most."""
+def send_requests(port: int, frames: list[bytes], count: int, in_flight: int) -> None:
+    """Send `count` requests, cycling through `frames`, `in_flight` unanswered at most;
+    raise on the first partition answered with an error (a refused batch is no load)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sent = answered = 0
         while answered < count:
-            while sent < count and sent - answered < IN_FLIGHT:
+            while sent < count and sent - answered < in_flight:
                 sock.sendall(frames[sent % len(frames)])
                 sent += 1
             (size,) = struct.unpack(">i", _exactly(sock, 4))
-            _exactly(sock, size)
+            response = decode_response(0, 9, _exactly(sock, size))
+            for topic in response.responses:
+                for partition in topic.partition_responses:
+                    if partition.error_code != ErrorCode.none:
+                        name = ErrorCode(partition.error_code).name.upper()
+                        raise RuntimeError(f"produce to partition {partition.index}: {name}")
             answered += 1
 
 
-def load(port: int, acks: int, mib: int) -> tuple[int, float]:
-    """(payload bytes, seconds) of `mib` MiB of produce over CONNECTIONS connections."""
-    batch = build_batch([(None, VALUE, [], 0)] * BATCH_RECORDS)
-    frames = [encode_produce(p, acks, batch, p) for p in range(PARTITIONS)]
-    per_connection = max(IN_FLIGHT, mib * 1024 * 1024 // len(batch) // CONNECTIONS)
-    threads = [
-        threading.Thread(target=send_requests, args=(port, frames[i::CONNECTIONS], per_connection))
-        for i in range(CONNECTIONS)
-    ]
+def load(port: int, acks: int, mib: int, shape: Shape) -> tuple[int, float]:
+    """(payload bytes, seconds) of `mib` MiB of produce over `shape.connections`
+    connections; with `shape.copies` > 1 each request goes that many times, to as many
+    partitions, and its bytes count once."""
+    batch = build_batch([(None, VALUE, [], 0)] * max(1, shape.batch_kib * 1024 // len(VALUE)))
+    n = shape.connections
+    per_connection = max(shape.in_flight, mib * 1024 * 1024 // len(batch) // n)
+    work = []
+    for i in range(n):
+        mine = [p for p in range(shape.partitions) if p % n == i % n] or [i % shape.partitions]
+        frames = [
+            encode_produce(p + copy * shape.partitions, acks, batch, p)
+            for p in mine
+            for copy in range(shape.copies)
+        ]
+        work.append((port, frames, per_connection * shape.copies, shape.in_flight))
     started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return per_connection * CONNECTIONS * len(batch), time.perf_counter() - started
+    with ThreadPoolExecutor(n) as pool:
+        for done in [pool.submit(send_requests, *args) for args in work]:
+            done.result()  # a connection's error, raised here
+    return per_connection * n * len(batch), time.perf_counter() - started
 
 
-def create_topic(bootstrap: str, replicated: bool) -> None:
+def create_topic(bootstrap: str, replicated: bool, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     if replicated:
         topic = NewTopic(
             TOPIC,
-            num_partitions=PARTITIONS,
-            replica_assignment=[[0, 1, 2]] * PARTITIONS,
+            num_partitions=partitions,
+            replica_assignment=[[0, 1, 2]] * partitions,
             config={"min.insync.replicas": "2"},
         )
     else:
-        topic = NewTopic(TOPIC, PARTITIONS, 1)
+        topic = NewTopic(TOPIC, partitions, 1)
     admin.create_topics([topic])[TOPIC].result(30)
 
 
@@ -180,22 +222,27 @@ def common(workdir: Path, port: int) -> list[str]:
     ]
 
 
-def run_single(mib: int) -> Result:
+def run_single(mib: int, shape: Shape) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     port = free_port()
     try:
         with serving(common(workdir / "data", port), workdir, "single") as process:
-            create_topic(f"127.0.0.1:{port}", replicated=False)
-            load(port, 1, 4)  # warm-up
+            create_topic(f"127.0.0.1:{port}", False, shape.topic_partitions)
+            load(port, 1, 4, shape)  # warm-up
+            recycle_page_cache(mib * shape.copies)
             cpu = process_cpu_seconds(process.pid)
-            size, seconds = load(port, 1, mib)
+            size, seconds = load(port, 1, mib, shape)
             cpu = process_cpu_seconds(process.pid) - cpu
         return Result(size / 2**20 / seconds, cpu / (size / 2**20))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_in_process(mib: int) -> Result:
+def run_single_x3(mib: int, shape: Shape) -> Result:
+    return run_single(mib, replace(shape, copies=3))
+
+
+def run_in_process(mib: int, shape: Shape) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     port = free_port()
     while any(_taken(port + i) for i in (1, 2)):
@@ -203,10 +250,11 @@ def run_in_process(mib: int) -> Result:
     try:
         args = [*common(workdir / "data", port), "--brokers", "3"]
         with serving(args, workdir, "in-process") as process:
-            create_topic(f"127.0.0.1:{port}", replicated=True)
-            load(port, -1, 4)
+            create_topic(f"127.0.0.1:{port}", True, shape.partitions)
+            load(port, -1, 4, shape)
+            recycle_page_cache(mib * 3)
             cpu = process_cpu_seconds(process.pid)
-            size, seconds = load(port, -1, mib)
+            size, seconds = load(port, -1, mib, shape)
             cpu = process_cpu_seconds(process.pid) - cpu
         return Result(size / 2**20 / seconds, cpu / (size / 2**20))
     finally:
@@ -222,7 +270,7 @@ def _taken(port: int) -> bool:
     return False
 
 
-def run_zookeeper(mib: int) -> Result:
+def run_zookeeper(mib: int, shape: Shape) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     zookeeper = ZooKeeperServer(workdir / "zk").start()
     try:
@@ -237,10 +285,11 @@ def run_zookeeper(mib: int) -> Result:
                     f"zookeeper.connect={zookeeper.connect}/bench",
                 ]
                 processes.append(stack.enter_context(serving(args, workdir, f"zk-{broker_id}")))
-            create_topic(f"127.0.0.1:{ports[0]}", replicated=True)
-            load(ports[0], -1, 4)
+            create_topic(f"127.0.0.1:{ports[0]}", True, shape.partitions)
+            load(ports[0], -1, 4, shape)
+            recycle_page_cache(mib * 3)
             before = [process_cpu_seconds(p.pid) for p in processes]
-            size, seconds = load(ports[0], -1, mib)
+            size, seconds = load(ports[0], -1, mib, shape)
             spent = [process_cpu_seconds(p.pid) - b for p, b in zip(processes, before, strict=True)]
         mib_moved = size / 2**20
         return Result(mib_moved / seconds, sum(spent) / mib_moved, sum(spent[1:]) / 2 / mib_moved)
@@ -253,27 +302,47 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=Shape.connections)
+    parser.add_argument("--partitions", type=int, default=Shape.partitions)
+    parser.add_argument("--batch-kib", type=int, default=Shape.batch_kib)
+    parser.add_argument("--in-flight", type=int, default=Shape.in_flight)
     args = parser.parse_args()
-    runs: dict[str, list[Result]] = {"single": [], "in-process": [], "zookeeper": []}
-    setups = {"single": run_single, "in-process": run_in_process, "zookeeper": run_zookeeper}
+    shape = Shape(args.connections, args.partitions, args.batch_kib, args.in_flight)
+    setups = {
+        "single": run_single,
+        "single x3": run_single_x3,
+        "in-process": run_in_process,
+        "zookeeper": run_zookeeper,
+    }
+    runs: dict[str, list[Result]] = {name: [] for name in setups}
     for round_ in range(args.repeat):
         order = list(setups) if round_ % 2 == 0 else list(reversed(setups))
         for name in order:
-            runs[name].append(setups[name](args.mib))
+            runs[name].append(setups[name](args.mib, shape))
             last = runs[name][-1]
             print(f"round {round_ + 1} {name}: {last.mib_per_s:.1f} MiB/s", file=sys.stderr)
-    ceiling, _ = measure_ceiling(args.mib * 2**20, args.mib * 1024, 256 * 1024, repeat=1)
+    request_bytes = shape.batch_kib * 1024
+    ceiling, _ = measure_ceiling(args.mib * 2**20, args.mib * 1024, request_bytes, repeat=1)
     base = statistics.median(r.mib_per_s for r in runs["single"])
-    print(f"ceiling (loopback into a file): {ceiling.mib_per_s:.0f} MiB/s")
+    same_writes = statistics.median(r.mib_per_s for r in runs["single x3"])
     print(
-        f"{'setup':<12} {'MiB/s':>8} {'vs single':>10} {'CPU s/MiB':>10} {'follower CPU s/MiB':>19}"
+        f"{shape.connections} connections x {shape.in_flight} in flight, "
+        f"{shape.partitions} partitions, {shape.batch_kib} KiB per request; "
+        f"ceiling (loopback into a file): {ceiling.mib_per_s:.0f} MiB/s"
+    )
+    print(
+        f"{'setup':<12} {'MiB/s':>8} {'vs single':>10} {'vs x3':>7} {'CPU s/MiB':>10} "
+        f"{'follower CPU s/MiB':>19}"
     )
     for name, results in runs.items():
         rate = statistics.median(r.mib_per_s for r in results)
         cpu = statistics.median(r.cpu_s_per_mib for r in results)
         followers = [r.follower_cpu_s_per_mib for r in results if r.follower_cpu_s_per_mib]
         follower = f"{statistics.median(followers):.4f}" if followers else "-"
-        print(f"{name:<12} {rate:>8.1f} {rate / base:>9.2f}x {cpu:>10.4f} {follower:>19}")
+        print(
+            f"{name:<12} {rate:>8.1f} {rate / base:>9.2f}x {rate / same_writes:>6.2f}x "
+            f"{cpu:>10.4f} {follower:>19}"
+        )
 
 
 if __name__ == "__main__":

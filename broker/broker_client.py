@@ -4,9 +4,11 @@ Followers fetch from leaders through it, and internal writers (the remote-log me
 manager, producer-id and coordinator work) send requests to other brokers. It connects
 on first use, asks the peer's ApiVersions once per connection and sends each API at the
 highest version both sides know. Requests may be pipelined; responses are matched by
-correlation id. When the connection fails or is closed, every waiting request fails
-with `BrokerUnavailable` (the reader task never leaves a waiter behind); the next request
-reconnects.
+correlation id. Responses are received straight into their frame's buffer (a buffered
+protocol with the server's `FrameReader`) and decoded there, so the records of a fetch
+response are copied once from the socket rather than through a stream's buffers. When
+the connection fails or is closed, every waiting request fails with `BrokerUnavailable`
+(connection loss fails them all, so none is left behind); the next request reconnects.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import struct
-from typing import Any
+from typing import Any, cast
 
 from tierbroker.protocol.client_codec import (
     API_VERSIONS,
@@ -25,19 +26,76 @@ from tierbroker.protocol.client_codec import (
     response_correlation_id,
 )
 from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.framing import FrameError, FrameReader, pooled_bytes
+from tierbroker.protocol.memory_pool import MemoryPool
 from tierbroker.protocol.versions import SUPPORTED_VERSIONS
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024  # a bound on what one response may make us allocate
-# The stream reader pauses the socket above twice its limit: at asyncio's 64 KiB default, a
-# fetch response of several MiB would pause and resume it dozens of times.
-_READ_LIMIT_BYTES = 8 * 1024 * 1024
 
 
 class BrokerUnavailable(ConnectionError):
     """The peer could not be reached, or the connection broke before it answered."""
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One connection's transport callbacks: each response frame is handed to the client as
+    soon as it is whole; `lost` holds the error the connection ended with."""
+
+    def __init__(self, client: BrokerClient) -> None:
+        self.client = client
+        # Responses are decoded as they complete, so a frame holds the pool only briefly:
+        # the pool just bounds a frame's size.
+        self.reader = FrameReader(MAX_RESPONSE_BYTES, MemoryPool(MAX_RESPONSE_BYTES))
+        self.transport: asyncio.Transport | None = None
+        self.lost: BaseException | None = None
+        self.closed = asyncio.Event()
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.reader.buffer_updated(nbytes)
+        except FrameError as e:
+            self._close(BrokerUnavailable(f"{self.client}: {e}"))
+            return
+        for frame in frames:
+            self.reader.pool.release(pooled_bytes(len(frame)))
+            self.client._answer(frame)
+
+    def eof_received(self) -> bool | None:
+        return False  # close: a peer that stops sending answers nothing more
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.reader.close()
+        if self.lost is None:
+            detail = exc or "connection closed by the peer"
+            self.lost = BrokerUnavailable(f"{self.client}: {detail}")
+        self.can_write.set()
+        self.closed.set()
+        self.client._lost(self)
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def _close(self, error: BaseException) -> None:
+        """Close at once, dropping unsent bytes: whatever waits fails with `error`."""
+        if self.lost is None:
+            self.lost = error
+        if self.transport is not None:
+            self.transport.abort()
+        else:
+            self.closed.set()
 
 
 class BrokerClient:
@@ -51,8 +109,7 @@ class BrokerClient:
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self._correlation_ids = itertools.count()
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._connection: _Connection | None = None
         self._waiting: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
         self._versions: dict[int, int] = {}
         self._connecting: asyncio.Lock = asyncio.Lock()
@@ -68,25 +125,23 @@ class BrokerClient:
     async def connect(self) -> None:
         """Connect and learn the peer's API versions, unless connected already."""
         async with self._connecting:
-            if self._writer is not None:
+            if self._connection is not None and self._connection.lost is None:
                 return
             if self._closed:
                 raise BrokerUnavailable(f"{self}: closed")
+            connection = _Connection(self)
             try:
                 async with asyncio.timeout(self.request_timeout_ms / 1000):
-                    reader, writer = await asyncio.open_connection(
-                        self.host, self.port, limit=_READ_LIMIT_BYTES
+                    await asyncio.get_running_loop().create_connection(
+                        lambda: connection, self.host, self.port
                     )
             except (OSError, TimeoutError) as e:
                 raise BrokerUnavailable(f"cannot connect to {self.host}:{self.port}: {e}") from e
-            self._writer = writer
-            self._reader_task = asyncio.get_running_loop().create_task(
-                self._read_responses(reader), name=f"broker-client-{self.host}:{self.port}"
-            )
+            self._connection = connection
             self._versions = {API_VERSIONS: 0}
             versions = await self._send(request_type(API_VERSIONS, 0)())
             if versions.error_code != ErrorCode.none:
-                await self._disconnect(BrokerUnavailable(f"{self}: ApiVersions failed"))
+                self._disconnect(BrokerUnavailable(f"{self}: ApiVersions failed"))
                 raise BrokerUnavailable(f"{self}: ApiVersions answered {versions.error_code}")
             self._versions = _agree(versions.api_keys)
 
@@ -96,59 +151,47 @@ class BrokerClient:
         return await self._send(body)
 
     async def _send(self, body: Any) -> Any:
-        writer = self._writer
-        if writer is None:
+        connection = self._connection
+        if connection is None or connection.transport is None or connection.lost is not None:
             raise BrokerUnavailable(f"{self}: not connected")
         api_key, version = int(type(body).__api_key__), int(type(body).__version__)
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[correlation_id] = (api_key, version, future)
         try:
-            writer.write(encode_request(correlation_id, self.client_id, body))
-            await writer.drain()
             async with asyncio.timeout(self.request_timeout_ms / 1000):
+                await connection.can_write.wait()
+                if connection.lost is not None:
+                    raise connection.lost
+                connection.transport.write(encode_request(correlation_id, self.client_id, body))
                 return await asyncio.shield(future)
         except TimeoutError:
             # A peer that does not answer in time is treated as gone: start afresh.
-            await self._disconnect(BrokerUnavailable(f"{self}: request timed out"))
+            self._disconnect(BrokerUnavailable(f"{self}: request timed out"))
             raise BrokerUnavailable(
                 f"{self}: no answer within {self.request_timeout_ms} ms"
             ) from None
-        except (ConnectionError, OSError) as e:
-            await self._disconnect(BrokerUnavailable(f"{self}: {e}"))
-            raise BrokerUnavailable(f"{self}: {e}") from e
         finally:
             self._waiting.pop(correlation_id, None)
 
-    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
-        error: BaseException = BrokerUnavailable(f"{self}: connection closed by the peer")
+    def _answer(self, frame: bytes | memoryview) -> None:
+        """A response frame arrived: decode it for its waiting request, if still there."""
+        waiting = self._waiting.pop(response_correlation_id(frame), None)
+        if waiting is None:
+            return  # its requester timed out and left
+        api_key, version, future = waiting
+        if future.done():
+            return
         try:
-            while True:
-                size = _SIZE.unpack(await reader.readexactly(4))[0]
-                if not 0 <= size <= MAX_RESPONSE_BYTES:
-                    error = BrokerUnavailable(f"{self}: response of {size} bytes")
-                    break
-                frame = await reader.readexactly(size)
-                waiting = self._waiting.pop(response_correlation_id(frame), None)
-                if waiting is None:
-                    continue  # its requester timed out and left
-                api_key, version, future = waiting
-                if future.done():
-                    continue
-                try:
-                    future.set_result(decode_response(api_key, version, frame))
-                except Exception as e:
-                    future.set_exception(e)
-        except (asyncio.IncompleteReadError, OSError) as e:
-            error = BrokerUnavailable(f"{self}: {e or 'connection closed'}")
-        except asyncio.CancelledError:
-            error = BrokerUnavailable(f"{self}: closed")
-            raise
-        finally:
-            self._fail_all(error)
-            writer, self._writer = self._writer, None
-            if writer is not None:
-                writer.close()
+            future.set_result(decode_response(api_key, version, frame))
+        except Exception as e:
+            future.set_exception(e)
+
+    def _lost(self, connection: _Connection) -> None:
+        if self._connection is connection:
+            self._connection = None
+        assert connection.lost is not None
+        self._fail_all(connection.lost)
 
     def _fail_all(self, error: BaseException) -> None:
         waiting, self._waiting = self._waiting, {}
@@ -156,24 +199,19 @@ class BrokerClient:
             if not future.done():
                 future.set_exception(error)
 
-    async def _disconnect(self, error: BaseException) -> None:
-        writer, self._writer = self._writer, None
-        task, self._reader_task = self._reader_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    def _disconnect(self, error: BaseException) -> None:
+        connection, self._connection = self._connection, None
         self._fail_all(error)
-        if writer is not None:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
+        if connection is not None:
+            connection._close(error)
 
     async def close(self) -> None:
         """Fail waiting requests and close; idempotent."""
         self._closed = True
-        await self._disconnect(BrokerUnavailable(f"{self}: closed"))
+        connection = self._connection
+        self._disconnect(BrokerUnavailable(f"{self}: closed"))
+        if connection is not None:
+            await connection.closed.wait()
 
 
 def _agree(api_keys: Any) -> dict[int, int]:

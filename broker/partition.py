@@ -2,8 +2,9 @@
 
 As leader it stamps appends with its leader epoch, tracks each follower (`ReplicaState`)
 from the follower's fetches, moves the high watermark to the lowest log end offset of
-its maximal ISR (not while the ISR is below `min.insync.replicas`, as Kafka since
-KAFKA-15583), and asks for ISR changes: a caught-up follower in, a lagging one out.
+its maximal ISR and of the caught-up followers eligible to join it (not while the ISR is
+below `min.insync.replicas`, as Kafka since KAFKA-15583), and asks for ISR changes: a
+caught-up follower in, a lagging one out.
 The ISR is the committed one (as last written to the partition state); while a change
 is in flight, `pending_isr` holds the one asked for, and the maximal ISR (committed and
 any replica being added) is what the high watermark and acks=all count, as in Kafka's
@@ -18,6 +19,7 @@ synchronous, so they are serialised.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState
@@ -68,10 +70,18 @@ class OffsetNotAvailableYet(Exception):
 
 
 class Partition:
-    def __init__(self, log: Log, local_broker_id: int, replica_lag_time_max_ms: int = 30_000):
+    def __init__(
+        self,
+        log: Log,
+        local_broker_id: int,
+        replica_lag_time_max_ms: int = 30_000,
+        is_isr_eligible: Callable[[int], bool] = lambda _broker_id: True,
+    ):
         self.log = log
         self.local_broker_id = local_broker_id
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        # Whether a broker may join an ISR: registered and not shutting down (KIP-841).
+        self.is_isr_eligible = is_isr_eligible
         self.leader_id = NO_LEADER
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -209,15 +219,21 @@ class Partition:
 
     def maybe_increment_leader_hw(self, now: int) -> bool:
         """Move the high watermark up to the lowest log end offset among the maximal ISR and
-        the caught-up followers; True if it moved."""
+        the caught-up followers that may join it; True if it moved.
+
+        As Kafka's shouldWaitForReplicaToJoinIsr: a caught-up follower outside the ISR is
+        waited for only while it is eligible, so a broker gone or in a controlled shutdown,
+        which fetched up to the log end just before, does not hold the high watermark (and
+        acks=all) back for `replica.lag.time.max.ms`."""
         if not self.is_leader or self.is_under_min_isr:
             return False
         end = self.log.log_end_offset
         high_watermark = end
         maximal = self.maximal_isr
         for replica in self.remote_replicas.values():
-            counts = replica.broker_id in maximal or replica.is_caught_up(
-                end, now, self.replica_lag_time_max_ms
+            counts = replica.broker_id in maximal or (
+                replica.is_caught_up(end, now, self.replica_lag_time_max_ms)
+                and self.is_isr_eligible(replica.broker_id)
             )
             if counts and replica.log_end_offset < high_watermark:
                 high_watermark = replica.log_end_offset

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.fetch.v17 import request as fetch_request
 from kio.schema.list_offsets.v8 import request as list_offsets_request
@@ -156,17 +156,20 @@ class ReplicaFetcher:
             )
 
     def _fetch_request(self, ready: dict[TopicPartition, _FetchState]) -> Any:
+        # Offsets and epochs of our own logs are in range: cast, not kio's checked
+        # constructors, which cost half of building the request.
         by_topic: dict[Any, list[Any]] = {}
+        max_bytes = cast(i32, self.config.max_bytes)
         for tp, state in ready.items():
             lg = state.partition.log
             by_topic.setdefault(state.partition.topic_id, []).append(
                 fetch_request.FetchPartition(
-                    partition=i32(tp.partition),
-                    current_leader_epoch=i32(state.leader_epoch),
-                    fetch_offset=i64(lg.log_end_offset),
-                    last_fetched_epoch=i32(lg.leader_epoch_cache.latest_epoch),
-                    log_start_offset=i64(lg.log_start_offset),
-                    partition_max_bytes=i32(self.config.max_bytes),
+                    partition=cast(i32, tp.partition),
+                    current_leader_epoch=cast(i32, state.leader_epoch),
+                    fetch_offset=cast(i64, lg.log_end_offset),
+                    last_fetched_epoch=cast(i32, lg.leader_epoch_cache.latest_epoch),
+                    log_start_offset=cast(i64, lg.log_start_offset),
+                    partition_max_bytes=max_bytes,
                 )
             )
         return fetch_request.FetchRequest(

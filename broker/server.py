@@ -12,11 +12,12 @@ and a connection stops reading while more than `QUEUED_SCRATCH_FRAME_BYTES` of
 them wait, so every connection holds a fixed amount besides what the pool grants.
 The request task waits for the socket to drain before the next response.
 
-Records that live in log files are sent with `loop.sendfile` where the event
-loop supports it (the stock asyncio loop), otherwise read with `os.pread` and
-written. Parts in memory above 1 MiB (records read from the remote tier) are
-written a slice at a time, each once the socket has drained, so the transport
-does not copy what the socket cannot take at once.
+Records that live in log files are sent with `sendfile` where the event loop
+supports it (the stock asyncio loop): straight away as far as the socket takes
+them, the rest with `loop.sendfile`; otherwise read with `os.pread` and written.
+Parts in memory above 1 MiB (records read from the remote tier) are written a
+slice at a time, each once the socket has drained, so the transport does not
+copy what the socket cannot take at once.
 
 Connections are accepted by `Acceptor` within `max.connections` and
 `max.connections.per.ip`; those idle for `connections.max.idle.ms` are closed.
@@ -207,14 +208,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _send_file(self, transport: asyncio.Transport, region: FileRegion) -> None:
         if self.server.use_sendfile:
             await self._can_write.wait()
-            await asyncio.get_running_loop().sendfile(
-                transport, region.file, region.position, region.length
-            )
+            position, length = region.position, region.length
+            sent = self._sendfile_now(transport, region.file.fileno(), position, length)
+            if sent < length:
+                await asyncio.get_running_loop().sendfile(
+                    transport, region.file, position + sent, length - sent
+                )
             return
         data = os.pread(region.file.fileno(), region.length, region.position)
         if len(data) < region.length:  # the file shrank under us: pad so framing stays intact
             data += bytes(region.length - len(data))
         await self._write(transport, data)
+
+    def _sendfile_now(
+        self, transport: asyncio.Transport, fd: int, position: int, length: int
+    ) -> int:
+        """Bytes of the region the socket took at once, sent straight from the file while
+        nothing waits in the transport's buffer (so order is kept); the loop's sendfile,
+        which pauses reading and watches the socket twice per call, sends the rest."""
+        sock = transport.get_extra_info("socket")
+        if sock is None or transport.get_write_buffer_size():
+            return 0
+        try:
+            return os.sendfile(sock.fileno(), fd, position, length)
+        except (BlockingIOError, InterruptedError):
+            return 0
 
     def _close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():

@@ -15,6 +15,7 @@ import itertools
 import os
 import struct
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, BinaryIO, Protocol
 
 from kio.index import load_request_schema
@@ -77,13 +78,19 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return api_key, api_version, correlation_id
 
 
+@cache
+def _request_schema(api_key: int, api_version: int) -> Any:
+    """kio's request entity type (kio resolves it by module name on every call)."""
+    return load_request_schema(api_key, api_version)
+
+
 def parse_request(frame: bytes | memoryview) -> Request:
     """Decode a request frame (without its size prefix) into kio entities."""
     api_key, api_version, correlation_id = peek_header(frame)
     low, high = SUPPORTED_VERSIONS.get(api_key, (0, -1))
     if not low <= api_version <= high:
         raise UnsupportedVersionError(api_key, api_version, correlation_id)
-    request_type = load_request_schema(api_key, api_version)
+    request_type = _request_schema(api_key, api_version)
     header_type = request_type.__header_schema__
     # Lengths are checked before kio reads them; trailing bytes are ignored, as in Kafka.
     body_offset = check_bounds(header_type, frame, 0, header=True)

@@ -81,11 +81,22 @@ def make(cls: type, **values: Any) -> Any:
 
     Raises TypeError for a name that no version of `cls` has.
     """
+    kept = _kept_names(cls, tuple(values))
+    if kept is None:
+        return cls(**values)
+    return cls(**{k: values[k] for k in kept})
+
+
+@cache
+def _kept_names(cls: type, given: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The names of `given` that `cls` has, or None if it has them all (a call site passes
+    the same names every time, so this is worked out once per site and version)."""
     names = _field_names(cls)
-    unknown = values.keys() - names - _names_in_any_version(cls)
+    unknown = set(given) - names - _names_in_any_version(cls)
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))} in any version")
-    return cls(**{k: v for k, v in values.items() if k in names})
+    kept = tuple(k for k in given if k in names)
+    return None if len(kept) == len(given) else kept
 
 
 def field(entity: Any, name: str, default: Any = None) -> Any:
