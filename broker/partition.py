@@ -18,6 +18,7 @@ synchronous, so they are serialised.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState
@@ -68,10 +69,19 @@ class OffsetNotAvailableYet(Exception):
 
 
 class Partition:
-    def __init__(self, log: Log, local_broker_id: int, replica_lag_time_max_ms: int = 30_000):
+    def __init__(
+        self,
+        log: Log,
+        local_broker_id: int,
+        replica_lag_time_max_ms: int = 30_000,
+        is_isr_eligible: Callable[[int], bool] = lambda _broker_id: True,
+    ):
+        """`is_isr_eligible(broker_id)`: the broker is alive in the cluster's metadata, so
+        it may join the ISR, and holds the high watermark while it is caught up."""
         self.log = log
         self.local_broker_id = local_broker_id
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.is_isr_eligible = is_isr_eligible
         self.leader_id = NO_LEADER
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -209,15 +219,17 @@ class Partition:
 
     def maybe_increment_leader_hw(self, now: int) -> bool:
         """Move the high watermark up to the lowest log end offset among the maximal ISR and
-        the caught-up followers; True if it moved."""
+        the caught-up followers that may join it (as Kafka's: a follower whose broker is
+        gone from the metadata holds nothing back); True if it moved."""
         if not self.is_leader or self.is_under_min_isr:
             return False
         end = self.log.log_end_offset
         high_watermark = end
         maximal = self.maximal_isr
         for replica in self.remote_replicas.values():
-            counts = replica.broker_id in maximal or replica.is_caught_up(
-                end, now, self.replica_lag_time_max_ms
+            counts = replica.broker_id in maximal or (
+                replica.is_caught_up(end, now, self.replica_lag_time_max_ms)
+                and self.is_isr_eligible(replica.broker_id)
             )
             if counts and replica.log_end_offset < high_watermark:
                 high_watermark = replica.log_end_offset

@@ -188,7 +188,10 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is None:
             partition = Partition(
-                self.log_manager.logs[tp], self.broker_id, self.config.replica_lag_time_max_ms
+                self.log_manager.logs[tp],
+                self.broker_id,
+                self.config.replica_lag_time_max_ms,
+                self._is_isr_eligible,
             )
             self.partitions[tp] = partition
             self.long_lived.partition_led()

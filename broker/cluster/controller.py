@@ -228,6 +228,11 @@ class Controller:
         await self._on_shutdowns()
         await self._on_topics_change()
         await self._on_deletions()
+        # As Kafka's controller does on failover: replicas on brokers that are not live
+        # go offline, out of every ISR (a broker may have died with the old controller).
+        await self._on_brokers_gone(
+            {b for state in self.states.values() for b in state.isr} - set(self.live_brokers)
+        )
         await self._elect_offline(self.states)
 
     async def _read_brokers(self) -> tuple[set[int], set[int]]:
@@ -261,11 +266,25 @@ class Controller:
     async def _on_brokers_gone(self, gone: set[int]) -> None:
         if not gone:
             return
+        # Leaders write their ISR changes themselves: take the states as they are now (as
+        # Kafka's controller reads them before taking replicas out of ISRs).
+        await self._refresh_states([tp for tp in self.states if gone & set(self._replicas(tp))])
         changes: dict[TopicPartition, PartitionState] = {}
         for tp, state in self.states.items():
             if state.leader in gone or gone & set(state.isr):
                 changes[tp] = self._without(tp, state, gone)
         await self._write_states(changes)
+
+    async def _refresh_states(self, partitions: list[TopicPartition]) -> None:
+        async def read(tp: TopicPartition) -> None:
+            try:
+                data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition))
+            except NoNodeError:
+                self.states.pop(tp, None)
+                return
+            self.states[tp] = PartitionState.decode(data, stat.version)
+
+        await asyncio.gather(*(read(tp) for tp in partitions))
 
     def _without(
         self, tp: TopicPartition, state: PartitionState, brokers: set[int]
