@@ -332,10 +332,11 @@ class SocketServer:
         """Stop accepting, let connections finish their current request, then close them."""
         if self._sock is None:
             return
-        assert self._acceptor is not None and self._idle_task is not None
-        await self._acceptor.stop()
-        self._idle_task.cancel()
-        await asyncio.gather(self._idle_task, return_exceptions=True)
+        if self._acceptor is not None:  # else the start failed after listening
+            await self._acceptor.stop()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            await asyncio.gather(self._idle_task, return_exceptions=True)
         self._sock.close()
         self._sock = None
         connections = list(self.connections)
