@@ -33,9 +33,10 @@ run: install
 
 test: install-test
 	$(BIN)/pytest
+	$(BIN)/pytest -n 2 tests/plugin
 
 check: install-test
-	$(BIN)/ruff check protocol storage rlm broker pipeline tests benchmarks setup.py
+	$(BIN)/ruff check protocol storage rlm broker pipeline testing tests benchmarks setup.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -50,6 +51,7 @@ bench: install-test
 	$(BIN)/python -m benchmarks.partitions
 	$(BIN)/python -m benchmarks.pipeline
 	$(BIN)/python -m benchmarks.startup
+	$(BIN)/python -m benchmarks.fixtures
 
 clean:
 	rm -rf $(VENV) data

@@ -190,6 +190,11 @@ class BrokerServer:
     def broker_id(self) -> int:
         return self.config.broker_id
 
+    @property
+    def running(self) -> bool:
+        """Started and not stopped (nor stopping)."""
+        return self._started and not self._stopped
+
     def _on_leadership(self, partition: Partition, leader: bool) -> None:
         tp = partition.topic_partition
         if tp.topic == OFFSETS_TOPIC:
