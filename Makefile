@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine (Debian, Python 3.11):
 #   make run    install if needed, then start one broker on 127.0.0.1:9092 (data in ./data)
 #   make test   install everything the tests need (python3-venv if missing, Python deps with
-#               PySpark, Debian's kcat and a Java runtime), run the suite
+#               PySpark, Debian's kcat, a Java runtime and ZooKeeper), run the suite
 
 PYTHON ?= python3
 VENV   := .venv
@@ -51,6 +51,7 @@ bench: install-test
 	$(BIN)/python -m benchmarks.partitions
 	$(BIN)/python -m benchmarks.pipeline
 	$(BIN)/python -m benchmarks.startup
+	$(BIN)/python -m benchmarks.follower_fetching
 	$(BIN)/python -m benchmarks.fixtures
 
 clean:

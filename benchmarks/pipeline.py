@@ -1,24 +1,26 @@
 """Reading the remote tier without the broker, against reading it through the broker, in one run.
 
-    python -m benchmarks.pipeline [--mib 128] [--value-size 1024] [--spark-cores 2]
+    python -m benchmarks.pipeline [--mib 128] [--value-size 1024] [--spark-cores 2] [--rounds 5]
 
 One tierbroker tiers a 2-partition topic to LocalFs (8 MiB segments, local
-retention 8 MiB), then the same remote range (offset 0 to the end of the remote
-tier) is read three ways:
+retention 8 MiB), then the same offsets (0 to the end of the remote tier) are read:
 
-- backfill through the broker: `TieredConsumer` in KAFKA_ONLY (aiokafka);
-- backfill from the object store: `TieredConsumer` in REMOTE_ONLY;
-- Spark (`local[N]`) through the `tierbroker` source, summing value lengths;
+- as a backfill through the broker: `TieredConsumer` in KAFKA_ONLY (aiokafka);
+- as a backfill from the object store: `TieredConsumer` in REMOTE_ONLY;
+- by Spark (`local[N]`, `sum(length(value))` and `count(*)`), four ways, in one
+  session: the `tierbroker` source; Spark through the broker, emulated
+  (`benchmarks.spark_via_broker`: one task per Kafka partition reading with
+  librdkafka, as Spark's Kafka source plans); a source that reads nothing, with
+  the `tierbroker` source's very input partitioning (`benchmarks.spark_floor`:
+  Spark's own cost); Spark's native Parquet reader over the same rows, written
+  once beforehand.
 
-and, for scale, the same Spark query over `benchmarks.spark_floor`, a source that
-reads nothing and yields prebuilt Arrow batches of as many bytes: Spark's own
-cost for a Python data source.
-
-Reported: MB/s, the broker's and the reader's CPU seconds, and MB per CPU second
-of every process involved. Per core, Spark is compared with the broker's fetch
-path as the KAFKA_ONLY backfill uses it (broker plus its client: a Spark job
-through the broker would add Spark's own work on top). Tiering happens before any
-timing starts.
+The Spark variants run interleaved: a warm-up round (not counted, it compiles
+Spark's code paths and starts the Python workers), then `--rounds` rounds, each
+running every variant once, the order rotating. Reported per variant: medians of
+MB/s, CPU seconds of Spark (the JVM and all its descendants, the driver) and of
+the broker, and MB per CPU second of them all; and the median, lowest and
+highest of the per-round ratios. Tiering happens before any timing starts.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -75,8 +78,12 @@ def fill(broker: Broker, metrics_port: str, mib: int, value_size: int) -> dict[i
     producer = Producer(
         {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 262144}
     )
-    value = os.urandom(value_size)
+    # Distinct values (an index, then random bytes from a random place), so that no
+    # reader gets them cheaper by compressing or dictionary-encoding repeats.
+    noise = os.urandom(8 * MIB)
     for i in range(mib * MIB // value_size):
+        at = (i * 7919) % (len(noise) - value_size)
+        value = i.to_bytes(8, "big") + noise[at : at + value_size - 8]
         while True:
             try:
                 producer.produce(TOPIC, value, b"%d" % i, partition=i % PARTITIONS)
@@ -148,7 +155,8 @@ def measure(broker: Broker, label: str, run: Any) -> dict[str, float]:
 
 
 def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds of `root` and every live descendant (the JVM and its Python workers)."""
+    """CPU seconds of `root` and every live descendant (the JVM and its Python workers),
+    reaped children included."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -169,74 +177,125 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-def spark_read(
-    storage: str, ends: dict[int, int], cores: int, value_size: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Spark reading the tier through the `tierbroker` source, then the floor source
-    (`benchmarks.spark_floor`, which reads nothing) for as many bytes, each timed
-    after a warm-up run of the same query."""
+SPARK_VARIANTS = ("tierbroker", "via_broker", "floor", "parquet")
+LABELS = {
+    "tierbroker": "Spark, `tierbroker` source",
+    "via_broker": "Spark through the broker (emulated)",
+    "floor": "Spark, a source that reads nothing",
+    "parquet": "Spark, native Parquet reader",
+}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def spark_rounds(
+    broker: Broker, storage: str, ends: dict[int, int], args: argparse.Namespace, workdir: Path
+) -> dict[str, Any]:
+    """The Spark variants, interleaved: a warm-up round, then `args.rounds` timed rounds,
+    each running every variant once (the order rotating from round to round)."""
     from pyspark.sql import DataFrame, SparkSession
 
     from benchmarks.spark_floor import FloorDataSource
+    from benchmarks.spark_via_broker import ViaBrokerDataSource
     from tierbroker.pipeline.spark import register
+    from tierbroker.pipeline.spark.options import ReadOptions
+    from tierbroker.pipeline.spark.plan import plan
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
     )
     spark = (
-        SparkSession.builder.master(f"local[{cores}]")
+        SparkSession.builder.master(f"local[{args.spark_cores}]")
         .appName("tierbroker-bench")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     spark.dataSource.register(FloorDataSource)
+    spark.dataSource.register(ViaBrokerDataSource)
     jvm = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[union-attr]
     ending = json.dumps({TOPIC: {str(p): end for p, end in ends.items()}})
+    options = {"storage": storage, "subscribe": TOPIC, "endingOffsets": ending}
+    tasks = len(plan(ReadOptions.parse(options)))
+    parquet = str(workdir / "parquet")
+    spark.read.format("tierbroker").options(**options).load().write.parquet(parquet)
 
-    def timed(label: str, frame: Callable[[], DataFrame]) -> dict[str, float]:
-        def query() -> tuple[int, int]:
-            read, rows = frame().selectExpr("sum(length(value))", "count(*)").collect()[0]
-            return int(read), int(rows)
+    frames: dict[str, Callable[[], DataFrame]] = {
+        "tierbroker": lambda: spark.read.format("tierbroker").options(**options).load(),
+        "via_broker": lambda: (
+            spark.read.format("tierbroker-via-broker")
+            .options(bootstrap=broker.bootstrap, topic=TOPIC, ends=json.dumps(ends))
+            .load()
+        ),
+        "floor": lambda: (
+            spark.read.format("tierbroker-floor")
+            .options(
+                rows=str(sum(ends.values())),
+                valueSize=str(args.value_size),
+                partitions=str(tasks),
+            )
+            .load()
+        ),
+        "parquet": lambda: spark.read.parquet(parquet),
+    }
 
-        query()  # warm-up: JVM code paths and Python workers started
+    def timed(name: str) -> dict[str, float]:
+        broker_cpu = broker.cpu_seconds()
         cpu, started = tree_cpu_seconds(jvm) + time.process_time(), time.monotonic()
-        read, rows = query()
+        read, rows = frames[name]().selectExpr("sum(length(value))", "count(*)").collect()[0]
         seconds = time.monotonic() - started
-        cpu_s = tree_cpu_seconds(jvm) + time.process_time() - cpu
-        result = {"mb": read / 1e6, "rows": rows, "seconds": seconds, "spark_cpu_s": cpu_s}
-        result["mb_per_s"] = result["mb"] / seconds
-        result["mb_per_cpu_s"] = result["mb"] / cpu_s
-        print(
-            f"{label:<28} {result['mb_per_s']:8.1f} MB/s  broker   0.00 CPU s"
-            f"  spark {cpu_s:7.2f} CPU s  {result['mb_per_cpu_s']:7.1f} MB/CPU s",
-            flush=True,
-        )
-        return result
+        spark_cpu = tree_cpu_seconds(jvm) + time.process_time() - cpu
+        broker_cpu = broker.cpu_seconds() - broker_cpu
+        assert rows == sum(ends.values()), (name, rows, ends)
+        return {
+            "mb": read / 1e6,
+            "seconds": seconds,
+            "spark_cpu_s": spark_cpu,
+            "broker_cpu_s": broker_cpu,
+            "mb_per_s": read / 1e6 / seconds,
+            "mb_per_cpu_s": read / 1e6 / (spark_cpu + broker_cpu),
+        }
 
+    rounds: list[dict[str, dict[str, float]]] = []
     try:
-        tier = timed(
-            f"Spark local[{cores}] from the tier",
-            lambda: (
-                spark.read.format("tierbroker")
-                .options(storage=storage, topic=TOPIC, endingOffsets=ending)
-                .load()
-            ),
-        )
-        assert tier["rows"] == sum(ends.values()), (tier, ends)
-        floor = timed(
-            "Spark floor (reads nothing)",
-            lambda: (
-                spark.read.format("tierbroker-floor")
-                .options(bytes=str(int(tier["mb"] * 1e6)), valueSize=str(value_size))
-                .load()
-            ),
-        )
+        for number in range(args.rounds + 1):
+            shift = number % len(SPARK_VARIANTS)
+            order = SPARK_VARIANTS[shift:] + SPARK_VARIANTS[:shift]
+            results = {name: timed(name) for name in order}
+            label = "warm-up" if number == 0 else f"round {number}"
+            print(
+                f"{label}: "
+                + ", ".join(f"{n} {results[n]['mb_per_cpu_s']:.0f}" for n in SPARK_VARIANTS)
+                + " MB/CPU s",
+                flush=True,
+            )
+            if number:
+                rounds.append(results)
     finally:
         spark.stop()
-    return tier, floor
+
+    summary: dict[str, Any] = {"input_partitions": tasks, "rounds": rounds}
+    for name in SPARK_VARIANTS:
+        summary[name] = {key: median([r[name][key] for r in rounds]) for key in rounds[0][name]}
+
+    def ratios(numerator: str, denominator: str) -> list[float]:
+        return [r[numerator]["mb_per_cpu_s"] / r[denominator]["mb_per_cpu_s"] for r in rounds]
+
+    summary["ratios"] = {
+        f"{a}_vs_{b}": {"median": median(values), "min": min(values), "max": max(values)}
+        for a, b in (
+            ("tierbroker", "via_broker"),
+            ("tierbroker", "floor"),
+            ("parquet", "via_broker"),
+        )
+        for values in [ratios(a, b)]
+    }
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mib", type=int, default=128, help="MiB of values produced")
     parser.add_argument("--value-size", type=int, default=1024)
     parser.add_argument("--spark-cores", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5, help="timed Spark rounds")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args(argv)
 
@@ -255,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             ends = fill(broker, metrics_port, args.mib, args.value_size)
             storage = (workdir / "data" / "remote").as_uri()
             print(f"remote tier: {sum(ends.values())} records in {TOPIC}", flush=True)
-            results = {
+            results: dict[str, Any] = {
                 "kafka_only": measure(
                     broker,
                     "backfill KAFKA_ONLY",
@@ -267,29 +327,35 @@ def main(argv: list[str] | None = None) -> int:
                     lambda: asyncio.run(backfill(broker, storage, "REMOTE_ONLY", ends)),
                 ),
             }
-            results["spark"], results["spark_floor"] = spark_read(
-                storage, ends, args.spark_cores, args.value_size
-            )
+            results["spark"] = spark_rounds(broker, storage, ends, args, workdir)
         finally:
             stop(broker)
     kafka, remote, spark = results["kafka_only"], results["remote_only"], results["spark"]
-    ratios = {
-        "remote_only_vs_kafka_only_mb_per_s": remote["mb_per_s"] / kafka["mb_per_s"],
-        "spark_vs_broker_path_mb_per_cpu_s": spark["mb_per_cpu_s"] / kafka["mb_per_cpu_s"],
-        "spark_floor_vs_broker_path_mb_per_cpu_s": (
-            results["spark_floor"]["mb_per_cpu_s"] / kafka["mb_per_cpu_s"]
-        ),
-    }
     print(
-        f"REMOTE_ONLY / KAFKA_ONLY: {ratios['remote_only_vs_kafka_only_mb_per_s']:.2f}x MB/s, "
-        f"broker CPU {remote['broker_cpu_s']:.2f} s vs {kafka['broker_cpu_s']:.2f} s\n"
-        f"Spark / broker path, MB per CPU second: "
-        f"{ratios['spark_vs_broker_path_mb_per_cpu_s']:.2f}x "
-        f"(a source reading nothing: {ratios['spark_floor_vs_broker_path_mb_per_cpu_s']:.2f}x)",
+        f"Spark local[{args.spark_cores}], {spark['input_partitions']} input partitions of "
+        f"the tierbroker source, medians of {args.rounds} rounds:",
+        flush=True,
+    )
+    for name in SPARK_VARIANTS:
+        row = spark[name]
+        print(
+            f"  {LABELS[name]:<38} {row['mb_per_s']:7.1f} MB/s  spark {row['spark_cpu_s']:5.2f}"
+            f" CPU s  broker {row['broker_cpu_s']:5.2f} CPU s  {row['mb_per_cpu_s']:6.1f} MB/CPU s",
+            flush=True,
+        )
+    for name, ratio in spark["ratios"].items():
+        print(
+            f"  {name}: {ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})",
+            flush=True,
+        )
+    print(
+        "REMOTE_ONLY / KAFKA_ONLY: "
+        f"{remote['mb_per_s'] / kafka['mb_per_s']:.2f}x MB/s, "
+        f"broker CPU {remote['broker_cpu_s']:.2f} s vs {kafka['broker_cpu_s']:.2f} s",
         flush=True,
     )
     if args.json:
-        args.json.write_text(json.dumps({**results, "ratios": ratios}, indent=2))
+        args.json.write_text(json.dumps(results, indent=2))
     return 0
 
 

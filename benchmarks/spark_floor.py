@@ -1,10 +1,13 @@
 """`format("tierbroker-floor")`: what Spark spends on a Python data source that reads nothing.
 
-The source has the `tierbroker` schema and plans one input partition per 8 MiB of
-1 KiB values, like a tiered topic's segments; each partition yields one
-prebuilt Arrow batch of them, over and over. Spark's cost for such a source
-(Python workers, Arrow to the JVM, rows, the query) is a floor under any Python
-data source reading the same rows.
+The source has the `tierbroker` source's default schema (Spark's Kafka schema
+without headers) and plans `partitions` input partitions sharing `rows` rows of
+`valueSize`-byte values, so that it can be given the very partitioning of the
+source it is compared with; each partition yields one prebuilt Arrow batch of
+them, over and over, from Python workers set up as the `tierbroker` source sets
+them up. Spark's cost for such a source (Python workers, Arrow to the
+JVM, rows, the query) is a floor under any Python data source reading the same
+rows in as many input partitions.
 """
 
 from __future__ import annotations
@@ -16,23 +19,27 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from tierbroker.pipeline.spark.source import KAFKA_SCHEMA
+from tierbroker.pipeline.spark.read import set_up_worker
+from tierbroker.pipeline.spark.source import KAFKA_SCHEMA_WITHOUT_HEADERS
 
 ROWS_PER_BATCH = 8192
-PARTITION_BYTES = 8 * 1024 * 1024
 
 
 class FloorReader(DataSourceReader):
-    def __init__(self, total_bytes: int, value_size: int) -> None:
-        self.total_bytes = total_bytes
+    def __init__(self, rows: int, value_size: int, partitions: int) -> None:
+        self.rows = rows
         self.value_size = value_size
+        self.count = partitions
 
     def partitions(self) -> list[InputPartition]:
-        return [InputPartition(i) for i in range(self.total_bytes // PARTITION_BYTES)]
+        share, extra = divmod(self.rows, self.count)
+        return [InputPartition(share + (i < extra)) for i in range(self.count)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        schema = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
-        n = max(1, min(ROWS_PER_BATCH, PARTITION_BYTES // self.value_size))
+        set_up_worker()  # as the sources it is compared with do
+        schema = to_arrow_schema(KAFKA_SCHEMA_WITHOUT_HEADERS, timezone="UTC")
+        rows = partition.value
+        n = max(1, min(ROWS_PER_BATCH, rows))
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.nulls(n, pa.binary()),
@@ -42,12 +49,14 @@ class FloorReader(DataSourceReader):
                 pa.array(range(n), pa.int64()),
                 pa.array([0] * n, pa.int64()).cast(schema.field("timestamp").type),
                 pa.array([0] * n, pa.int32()),
-                pa.array([[]] * n, schema.field("headers").type),
             ],
             schema=schema,
         )
-        for _ in range(PARTITION_BYTES // (n * self.value_size)):
+        full, rest = divmod(rows, n)
+        for _ in range(full):
             yield batch
+        if rest:
+            yield batch.slice(0, rest)
 
 
 class FloorDataSource(DataSource):
@@ -56,7 +65,11 @@ class FloorDataSource(DataSource):
         return "tierbroker-floor"
 
     def schema(self) -> StructType:
-        return KAFKA_SCHEMA
+        return KAFKA_SCHEMA_WITHOUT_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return FloorReader(int(self.options["bytes"]), int(self.options["valueSize"]))
+        return FloorReader(
+            int(self.options["rows"]),
+            int(self.options["valueSize"]),
+            int(self.options["partitions"]),
+        )

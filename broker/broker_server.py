@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry
 from tierbroker.broker.broker_lifecycle import BrokerLifecycle, RegistrationError
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.controller import Controller
+from tierbroker.broker.cluster.leader_election import LeaderBalance
 from tierbroker.broker.cluster.metadata_cache import MetadataCache
 from tierbroker.broker.cluster.store import (
     MetadataStore,
@@ -131,6 +132,11 @@ class BrokerServer:
             config.broker_id,
             store,
             lambda topic: self.admin.log_config(topic).unclean_leader_election_enable,
+            LeaderBalance(
+                config.auto_leader_rebalance_enable,
+                config.leader_imbalance_check_interval_seconds,
+                config.leader_imbalance_per_broker_percentage,
+            ),
         )
         offsets = GroupMetadataManager(
             self.replicas,
@@ -169,6 +175,7 @@ class BrokerServer:
                     self.cache,
                     self.admin,
                     self.groups,
+                    self.controller,
                     BrokerTopicMetrics(self.registry),
                     self.endpoints,
                 )

@@ -237,6 +237,13 @@ class BrokerConfig(BaseModel):
     replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms", ge=0)
     replica_socket_timeout_ms: int = Field(30_000, alias="replica.socket.timeout.ms", ge=1)
     controlled_shutdown_enable: KafkaBool = Field(True, alias="controlled.shutdown.enable")
+    auto_leader_rebalance_enable: KafkaBool = Field(True, alias="auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_seconds: int = Field(
+        300, alias="leader.imbalance.check.interval.seconds", ge=1
+    )
+    leader_imbalance_per_broker_percentage: int = Field(
+        10, alias="leader.imbalance.per.broker.percentage", ge=0, le=100
+    )
     replica_selector_class: str | None = Field(None, alias="replica.selector.class")
     metrics_port: Annotated[int, BeforeValidator(_port_or_none)] = Field(9404, alias="metrics.port")
     # `rsm.config.*` and `rlmm.config.*`, prefixes removed.

@@ -309,7 +309,9 @@ class ReplicaManager:
     # The ISR -------------------------------------------------------------------------
 
     def _is_isr_eligible(self, broker_id: int) -> bool:
-        return broker_id in self.cache.brokers
+        """Registered and not shutting down (Kafka's KIP-841): a broker whose controlled
+        shutdown took it out of the ISR must not be put back while it still fetches."""
+        return broker_id in self.cache.brokers and broker_id not in self.cache.shutting_down
 
     def maybe_shrink_isr(self) -> None:
         """Drop followers that stopped catching up from the ISR of every partition led here

@@ -332,7 +332,7 @@ class SocketServer:
         """Stop accepting, let connections finish their current request, then close them."""
         if self._sock is None:
             return
-        if self._acceptor is not None:  # else the start failed after listening
+        if self._acceptor is not None:  # (not when the broker failed before serving)
             await self._acceptor.stop()
         if self._idle_task is not None:
             self._idle_task.cancel()

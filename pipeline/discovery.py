@@ -208,6 +208,19 @@ class SegmentDiscovery:
         start = f"{root}{cluster}/{topic}-"
         return [d for d in self.store.list_prefixes(start) if _TOPIC_ID.match(d[len(start) : -1])]
 
+    def topics(self) -> list[str]:
+        """The names of the topics with a directory in the remote tier (`<topic>-<id>/`)."""
+        found: set[str] = set()
+        for cluster in self.clusters():
+            for root in self._entropy_dirs():
+                start = f"{root}{cluster}/"
+                for d in self.store.list_prefixes(start):
+                    entry = d[len(start) : -1]  # the id is 22 characters, "-" among them
+                    name, dash, topic_id = entry[:-23], entry[-23:-22], entry[-22:]
+                    if name and dash == "-" and _TOPIC_ID.match(topic_id):
+                        found.add(name)
+        return sorted(found)
+
     def _expected_root(self, cluster: str, topic: str, partition: int) -> str:
         layout = ObjectKeyLayout(self.prefix, self.entropy_bits, cluster)
         return self.prefix + layout.entropy(topic, partition)

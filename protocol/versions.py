@@ -33,6 +33,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     35: (1, 5),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
+    43: (0, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
     47: (0, 0),  # OffsetDelete
     60: (0, 2),  # DescribeCluster

@@ -108,7 +108,11 @@ class CopyTask:
             time_index=segment.time_index.path,
             transaction_index=None,
             producer_snapshot_index=snapshot if snapshot.exists() else None,
-            leader_epoch_index=_epoch_checkpoint(epochs),
+            # The whole lineage up to the segment's end, as Kafka uploads it: a replica
+            # rebuilt from the remote tier needs every epoch before this segment too.
+            leader_epoch_index=_epoch_checkpoint(
+                tuple((e, start) for e, start in lg.leader_epoch_cache.entries if start <= end)
+            ),
         )
         p.copying.add(metadata.segment_id.id)
         try:

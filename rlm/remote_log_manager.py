@@ -36,7 +36,7 @@ from tierbroker.rlm.task_pool import TaskPool
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
-from tierbroker.storage.remote.segment_metadata import TopicIdPartition
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,8 @@ class RemoteLogManager:
             c.task_retry_backoff_ms,
             c.task_retry_backoff_max_ms,
         )
-        self.partitions: dict[TopicIdPartition, TieredPartition] = {}
+        self.partitions: dict[TopicIdPartition, TieredPartition] = {}  # led here
+        self.followed: dict[TopicIdPartition, Log] = {}
 
     async def start(self, topic_exists: Callable[[TopicIdPartition], bool]) -> None:
         """Load remote metadata, open the plugin's clients and try the store once (a store
@@ -105,6 +106,7 @@ class RemoteLogManager:
     def on_leadership(self, tip: TopicIdPartition, lg: Log) -> None:
         """This broker leads the partition: restore its remote offsets and schedule its tasks."""
         self.follower.cancel(tip)
+        self.followed.pop(tip, None)
         lg.update_highest_offset_in_remote_storage(highest_remote_offset(self.rlmm, tip, lg))
         self._restore_log_start_offset(tip, lg)
         partition = TieredPartition(tip, lg)
@@ -146,12 +148,14 @@ class RemoteLogManager:
     def on_following(self, tip: TopicIdPartition, lg: Log) -> None:
         """This broker follows the partition: stop any leader tasks, run the follower task."""
         self._stop_leading(tip)
+        self.followed[tip] = lg
         self.follower.schedule(tip, FollowerTask(tip, lg, self.rlmm))
 
     def on_stop(self, tip: TopicIdPartition, delete: bool) -> None:
         """The partition is no longer hosted here; with `delete`, its remote data goes too."""
         partition = self._stop_leading(tip)
         self.follower.cancel(tip)
+        self.followed.pop(tip, None)
         self.rlmm.on_stop_partitions([tip])
         if delete:
             self._schedule_partition_delete(tip, partition.copying if partition else set())
@@ -207,13 +211,9 @@ class RemoteLogManager:
         rows = []
         for tip, p in sorted(self.partitions.items()):
             lg = p.log
-            readable = self.rlmm.readable_segments(tip)
-            remote = [s for s in readable if s.end_offset >= lg.log_start_offset]
+            remote, remote_bytes = self._remote_tier(tip, lg)
             if not lg.config.remote_storage_enable and not remote:
                 continue
-            going_bytes = sum(
-                s.segment_size_bytes for s in readable if s.end_offset < lg.log_start_offset
-            )
             pending = [
                 s
                 for s in lg.segments[:-1]
@@ -231,15 +231,24 @@ class RemoteLogManager:
                     "remote_log_start_offset": remote[0].start_offset if remote else -1,
                     "remote_log_end_offset": lg.highest_offset_in_remote_storage,
                     "remote_segments": len(remote),
-                    "remote_bytes": self.rlmm.remote_log_size(
-                        tip, lg.leader_epoch_cache.latest_epoch
-                    )
-                    - going_bytes,
+                    "remote_bytes": remote_bytes,
                     "copy_lag_segments": len(pending),
                     "copy_lag_bytes": sum(s.size for s in pending),
                 }
             )
         return rows
+
+    def _remote_tier(
+        self, tip: TopicIdPartition, lg: Log
+    ) -> tuple[list[RemoteLogSegmentMetadata], int]:
+        """The remote segments readers reach and their bytes in this log's lineage (KIP-852)."""
+        readable = self.rlmm.readable_segments(tip)
+        remote = [s for s in readable if s.end_offset >= lg.log_start_offset]
+        going_bytes = sum(
+            s.segment_size_bytes for s in readable if s.end_offset < lg.log_start_offset
+        )
+        size = self.rlmm.remote_log_size(tip, lg.leader_epoch_cache.latest_epoch)
+        return remote, size - going_bytes
 
     def storage_health(self) -> dict[str, Any]:
         """Whether the remote store works, the error if not, and since when (ms)."""
@@ -256,6 +265,12 @@ class RemoteLogManager:
             self.metrics.copy_lag_segments.labels(*labels).set(row["copy_lag_segments"])
             self.metrics.log_size_bytes.labels(*labels).set(row["remote_bytes"])
             self.metrics.metadata_count.labels(*labels).set(row["remote_segments"])
+        for tip, lg in self.followed.items():  # every replica reports its remote tier's size
+            if lg.config.remote_storage_enable:
+                labels = (tip.topic_partition.topic, tip.topic_partition.partition)
+                remote, remote_bytes = self._remote_tier(tip, lg)
+                self.metrics.log_size_bytes.labels(*labels).set(remote_bytes)
+                self.metrics.metadata_count.labels(*labels).set(len(remote))
         self.metrics.pool_queue.labels("copy").set(self.copier.queued)
         self.metrics.pool_queue.labels("expiration").set(self.expirer.queued)
         self.metrics.pool_queue.labels("follower").set(self.follower.queued)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the project needs: with `venv`, only what creating the
 # virtualenv needs (python3-venv, where the Python lacks ensurepip); otherwise what the
-# integration tests need too: kcat, curl (the README's examples use both), and a Java
-# runtime for PySpark (the pipeline tests run Spark on local[*]).
+# integration tests need too: kcat, curl (the README's examples use both), a Java
+# runtime for PySpark (the pipeline tests run Spark on local[*]), and ZooKeeper (the
+# multi-process cluster tests run Debian's server).
 set -euo pipefail
 missing=()
 ${PYTHON:-python3} -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
@@ -10,6 +11,7 @@ if [ "${1:-}" != venv ]; then
   command -v kcat >/dev/null || missing+=(kcat)
   command -v curl >/dev/null || missing+=(curl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+  [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""

@@ -12,7 +12,9 @@ requests, and handles each change as an event, one at a time, in its own task:
   leaderless (`unclean.leader.election.enable` lets any live replica lead, losing what
   only the ISR had); a dead or shutting-down follower leaves the ISR, except the last;
 - a leaderless partition whose ISR member returns is led by it again;
-- a deleted topic's znodes are removed (brokers delete the logs when they see it gone).
+- a deleted topic's znodes are removed (brokers delete the logs when they see it gone);
+- an ElectLeaders request, or the periodic leader-balance check, moves leadership back
+  to preferred replicas (see `leader_election`).
 
 Every write goes in a multi with a check of `/controller_epoch`'s version: a controller
 that was replaced (its session expired) cannot change anything, and resigns when it
@@ -24,10 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from tierbroker.broker.cluster import zk_data as zk
+from tierbroker.broker.cluster.leader_election import (
+    Election,
+    ElectionType,
+    LeaderBalance,
+    elect,
+    imbalanced_partitions,
+)
 from tierbroker.broker.cluster.store import (
     BadVersionError,
     Check,
@@ -45,8 +54,10 @@ from tierbroker.broker.cluster.store import (
     Stat,
     StoreError,
     WatchEvent,
+    gather_bounded,
 )
 from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
+from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -58,10 +69,23 @@ class ControllerMoved(Exception):
     """Another broker became controller: this one must not write."""
 
 
+class NotController(Exception):
+    """This broker is not the active controller (Kafka's NOT_CONTROLLER)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ElectionRequest:
+    election_type: ElectionType
+    partitions: Collection[TopicPartition] | None  # None: every partition
+    outcome: asyncio.Future[dict[TopicPartition, Election]] = field(compare=False)
+
+
 @dataclass(frozen=True, slots=True)
 class _Event:
-    kind: str  # "startup", "brokers", "topics", "topic", "deletions", "shutdowns"
+    # "startup", "brokers", "topics", "topic", "deletions", "shutdowns", "elect", "balance"
+    kind: str
     topic: str = ""
+    election: _ElectionRequest | None = None
 
 
 class Controller:
@@ -70,15 +94,18 @@ class Controller:
         broker_id: int,
         store: MetadataStore,
         unclean_election_enabled: Callable[[str], bool] = lambda _topic: False,
+        leader_balance: LeaderBalance | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
         self.unclean_election_enabled = unclean_election_enabled
+        self.leader_balance = leader_balance or LeaderBalance()
         self.epoch = 0
         self._epoch_version = -1
         self._active = False
         self._events: asyncio.Queue[_Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._balance_task: asyncio.Task[None] | None = None
         self._electing: asyncio.Task[None] | None = None
         self._stopped = False
         # The active controller's view, read at election and kept up to date by its events.
@@ -98,7 +125,7 @@ class Controller:
     async def stop(self) -> None:
         """Stop acting; resign (delete `/controller`) if active. Idempotent."""
         self._stopped = True
-        for task in (self._task, self._electing):
+        for task in (self._task, self._balance_task, self._electing):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -164,19 +191,25 @@ class Controller:
         self.epoch, self._epoch_version = new_epoch, stat.version
         self._active = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
-        if self._task is not None:
-            self._task.cancel()  # a run of an earlier term, ended by ControllerMoved
+        for task in (self._task, self._balance_task):
+            if task is not None:
+                task.cancel()  # a run of an earlier term, ended by ControllerMoved
         self._events = asyncio.Queue()
         self._events.put_nowait(_Event("startup"))
-        self._task = asyncio.get_running_loop().create_task(
-            self._process_events(), name=f"controller-{self.broker_id}"
-        )
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._process_events(), name=f"controller-{self.broker_id}")
+        if self.leader_balance.enabled:
+            self._balance_task = loop.create_task(
+                self._check_balance_periodically(), name=f"controller-{self.broker_id}-balance"
+            )
 
     def _resign(self) -> None:
         self._active = False
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        for task in (self._task, self._balance_task):
+            if task is not None:
+                task.cancel()  # an election it was running is answered by its timeout
+        self._task = self._balance_task = None
+        self._fail_elections()
 
     # Events --------------------------------------------------------------------------
 
@@ -195,11 +228,13 @@ class Controller:
             except ControllerMoved:
                 log.warning("controller %d: a newer controller exists; resigning", self.broker_id)
                 self._active = False
+                self._fail_elections(event)
                 self._elect_soon()
                 return
             except SessionExpiredError:
                 log.warning("controller %d: session expired; resigning", self.broker_id)
                 self._active = False
+                self._fail_elections(event)
                 return
             except ConnectionLossError as e:
                 # Disconnected, perhaps briefly: try again (a lost session ends as above).
@@ -220,6 +255,20 @@ class Controller:
             await self._on_deletions()
         elif event.kind == "shutdowns":
             await self._on_shutdowns()
+        elif event.kind == "elect":
+            assert event.election is not None
+            await self._on_election(event.election)
+        elif event.kind == "balance":
+            await self._on_balance_check()
+
+    def _fail_elections(self, current: _Event | None = None) -> None:
+        """Answer every election asked of this controller, now resigned: NOT_CONTROLLER."""
+        pending = [current] if current is not None else []
+        while not self._events.empty():
+            pending.append(self._events.get_nowait())
+        for event in pending:
+            if event.election is not None and not event.election.outcome.done():
+                event.election.outcome.set_exception(NotController())
 
     async def _on_startup(self) -> None:
         self.assignments.clear()
@@ -266,25 +315,12 @@ class Controller:
     async def _on_brokers_gone(self, gone: set[int]) -> None:
         if not gone:
             return
-        # Leaders write their ISR changes themselves: take the states as they are now (as
-        # Kafka's controller reads them before taking replicas out of ISRs).
-        await self._refresh_states([tp for tp in self.states if gone & set(self._replicas(tp))])
+        await self._refresh_states(self._hosted_on(gone))
         changes: dict[TopicPartition, PartitionState] = {}
         for tp, state in self.states.items():
             if state.leader in gone or gone & set(state.isr):
                 changes[tp] = self._without(tp, state, gone)
         await self._write_states(changes)
-
-    async def _refresh_states(self, partitions: list[TopicPartition]) -> None:
-        async def read(tp: TopicPartition) -> None:
-            try:
-                data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition))
-            except NoNodeError:
-                self.states.pop(tp, None)
-                return
-            self.states[tp] = PartitionState.decode(data, stat.version)
-
-        await asyncio.gather(*(read(tp) for tp in partitions))
 
     def _without(
         self, tp: TopicPartition, state: PartitionState, brokers: set[int]
@@ -455,6 +491,7 @@ class Controller:
         if not new:
             return
         log.info("controller: controlled shutdown of brokers %s", sorted(new))
+        await self._refresh_states(self._hosted_on(new))
         # Leadership moves only to another live ISR member: a partition no one else can lead
         # keeps its leader until the broker is gone (Kafka skips it the same way).
         changes: dict[TopicPartition, PartitionState] = {}
@@ -466,6 +503,75 @@ class Controller:
                 continue
             changes[tp] = self._without(tp, state, new)
         await self._write_states(changes)
+
+    # Elections asked for, and the leader balance ---------------------------------------
+
+    async def elect_leaders(
+        self, election_type: ElectionType, partitions: Collection[TopicPartition] | None
+    ) -> dict[TopicPartition, Election]:
+        """Run an election (None: of every partition) in the controller's order of events.
+
+        Raises NotController if this broker is not, or stops being, the controller."""
+        if not self._active:
+            raise NotController()
+        outcome: asyncio.Future[dict[TopicPartition, Election]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        request = _ElectionRequest(election_type, partitions, outcome)
+        self._events.put_nowait(_Event("elect", election=request))
+        return await outcome
+
+    async def _on_election(self, request: _ElectionRequest) -> None:
+        wanted = list(self.states) if request.partitions is None else request.partitions
+        await self._refresh_states(wanted)
+        outcomes: dict[TopicPartition, Election] = {}
+        for tp in wanted:
+            state, replicas = self.states.get(tp), self._replicas(tp)
+            if state is None or not replicas:
+                outcomes[tp] = Election(ErrorCode.unknown_topic_or_partition)
+                continue
+            outcomes[tp] = elect(request.election_type, replicas, state, self._eligible, self.epoch)
+        await self._write_states({tp: e.state for tp, e in outcomes.items() if e.state})
+        if not request.outcome.done():
+            request.outcome.set_result(outcomes)
+
+    async def _check_balance_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.leader_balance.check_interval_s)
+            self._events.put_nowait(_Event("balance"))
+
+    async def _on_balance_check(self) -> None:
+        replicas = {tp: self._replicas(tp) for tp in self.states}
+        chosen = imbalanced_partitions(
+            replicas, self.states, self._eligible, self.leader_balance.per_broker_percentage
+        )
+        await self._refresh_states(chosen)
+        changes = {}
+        for tp in chosen:
+            outcome = elect(
+                ElectionType.PREFERRED, replicas[tp], self.states[tp], self._eligible, self.epoch
+            )
+            if outcome.state is not None:
+                changes[tp] = outcome.state
+        if changes:
+            log.info("controller: %d partitions return to their preferred replica", len(changes))
+        await self._write_states(changes)
+
+    async def _refresh_states(self, tps: Iterable[TopicPartition]) -> None:
+        """Read again the states of partitions about to be decided on: their leaders change
+        their ISRs without this controller (Kafka's controller learns of it through ISR
+        change notifications; reading before deciding needs no more znodes)."""
+        await gather_bounded(self._refresh_state(tp) for tp in list(tps) if tp in self.states)
+
+    async def _refresh_state(self, tp: TopicPartition) -> None:
+        try:
+            data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition))
+        except NoNodeError:
+            return  # being deleted: the deletion event forgets it
+        self.states[tp] = PartitionState.decode(data, stat.version)
+
+    def _hosted_on(self, brokers: set[int]) -> list[TopicPartition]:
+        return [tp for tp in self.states if brokers & set(self._replicas(tp))]
 
     # Writes --------------------------------------------------------------------------
 

@@ -1,11 +1,12 @@
 """`MetadataCache`: this broker's view of the cluster, followed from the `MetadataStore`.
 
 Brokers follow metadata (as KRaft brokers do) instead of being told: the cache reads
-the live brokers, the controller, every topic's assignment and configs, and every
-partition's state, and keeps a one-shot watch on each. A watch that fires marks what
-it watched as stale; one task re-reads stale znodes in the order they fired, updates the
-cache and hands each `MetadataDelta` to the listeners (the ReplicaManager). After the
-session is lost, every watch is gone: the whole view is read again.
+the live brokers (and those in a controlled shutdown), the controller, every topic's
+assignment and configs, and every partition's state, and keeps a one-shot watch on
+each. A watch that fires marks what it watched as stale; one task re-reads stale znodes
+in the order they fired, updates the cache and hands each `MetadataDelta` to the
+listeners (the ReplicaManager). After the session is lost, every watch is gone: the
+whole view is read again.
 
 Handlers read the cache, never the store: its reads are plain dict lookups on the event
 loop. Not shared across event loops.
@@ -16,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.store import (
@@ -28,13 +28,12 @@ from tierbroker.broker.cluster.store import (
     SessionExpiredError,
     SessionState,
     WatchEvent,
+    gather_bounded,
 )
 from tierbroker.broker.cluster.zk_data import BrokerRegistration, PartitionState, TopicAssignment
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
-
-_READ_CONCURRENCY = 256  # znode reads in flight at once during a full read
 
 
 @dataclass(slots=True)
@@ -64,6 +63,7 @@ class MetadataCache:
         self.cluster_id = ""
         self.controller_id = -1
         self.brokers: dict[int, BrokerRegistration] = {}
+        self.shutting_down: set[int] = set()  # brokers in a controlled shutdown
         self.topics: dict[str, TopicAssignment] = {}
         self.configs: dict[str, dict[str, str]] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
@@ -175,6 +175,8 @@ class MetadataCache:
             kind = key[0]
             if kind == "brokers":
                 delta.brokers_changed |= await self._read_brokers()
+            elif kind == "shutdowns":
+                await self._read_shutdowns()
             elif kind == "controller":
                 await self._read_controller()
             elif kind == "topics":
@@ -199,6 +201,7 @@ class MetadataCache:
         data, _ = await self.store.get(zk.CLUSTER_ID)
         self.cluster_id = zk.decode_cluster_id(data)
         delta = MetadataDelta(brokers_changed=await self._read_brokers())
+        await self._read_shutdowns()
         await self._read_controller()
         await self._read_topics(delta, reread=True)
         self.full_reads += 1
@@ -217,6 +220,10 @@ class MetadataCache:
         self.brokers = brokers
         return changed
 
+    async def _read_shutdowns(self) -> None:
+        names = await self.store.children(zk.CONTROLLED_SHUTDOWN, self._watch("shutdowns"))
+        self.shutting_down = {int(name) for name in names}
+
     async def _read_controller(self) -> None:
         watch = self._watch("controller")
         try:
@@ -232,7 +239,7 @@ class MetadataCache:
         for gone in set(self.topics) - names:
             self._forget_topic(gone, delta)
         todo = sorted(names if reread else names - set(self.topics))
-        await _gather_bounded(self._read_topic(name, delta, reread) for name in todo)
+        await gather_bounded(self._read_topic(name, delta, reread) for name in todo)
 
     async def _read_topic(self, name: str, delta: MetadataDelta, reread: bool = False) -> None:
         """Read a topic's assignment, and the states of its partitions that are new or moved
@@ -256,7 +263,7 @@ class MetadataCache:
             tp = TopicPartition(name, p)
             self.states.pop(tp, None)
             delta.partitions[tp] = None
-        await _gather_bounded(
+        await gather_bounded(
             self._read_state(TopicPartition(name, p), delta)
             for p in sorted(assignment.partitions)
             if reread or previous is None or p not in known or known[p] != assignment.partitions[p]
@@ -304,15 +311,3 @@ class MetadataCache:
         if self.configs.get(name) != configs and name in self.topics:
             self.configs[name] = configs
             delta.configs_changed.add(name)
-
-
-async def _gather_bounded(reads: Iterable[Coroutine[Any, Any, None]]) -> None:
-    """Run the read coroutines, at most `_READ_CONCURRENCY` at a time; the first error wins."""
-    pending: list[Coroutine[Any, Any, None]] = []
-    for read in reads:
-        pending.append(read)
-        if len(pending) >= _READ_CONCURRENCY:
-            await asyncio.gather(*pending)
-            pending = []
-    if pending:
-        await asyncio.gather(*pending)

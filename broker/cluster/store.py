@@ -12,10 +12,13 @@ listeners are called on the event loop too, and must not block.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
+
+READ_CONCURRENCY = 256  # znode reads in flight at once
 
 
 class StoreError(Exception):
@@ -168,3 +171,16 @@ def parent_of(path: str) -> str:
 
 def join(*parts: str | int) -> str:
     return "/" + "/".join(str(p).strip("/") for p in parts if str(p).strip("/"))
+
+
+async def gather_bounded(reads: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run the read coroutines, at most `READ_CONCURRENCY` at a time (a store serves them
+    pipelined); the first error wins."""
+    pending: list[Coroutine[Any, Any, None]] = []
+    for read in reads:
+        pending.append(read)
+        if len(pending) >= READ_CONCURRENCY:
+            await asyncio.gather(*pending)
+            pending = []
+    if pending:
+        await asyncio.gather(*pending)

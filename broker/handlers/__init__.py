@@ -14,6 +14,7 @@ from typing import Any
 from tierbroker.broker.handlers import (
     admin,
     api_versions,
+    elections,
     fetch,
     group_offsets,
     groups,
@@ -64,6 +65,7 @@ _HANDLERS: dict[int, Handler] = {
     35: log_dirs.handle_describe_log_dirs,
     37: admin.handle_create_partitions,
     42: groups.handle_delete_groups,
+    43: elections.handle_elect_leaders,
     44: admin.handle_incremental_alter_configs,
     47: group_offsets.handle_offset_delete,
     60: metadata.handle_describe_cluster,

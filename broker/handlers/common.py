@@ -20,6 +20,7 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
+from tierbroker.broker.cluster.controller import Controller
 from tierbroker.broker.cluster.metadata_cache import MetadataCache
 from tierbroker.broker.cluster.topic_admin import TopicAdmin
 from tierbroker.broker.config import BrokerConfig
@@ -40,6 +41,7 @@ class BrokerContext:
     metadata: MetadataCache
     admin: TopicAdmin
     groups: GroupCoordinator
+    controller: Controller
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound
 

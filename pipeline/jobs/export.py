@@ -4,7 +4,8 @@
         --topic events --to s3a://lake/events [--option storage.aws.access.key.id=...]
     tierbroker export --topic events --storage file:///data/remote --to lake/   # local[*]
 
-Rows have the `tierbroker` source's schema (Spark's Kafka schema) plus `date`,
+Rows have the `tierbroker` source's schema with headers (Spark's Kafka schema,
+`includeHeaders=true`, unless an `--option` says otherwise) plus `date`,
 the UTC day of the record timestamp; directories are
 `topic=<t>/partition=<p>/date=<yyyy-mm-dd>/`.
 
@@ -64,7 +65,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def source_options(args: argparse.Namespace) -> dict[str, str]:
     """The `tierbroker` source options the arguments stand for."""
-    options = {"storage": args.storage, "topic": args.topic}
+    options = {"storage": args.storage, "topic": args.topic, "includeHeaders": "true"}
     if args.cluster:
         options["cluster"] = args.cluster
     if args.entropy_bits:
@@ -146,13 +147,16 @@ def export(spark: Any, args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     from tierbroker.pipeline.spark import register
-    from tierbroker.pipeline.spark.plan import ReadOptions, plan
+    from tierbroker.pipeline.spark.options import ReadOptions
+    from tierbroker.pipeline.spark.plan import RemoteSlice, plan
 
     register(spark)
     options = source_options(args)
     segments: dict[str, RemoteSegment] = {}
-    for split in plan(ReadOptions.parse(options)):
-        segments.setdefault(split.segment.segment_id, split.segment)
+    for task in plan(ReadOptions.parse(options)):
+        for piece in task.pieces:
+            if isinstance(piece, RemoteSlice):
+                segments.setdefault(piece.segment.segment_id, piece.segment)
     markers = Markers(spark, args.output)
     done = markers.done()
     pending = [s for s in segments.values() if s.segment_id not in done]

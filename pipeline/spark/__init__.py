@@ -19,7 +19,13 @@ import sys
 from typing import Any
 
 try:
-    from tierbroker.pipeline.spark.source import KAFKA_SCHEMA, TierbrokerDataSource
+    import pyspark
+
+    from tierbroker.pipeline.spark.source import (
+        KAFKA_SCHEMA,
+        FilteringDataSource,
+        TierbrokerDataSource,
+    )
 except ModuleNotFoundError as e:
     if (e.name or "").partition(".")[0] not in ("pyspark", "pyarrow", "py4j"):
         raise
@@ -33,10 +39,16 @@ log = logging.getLogger(__name__)
 
 SPARK_DEFAULT_PYTHON = "python3"  # SparkContext's worker interpreter without PYSPARK_PYTHON
 WORKER_IMPORTS = "import pyarrow, tierbroker.pipeline.storage"
+FILTER_PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 
 
-def register(spark: Any) -> None:
+def register(spark: Any, filter_pushdown: bool = True) -> None:
     """Register format "tierbroker" with a SparkSession (once per session is enough).
+
+    With `filter_pushdown` (and PySpark >= 4.1), filters on `partition`, `offset` and
+    `timestamp` narrow the plan: this turns on the session's
+    `spark.sql.python.filterPushdown.enabled`, without which PySpark refuses a reader
+    that takes filters. Other Python data sources keep working as before with it on.
 
     Local master (`local`, `local[N]`, ...): the Python workers run on this machine.
     Without PYSPARK_PYTHON, Spark would start them with `python3` from PATH, which
@@ -53,7 +65,12 @@ def register(spark: Any) -> None:
     context = getattr(spark, "_sc", None)
     if context is not None and str(context.master).startswith("local"):
         context.pythonExec = local_worker_python(str(context.pythonExec))
-    spark.dataSource.register(TierbrokerDataSource)
+    version = tuple(int(x) for x in pyspark.__version__.split(".")[:2])
+    if filter_pushdown and version >= (4, 1):
+        spark.conf.set(FILTER_PUSHDOWN, "true")
+        spark.dataSource.register(FilteringDataSource)
+    else:
+        spark.dataSource.register(TierbrokerDataSource)
 
 
 def local_worker_python(configured: str) -> str:

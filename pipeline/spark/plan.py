@@ -1,258 +1,345 @@
-"""Options and input-partition planning of the `tierbroker` Spark source (no pyspark here).
+"""Input-partition planning of the `tierbroker` Spark source (no pyspark here).
 
-Options, named as Spark's Kafka source names them where it has them:
+Planning resolves each partition's offset range (`pipeline.spark.bounds`), then
+cuts it into pieces: `RemoteSlice`s of the remote segments that hold the offsets,
+and, when the read goes through the brokers, a `BrokerRange` for the offsets the
+remote tier does not hold (the untiered tail, or a gap). Spark pays tens of
+milliseconds of CPU per input partition, so consecutive slices of a partition are
+packed into one `Task` of about `maxBytesPerPartition` bytes; a segment larger
+than that is cut at offset index entries. A broker range is one task, as Spark's
+Kafka source reads one task per Kafka partition. Then Spark's Kafka source
+arithmetic applies: `maxRecordsPerPartition` splits tasks with more offsets
+evenly, and `minPartitions` splits the largest ones in proportion to their
+offsets until there are about that many.
 
-- `storage` (required): `file:///dir` or `s3://bucket/prefix?endpoint=...` (see
-  `pipeline.storage`); RSM-named settings (`storage.aws.access.key.id`, ...,
-  `key.prefix`) pass through to the store.
-- `topic` (or `subscribe`): one topic, or several separated by commas.
-- `cluster`, `key.prefix.entropy.bits` (alias `entropyBits`): where the broker's
-  `ObjectKeyLayout` put the objects (see `pipeline.discovery`).
-- `partitions`: a comma-separated subset of partition numbers.
-- `startingOffsets` / `endingOffsets`: `earliest`, `latest`, or JSON per partition,
-  `{"topic":{"0":23,"1":-2}}` (-2 earliest, -1 latest); ending offsets are
-  exclusive; partitions left out of the JSON read from earliest / to latest.
-- `startingTimestamp` / `endingTimestamp` (ms, every partition), or
-  `startingOffsetsByTimestamp` / `endingOffsetsByTimestamp` (JSON per partition):
-  translated to offsets as ListOffsets does (the first offset whose timestamp is
-  >= the given one; none: latest). Timestamps win over offsets, as in Spark.
-- `maxBytesPerPartition` (default 128 MiB): larger segments are split at offset
-  index entries, so each split starts on a batch boundary.
-- `failOnDataLoss` (default true): a segment deleted (by retention) between
-  planning and reading fails the query; false skips it with a warning.
-- `segments`: comma-separated segment ids to read (the export job's resume).
-
-Planning lists manifests, resolves overlaps, prunes segments outside the offset
-range (timestamps first become offsets) and makes one `Split` per segment range
-or byte range. A `Split` carries everything an executor needs.
+A `Task` carries everything an executor needs: where the store is, how to reach
+the brokers, and its pieces, all of one Kafka partition, in offset order.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from typing import Any
+import math
+from dataclasses import dataclass, replace
 
-from tierbroker.pipeline.discovery import RemoteSegment, SegmentDiscovery, SegmentRange
-from tierbroker.pipeline.segments import load_offset_index, offset_for_timestamp
-from tierbroker.pipeline.storage import ObjectStore, open_store
+from tierbroker.pipeline.discovery import RemoteSegment, SegmentRange
+from tierbroker.pipeline.segments import load_offset_index
+from tierbroker.pipeline.spark.bounds import TopicView, resolve
+from tierbroker.pipeline.spark.options import ReadOptions
+from tierbroker.pipeline.storage import ObjectStore
 
-DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
-EARLIEST, LATEST = -2, -1
-_STORE_KEYS = ("storage.", "key.prefix")
+TopicPartitionKey = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
-class Split:
-    """Records [first_offset, last_offset] of one segment, from batches starting in a byte range."""
+class RemoteSlice:
+    """Records [first_offset, last_offset] of a segment, from batches starting in a byte range."""
 
-    storage: str
-    store_options: tuple[tuple[str, str], ...]
     segment: RemoteSegment
     first_offset: int
     last_offset: int
     byte_start: int = 0
     byte_end: int | None = None  # exclusive; None: the end of the segment
-    seek: bool = False  # find byte_start from the offset index on the executor
-    fail_on_data_loss: bool = True
+    seek: bool = False  # find the start from the offset index on the executor
 
     @property
     def range(self) -> SegmentRange:
         return SegmentRange(self.segment, self.first_offset, self.last_offset)
 
+    @property
+    def offsets(self) -> int:
+        return self.last_offset - self.first_offset + 1
 
-@dataclass(frozen=True)
-class ReadOptions:
+    @property
+    def estimated_bytes(self) -> int:
+        if self.byte_end is not None:
+            return self.byte_end - self.byte_start
+        segment = self.segment
+        span = segment.end_offset - segment.start_offset + 1
+        return max(1, segment.size * self.offsets // max(span, 1))
+
+    def cut(self, offset: int) -> tuple[RemoteSlice, RemoteSlice]:
+        """[first, offset - 1] and [offset, last]; the second seeks its start in the index."""
+        return replace(self, last_offset=offset - 1), replace(self, first_offset=offset, seek=True)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRange:
+    """Offsets [first_offset, end_offset) of a partition, read through the brokers."""
+
+    first_offset: int
+    end_offset: int
+
+    @property
+    def offsets(self) -> int:
+        return self.end_offset - self.first_offset
+
+    def cut(self, offset: int) -> tuple[BrokerRange, BrokerRange]:
+        return BrokerRange(self.first_offset, offset), BrokerRange(offset, self.end_offset)
+
+
+Piece = RemoteSlice | BrokerRange
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """How an executor reaches the data: the store, and the brokers if the read uses them."""
+
     storage: str
-    topics: list[str]
-    store_options: dict[str, str] = field(default_factory=dict)
-    cluster: str | None = None
-    entropy_bits: int = 0
-    partitions: set[int] | None = None
-    starting: str = "earliest"
-    ending: str = "latest"
-    starting_timestamp: int | None = None
-    ending_timestamp: int | None = None
-    starting_by_timestamp: dict[str, dict[str, int]] | None = None
-    ending_by_timestamp: dict[str, dict[str, int]] | None = None
-    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
-    fail_on_data_loss: bool = True
-    segments: set[str] | None = None
+    store_options: tuple[tuple[str, str], ...]
+    kafka: tuple[tuple[str, str], ...]  # librdkafka settings; empty: no broker reads
+    poll_timeout_ms: int
+    fail_on_data_loss: bool
 
     @classmethod
-    def parse(cls, raw: dict[str, str]) -> ReadOptions:
-        """Check and convert the options of a read (keys case-insensitive)."""
-        options = {k.lower(): v for k, v in raw.items()}
-        storage = options.get("storage")
-        topics = options.get("topic") or options.get("subscribe")
-        if not storage or not topics:
-            raise ValueError("the tierbroker source needs the `storage` and `topic` options")
-
-        def number(name: str) -> int | None:
-            text = options.get(name.lower())
-            if text is None or text == "":
-                return None
-            try:
-                return int(text)
-            except ValueError:
-                raise ValueError(f"option {name}={text!r} is not an integer") from None
-
-        def by_partition(name: str) -> dict[str, dict[str, int]] | None:
-            text = options.get(name.lower())
-            return None if text is None else _partition_json(name, text)
-
-        partitions = options.get("partitions")
-        segments = options.get("segments")
+    def of(cls, options: ReadOptions) -> Access:
         return cls(
-            storage=storage,
-            topics=[t.strip() for t in topics.split(",") if t.strip()],
-            store_options={k: v for k, v in options.items() if k.startswith(_STORE_KEYS)},
-            cluster=options.get("cluster") or None,
-            entropy_bits=number("key.prefix.entropy.bits") or number("entropyBits") or 0,
-            partitions=None if not partitions else {int(p) for p in partitions.split(",")},
-            starting=options.get("startingoffsets", "earliest"),
-            ending=options.get("endingoffsets", "latest"),
-            starting_timestamp=number("startingTimestamp"),
-            ending_timestamp=number("endingTimestamp"),
-            starting_by_timestamp=by_partition("startingOffsetsByTimestamp"),
-            ending_by_timestamp=by_partition("endingOffsetsByTimestamp"),
-            max_bytes_per_partition=number("maxBytesPerPartition")
-            or DEFAULT_MAX_BYTES_PER_PARTITION,
-            fail_on_data_loss=options.get("failondataloss", "true").lower() != "false",
-            segments=None if not segments else {s.strip() for s in segments.split(",")},
+            options.storage,
+            tuple(sorted(options.store_options.items())),
+            tuple(sorted(options.kafka.items())) if options.through_broker else (),
+            options.poll_timeout_ms,
+            options.fail_on_data_loss,
         )
 
-    def open(self) -> ObjectStore:
-        return open_store(self.storage, self.store_options)
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One input partition: consecutive pieces of one Kafka partition."""
+
+    access: Access
+    topic: str
+    partition: int
+    pieces: tuple[Piece, ...]
+
+    @property
+    def offsets(self) -> int:
+        return sum(p.offsets for p in self.pieces)
+
+    def split(self, parts: int) -> list[Task]:
+        """`parts` tasks of about as many offsets each (the last takes the rounding)."""
+        tasks: list[Task] = []
+        pieces = list(self.pieces)
+        remaining = self.offsets
+        for part in range(parts):
+            take = remaining // (parts - part)
+            remaining -= take
+            head: list[Piece] = []
+            while pieces and take > 0:
+                piece = pieces.pop(0)
+                if piece.offsets > take:
+                    first, rest = piece.cut(piece.first_offset + take)
+                    head.append(first)
+                    pieces.insert(0, rest)
+                    take = 0
+                else:
+                    head.append(piece)
+                    take -= piece.offsets
+            if head:
+                tasks.append(replace(self, pieces=tuple(head)))
+        return tasks
 
 
-def _partition_json(name: str, text: str) -> dict[str, dict[str, int]]:
-    try:
-        data: Any = json.loads(text)
-        return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in data.items()}
-    except (ValueError, AttributeError, TypeError):
-        raise ValueError(f'option {name}: expected {{"topic":{{"0":23}}}}, got {text!r}') from None
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Integers in [low, high) (None: unbounded), and among `values` if given."""
 
+    low: int | None = None
+    high: int | None = None
+    values: frozenset[int] | None = None
 
-def _offset(spec: str, topic: str, partition: int, default: int, earliest: int, latest: int) -> int:
-    """An offset from `earliest` / `latest` / JSON, clamped to [earliest, latest]."""
-    if spec in ("earliest", "latest"):
-        value = EARLIEST if spec == "earliest" else LATEST
-    else:
-        value = _partition_json("offsets", spec).get(topic, {}).get(str(partition), default)
-    if value == EARLIEST:
-        return earliest
-    if value == LATEST:
-        return latest
-    return min(max(value, earliest), latest)
-
-
-def _bound(
-    store: ObjectStore,
-    ranges: list[SegmentRange],
-    tp: tuple[str, int],
-    timestamp: int | None,
-    by_timestamp: dict[str, dict[str, int]] | None,
-    offsets: str,
-    default: int,
-) -> int:
-    earliest, latest = ranges[0].first_offset, ranges[-1].last_offset + 1
-    topic, partition = tp
-    if timestamp is None and by_timestamp is not None:
-        timestamp = by_timestamp.get(topic, {}).get(str(partition))
-    if timestamp is not None:
-        found = offset_for_timestamp(store, ranges, timestamp)
-        return latest if found is None else found
-    return _offset(offsets, topic, partition, default, earliest, latest)
-
-
-def plan(options: ReadOptions) -> list[Split]:
-    """The splits of a read: one per segment range, or per byte range of a large segment."""
-    store = options.open()
-    try:
-        discovery = SegmentDiscovery(
-            store, cluster=options.cluster, entropy_bits=options.entropy_bits
+    def __contains__(self, x: int) -> bool:
+        return (
+            (self.low is None or x >= self.low)
+            and (self.high is None or x < self.high)
+            and (self.values is None or x in self.values)
         )
-        splits: list[Split] = []
-        for topic in options.topics:
-            for partition in discovery.partitions(topic):
-                if options.partitions is not None and partition not in options.partitions:
-                    continue
-                ranges = discovery.ranges(topic, partition)
-                if not ranges:
-                    continue
-                tp = (topic, partition)
-                start = _bound(
-                    store,
-                    ranges,
-                    tp,
-                    options.starting_timestamp,
-                    options.starting_by_timestamp,
-                    options.starting,
-                    EARLIEST,
-                )
-                end = _bound(
-                    store,
-                    ranges,
-                    tp,
-                    options.ending_timestamp,
-                    options.ending_by_timestamp,
-                    options.ending,
-                    LATEST,
-                )
-                for range_ in ranges:
-                    lo, hi = max(range_.first_offset, start), min(range_.last_offset, end - 1)
-                    if lo > hi:
-                        continue
-                    if options.segments is not None:
-                        if range_.segment.segment_id not in options.segments:
-                            continue
-                    splits.extend(_split(store, options, SegmentRange(range_.segment, lo, hi)))
-        return splits
-    finally:
-        store.close()
+
+    def narrowed(self, low: int | None = None, high: int | None = None) -> Interval:
+        lows = [x for x in (self.low, low) if x is not None]
+        highs = [x for x in (self.high, high) if x is not None]
+        return replace(self, low=max(lows, default=None), high=min(highs, default=None))
+
+    def only(self, values: frozenset[int]) -> Interval:
+        return replace(self, values=values if self.values is None else self.values & values)
+
+    def clamp(self, start: int, end: int) -> tuple[int, int]:
+        """[start, end) narrowed to the interval's bounds (and its values' span)."""
+        span = (
+            self
+            if self.values is None
+            else self.narrowed(min(self.values, default=0), max(self.values, default=-1) + 1)
+        )
+        return (
+            start if span.low is None else max(start, span.low),
+            end if span.high is None else min(end, span.high),
+        )
 
 
-def _split(store: ObjectStore, options: ReadOptions, range_: SegmentRange) -> list[Split]:
-    """One split for the range, or several cut at index entries if the segment is large."""
+@dataclass(frozen=True, slots=True)
+class Pushed:
+    """What the filters Spark pushed down say about the rows to read: partitions and
+    offsets exactly; a lowest timestamp, which prunes segments whose largest is below."""
+
+    partitions: Interval = Interval()
+    offsets: Interval = Interval()
+    timestamp_from_ms: int | None = None
+
+    def interval(self, column: str) -> Interval:
+        """The interval of column `partition` or `offset`."""
+        return self.partitions if column == "partition" else self.offsets
+
+    def with_interval(self, column: str, interval: Interval) -> Pushed:
+        if column == "partition":
+            return replace(self, partitions=interval)
+        return replace(self, offsets=interval)
+
+
+NO_FILTERS = Pushed()
+
+
+def plan(options: ReadOptions, pushed: Pushed = NO_FILTERS) -> list[Task]:
+    """The input partitions of a batch read."""
+    with TopicView(options) as view:
+        bounds = resolve(view, options, lambda tp: tp[1] in pushed.partitions)
+        return plan_ranges(view, options, bounds, pushed)
+
+
+def plan_ranges(
+    view: TopicView,
+    options: ReadOptions,
+    bounds: dict[TopicPartitionKey, tuple[int, int]],
+    pushed: Pushed = NO_FILTERS,
+) -> list[Task]:
+    """The input partitions of offsets [start, end) of each partition in `bounds`."""
+    access = Access.of(options)
+    tasks: list[Task] = []
+    for (topic, partition), (start, end) in sorted(bounds.items()):
+        start, end = pushed.offsets.clamp(start, end)
+        if start >= end:
+            continue
+        pieces = _pieces(view, options, (topic, partition), start, end, pushed)
+        for group in _pack(pieces, options.max_bytes_per_partition):
+            tasks.append(Task(access, topic, partition, tuple(group)))
+    if options.max_records_per_partition is not None:
+        limit = options.max_records_per_partition
+        tasks = [part for t in tasks for part in t.split(math.ceil(t.offsets / limit))]
+    if options.min_partitions is not None:
+        tasks = _at_least(tasks, options.min_partitions)
+    return tasks
+
+
+def _pieces(
+    view: TopicView,
+    options: ReadOptions,
+    tp: TopicPartitionKey,
+    start: int,
+    end: int,
+    pushed: Pushed,
+) -> list[Piece]:
+    """Remote slices where the remote tier holds the offsets, broker ranges elsewhere;
+    segments the filters rule out are skipped (the brokers do not read them either)."""
+    pieces: list[Piece] = []
+    through_broker = options.through_broker and options.segments is None
+    wanted = options.segments
+    newer = pushed.timestamp_from_ms
+    cursor = start
+    for range_ in view.ranges(tp):
+        lo, hi = max(range_.first_offset, cursor), min(range_.last_offset, end - 1)
+        if lo > hi:
+            continue
+        if lo > cursor and through_broker:
+            pieces.append(BrokerRange(cursor, lo))
+        segment = range_.segment
+        if (wanted is None or segment.segment_id in wanted) and (
+            newer is None or segment.max_timestamp_ms >= newer
+        ):
+            sliced = SegmentRange(range_.segment, lo, hi)
+            pieces.extend(_slices(view.store, sliced, options.max_bytes_per_partition))
+        cursor = hi + 1
+    if cursor < end and through_broker:
+        pieces.append(BrokerRange(cursor, end))
+    return pieces
+
+
+def _slices(store: ObjectStore, range_: SegmentRange, limit: int) -> list[RemoteSlice]:
+    """One slice for the range, or several cut at index entries if the segment is large."""
     segment = range_.segment
-    base = Split(
-        options.storage,
-        tuple(sorted(options.store_options.items())),
+    whole = RemoteSlice(
         segment,
         range_.first_offset,
         range_.last_offset,
         seek=range_.first_offset > segment.start_offset,
-        fail_on_data_loss=options.fail_on_data_loss,
     )
-    limit = options.max_bytes_per_partition
     if segment.size <= limit or segment.indexes_key is None:
-        return [base]
+        return [whole]
     index = load_offset_index(store, range_)
     if index is None or not len(index):
-        return [base]
+        return [whole]
     # Cuts at indexed batch starts, about `limit` bytes apart: (position, base offset).
     cuts: list[tuple[int, int]] = [(0, segment.start_offset)]
     for offset, position in index:
         if position - cuts[-1][0] >= limit:
             cuts.append((position, offset))
-    splits = []
+    slices = []
     for i, (position, first) in enumerate(cuts):
         after = cuts[i + 1] if i + 1 < len(cuts) else None
         if after is not None and after[1] <= range_.first_offset:
             continue  # every batch here ends before the first offset wanted
         if first > range_.last_offset:
             break
-        splits.append(
-            Split(
-                base.storage,
-                base.store_options,
+        lo = max(first, range_.first_offset)
+        hi = range_.last_offset if after is None else min(after[1] - 1, range_.last_offset)
+        slices.append(
+            RemoteSlice(
                 segment,
-                range_.first_offset,
-                range_.last_offset,
+                lo,
+                hi,
                 byte_start=max(position, index.position_for(range_.first_offset)),
                 byte_end=None if after is None else after[0],
-                fail_on_data_loss=options.fail_on_data_loss,
             )
         )
-    return splits
+    return slices
+
+
+def _pack(pieces: list[Piece], target_bytes: int) -> list[list[Piece]]:
+    """Consecutive remote slices in groups of about `target_bytes`; each broker range alone."""
+    groups: list[list[Piece]] = []
+    current: list[Piece] = []
+    size = 0
+    for piece in pieces:
+        if isinstance(piece, BrokerRange):
+            if current:
+                groups.append(current)
+            groups.append([piece])
+            current, size = [], 0
+            continue
+        estimate = piece.estimated_bytes
+        if current and size + estimate > target_bytes:
+            groups.append(current)
+            current, size = [], 0
+        current.append(piece)
+        size += estimate
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _at_least(tasks: list[Task], min_partitions: int) -> list[Task]:
+    """Spark's `minPartitions`: large tasks split in proportion to their offsets."""
+    if len(tasks) >= min_partitions:
+        return tasks
+    total = sum(t.offsets for t in tasks)
+
+    def parts(size: int, of_total: int, minimum: int) -> int:
+        return max(math.floor(size / max(of_total, 1) * minimum + 0.5), 1)  # Scala's round
+
+    unsplit = [t for t in tasks if parts(t.offsets, total, min_partitions) == 1]
+    split_total = total - sum(t.offsets for t in unsplit)
+    split_minimum = max(min_partitions - len(unsplit), 1)
+    unsplit_ids = {id(t) for t in unsplit}
+    out: list[Task] = []
+    for task in tasks:
+        if id(task) in unsplit_ids:
+            out.append(task)
+        else:
+            out.extend(task.split(parts(task.offsets, split_total, split_minimum)))
+    return out

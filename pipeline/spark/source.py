@@ -1,27 +1,42 @@
 """The `tierbroker` PySpark data source (PySpark >= 4.0 `pyspark.sql.datasource` API).
 
-`spark.read.format("tierbroker").option("storage", url).option("topic", name).load()`
-reads a topic's remote tier straight from the object store, with the schema of
-Spark's own Kafka source (key, value, topic, partition, offset, timestamp,
-timestampType, headers), so jobs written for `format("kafka")` run unchanged.
-Options are in `pipeline.spark.plan`.
+`spark.read.format("tierbroker").option("storage", url).option("subscribe", name).load()`
+reads a topic's remote tier straight from the object store, and with
+`kafka.bootstrap.servers` the rest of the topic through the brokers, with the
+schema of Spark's own Kafka source (key, value, topic, partition, offset,
+timestamp, timestampType, and headers with `includeHeaders=true`), so jobs written
+for `format("kafka")` run unchanged. `spark.readStream.format("tierbroker")` is the
+same source as a stream (`pipeline.spark.stream`). Options are in
+`pipeline.spark.options`, planning in `pipeline.spark.plan`, reading in
+`pipeline.spark.read`.
 
-Planning runs in Spark's planner worker; each input partition (`SplitPartition`)
-carries its storage URL, keys and byte range, so executors need nothing else.
-Executors yield Arrow record batches (`DataSourceReader.read` may, since 4.0),
-built column by column from record batches parsed by aiokafka's C record parser.
+Planning runs in Spark's planner worker; each input partition (`TaskPartition`)
+carries its storage URL, keys and byte ranges, so executors need nothing else.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+import pyspark
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -34,173 +49,153 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tierbroker.pipeline.segments import iter_batches_from, parse_batch, start_position
-from tierbroker.pipeline.spark.plan import ReadOptions, Split, plan
-from tierbroker.pipeline.storage import ObjectNotFoundError, ObjectStore, open_store
+from tierbroker.pipeline.spark.options import ReadOptions, include_headers
+from tierbroker.pipeline.spark.plan import NO_FILTERS, Task, plan
+from tierbroker.pipeline.spark.read import read_task
 
-log = logging.getLogger(__name__)
-
-ROWS_PER_BATCH = 8192
-CHUNK_BYTES = 8 * 1024 * 1024
-
-KAFKA_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-            ),
-        ),
-    ]
+_COLUMNS = [
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+]
+_HEADERS = StructField(
+    "headers",
+    ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
 )
+KAFKA_SCHEMA = StructType([*_COLUMNS, _HEADERS])
 """Spark's Kafka source schema with `includeHeaders=true`, field for field."""
-
-_stores: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
-_stores_lock = threading.Lock()
-
-
-def _store(split: Split) -> ObjectStore:
-    """One store (one S3 client) per URL and options in a Python worker, reused across tasks."""
-    key = (split.storage, split.store_options)
-    with _stores_lock:
-        store = _stores.get(key)
-        if store is None:
-            store = _stores[key] = open_store(split.storage, dict(split.store_options))
-        return store
+KAFKA_SCHEMA_WITHOUT_HEADERS = StructType(_COLUMNS)
+"""Spark's Kafka source schema (`includeHeaders=false`, its default)."""
 
 
-class SplitPartition(InputPartition):
-    """An input partition: one `Split` (segment range or byte range)."""
+class TaskPartition(InputPartition):
+    """An input partition: one `Task` (consecutive pieces of one Kafka partition)."""
 
-    def __init__(self, split: Split) -> None:
-        super().__init__(split)
-        self.split = split
+    def __init__(self, task: Task) -> None:
+        super().__init__(task)
+        self.task = task
+
+
+def read_partition(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """The records of an input partition (none for Spark's empty one)."""
+    task: Task | None = partition.value
+    if task is None:
+        return iter(())  # Spark plans one empty partition when there is nothing to read
+    return read_task(task, to_arrow_schema(schema, timezone="UTC"))
 
 
 class TierbrokerReader(DataSourceReader):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
+        self.pushed = NO_FILTERS
 
     def partitions(self) -> list[InputPartition]:
-        return [SplitPartition(s) for s in plan(self.options)]
+        return [TaskPartition(t) for t in plan(self.options, self.pushed)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        split: Split | None = partition.value
-        if split is None:
-            return  # nothing to read: Spark plans one empty partition for an empty list
-        where = f"{split.segment.topic}-{split.segment.partition}"
-        schema = to_arrow_schema(self.schema, timezone="UTC")
-        try:
-            yield from _read_split(split, schema)
-        except ObjectNotFoundError as e:
-            if split.fail_on_data_loss:
-                raise RuntimeError(
-                    f"{where}: segment {split.segment.segment_id} "
-                    f"(offsets {split.first_offset}..{split.last_offset}) is gone"
-                    f" (deleted by retention?): {e}; set failOnDataLoss=false to skip it"
-                ) from e
-            log.warning("skipping segment %s: %s", split.segment.segment_id, e)
+        return read_partition(partition, self.schema)
 
 
-def _read_split(split: Split, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    store = _store(split)
-    segment = split.segment
-    position = start_position(store, split.range, split.first_offset) if split.seek else 0
-    position = max(position, split.byte_start)
-    columns = _Columns(segment.topic, segment.partition)
-    for batch in iter_batches_from(store, segment.log_key, position, split.byte_end, CHUNK_BYTES):
-        if batch.base_offset > split.last_offset:
-            break
-        if batch.last_offset < split.first_offset or batch.is_control:
-            continue
-        parsed = parse_batch(batch)
-        records = list(parsed)
-        if batch.base_offset < split.first_offset or batch.last_offset > split.last_offset:
-            records = [r for r in records if split.first_offset <= r.offset <= split.last_offset]
-        columns.extend(records, parsed.timestamp_type)
-        if columns.rows >= ROWS_PER_BATCH:
-            yield columns.take(schema)
-    if columns.rows:
-        yield columns.take(schema)
+class FilteringReader(TierbrokerReader):
+    """The batch reader taking Spark's pushed-down filters (PySpark >= 4.1, with
+    `spark.sql.python.filterPushdown.enabled`, which PySpark requires of such a reader).
+
+    Comparisons, `=` and `IN` on `partition` and `offset` narrow the plan and are
+    done here exactly (except `IN` on offsets, narrowed to its span); `>`, `>=` and
+    `=` on `timestamp` prune the segments whose largest timestamp is lower, and
+    Spark still applies them to the rows. Spark evaluates every other filter.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            if not self._push(f):
+                yield f
+
+    def _push(self, f: Filter) -> bool:
+        """Narrow `self.pushed` by `f`; True if no row it leaves fails `f`."""
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())
+        value: Any = getattr(f, "value", None)
+        if isinstance(f, Not) or attribute not in (("partition",), ("offset",), ("timestamp",)):
+            return False
+        column = attribute[0]
+        if column == "timestamp":
+            if (
+                isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual)
+                and isinstance(value, datetime)
+                and value.tzinfo is not None  # PySpark's are in UTC
+            ):  # a record at `lowest` ms or later may pass
+                lowest = (value - _EPOCH) // timedelta(milliseconds=1)
+                start = self.pushed.timestamp_from_ms
+                self.pushed = replace(
+                    self.pushed, timestamp_from_ms=lowest if start is None else max(start, lowest)
+                )
+            return False
+        interval = self.pushed.interval(column)
+        if isinstance(f, In) and all(isinstance(v, int) for v in value):
+            self.pushed = self.pushed.with_interval(column, interval.only(frozenset(value)))
+            return column == "partition"  # offsets: only their span is planned
+        bounds = _BOUNDS.get(type(f))
+        if bounds is None or not isinstance(value, int) or isinstance(value, bool):
+            return False
+        self.pushed = self.pushed.with_interval(column, interval.narrowed(*bounds(value)))
+        return True
 
 
-_MAX_MS = (2**63 - 1) // 1000
-
-
-class _Columns:
-    """Column buffers of the rows of one Arrow record batch."""
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self._reset()
-
-    def _reset(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []  # ms
-        self.kinds: list[int] = []
-        self.headers: list[list[dict[str, Any]]] = []
-
-    @property
-    def rows(self) -> int:
-        return len(self.offsets)
-
-    def extend(self, records: list[Any], kind: int) -> None:
-        """Add the records of one batch, whose timestamp type is `kind`."""
-        self.keys += [r.key for r in records]
-        self.values += [r.value for r in records]
-        self.offsets += [r.offset for r in records]
-        self.timestamps += [r.timestamp for r in records]
-        self.kinds += [kind] * len(records)
-        self.headers += [[{"key": k, "value": v} for k, v in r.headers] for r in records]
-
-    def take(self, schema: pa.Schema) -> pa.RecordBatch:
-        n = self.rows
-        # Spark's timestamps are microseconds; Kafka's are milliseconds. As in Spark's
-        # Kafka source, one beyond Spark's range (about 292,000 years) fails the read.
-        try:
-            micros = pc.multiply_checked(pa.array(self.timestamps, pa.int64()), 1000)
-        except pa.ArrowInvalid:
-            bad = next(i for i, ms in enumerate(self.timestamps) if abs(ms) > _MAX_MS)
-            raise ValueError(
-                f"{self.topic}-{self.partition}: the record at offset {self.offsets[bad]} has "
-                f"timestamp {self.timestamps[bad]} ms, beyond Spark's timestamp range"
-            ) from None
-        data = [
-            pa.array(self.keys, schema.field("key").type),
-            pa.array(self.values, schema.field("value").type),
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
-            pa.array(self.offsets, pa.int64()),
-            micros.cast(schema.field("timestamp").type),
-            pa.array(self.kinds, pa.int32()),
-            pa.array(self.headers, schema.field("headers").type),
-        ]
-        self._reset()
-        return pa.RecordBatch.from_arrays(data, schema=schema)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_BOUNDS: dict[type, Callable[[int], tuple[int | None, int | None]]] = {
+    EqualTo: lambda v: (v, v + 1),
+    GreaterThan: lambda v: (v + 1, None),
+    GreaterThanOrEqual: lambda v: (v, None),
+    LessThan: lambda v: (None, v),
+    LessThanOrEqual: lambda v: (None, v + 1),
+}
+"""[low, high) of the integers a comparison with v keeps."""
 
 
 class TierbrokerDataSource(DataSource):
-    """`format("tierbroker")`: a topic's remote tier, read from the object store."""
+    """`format("tierbroker")`: a topic read from the remote tier (and the brokers)."""
+
+    filter_pushdown = False  # FilteringReader, which PySpark takes only with pushdown on
 
     @classmethod
     def name(cls) -> str:
         return "tierbroker"
 
     def schema(self) -> StructType:
-        return KAFKA_SCHEMA
+        headers = include_headers(dict(self.options))
+        return KAFKA_SCHEMA if headers else KAFKA_SCHEMA_WITHOUT_HEADERS
+
+    def _check(self, schema: StructType, options: ReadOptions) -> None:
+        expected = KAFKA_SCHEMA if options.include_headers else KAFKA_SCHEMA_WITHOUT_HEADERS
+        if [f.name for f in schema.fields] != expected.fieldNames():
+            raise ValueError(f"the tierbroker source has Spark's Kafka schema: {expected}")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if [f.name for f in schema.fields] != KAFKA_SCHEMA.fieldNames():
-            raise ValueError(f"the tierbroker source has Spark's Kafka schema: {KAFKA_SCHEMA}")
-        return TierbrokerReader(ReadOptions.parse(dict(self.options)), schema)
+        options = ReadOptions.parse(dict(self.options))
+        self._check(schema, options)
+        if self.filter_pushdown:
+            return FilteringReader(options, schema)
+        return TierbrokerReader(options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):
+            raise RuntimeError(
+                f"readStream.format('tierbroker') needs PySpark >= 4.2 (read limits, "
+                f"Trigger.AvailableNow), not {pyspark.__version__}"
+            )
+        from tierbroker.pipeline.spark.stream import TierbrokerStreamReader
+
+        options = ReadOptions.parse(dict(self.options), streaming=True)
+        self._check(schema, options)
+        return TierbrokerStreamReader(options, schema)
+
+
+class FilteringDataSource(TierbrokerDataSource):
+    """`format("tierbroker")` taking pushed-down filters (see `FilteringReader`)."""
+
+    filter_pushdown = True

@@ -13,13 +13,21 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
-from confluent_kafka import Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    Producer,
+)
+from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import BrokerProcess
@@ -113,18 +121,57 @@ def produce(bootstrap: str, topic: str, messages: int, partitions: int) -> dict[
     return sent
 
 
-def small_tiered_topic(broker: BrokerProcess, topic: str) -> dict[str, Any]:
-    """A 1-partition topic of 6000 records in 256 KiB segments, tiered and trimmed locally
-    (more than three segments, so local retention deletes); its tier status."""
+def tiered_topic_on(
+    broker: BrokerProcess, topic: str, partitions: int, messages: int
+) -> dict[int, dict[str, Any]]:
+    """A topic of `messages` records (as `produce` sends them) in 256 KiB segments,
+    tiered and trimmed locally; its tier status by partition."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     config = {
         "remote.storage.enable": "true",
         "segment.bytes": "262144",
         "local.retention.bytes": "262144",
     }
-    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
-    produce(broker.bootstrap, topic, 6000, 1)
-    return wait_tiered(broker, topic, 1)[0]
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(15)
+    produce(broker.bootstrap, topic, messages, partitions)
+    return wait_tiered(broker, topic, partitions)
+
+
+def read_with_confluent(bootstrap: str, topic: str, ends: dict[int, int]) -> list[Row]:
+    """Every record below `ends`, as confluent-kafka (librdkafka) reads it from the broker."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reference-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+    )
+    kinds = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
+    rows: list[Row] = []
+    left = {p for p, end in ends.items() if end > 0}
+    deadline = time.monotonic() + 180
+    try:
+        consumer.assign([ConfluentPartition(topic, p, OFFSET_BEGINNING) for p in left])
+        while left:
+            assert time.monotonic() < deadline, f"{topic}: still reading {left}"
+            for m in consumer.consume(10_000, timeout=1.0):
+                assert m.error() is None, m.error()
+                partition, offset = m.partition(), m.offset()
+                kind, ms = m.timestamp()
+                if offset < ends[partition]:
+                    headers = tuple(m.headers() or ())
+                    rows.append((partition, offset, m.key(), m.value(), headers, ms, kinds[kind]))
+                if offset >= ends[partition] - 1:
+                    left.discard(partition)
+    finally:
+        consumer.close()
+    return sorted(rows, key=lambda r: (r[0], r[1]))
+
+
+def small_tiered_topic(broker: BrokerProcess, topic: str) -> dict[str, Any]:
+    """A 1-partition topic of 6000 records in 256 KiB segments, tiered and trimmed locally
+    (more than three segments, so local retention deletes); its tier status."""
+    return tiered_topic_on(broker, topic, 1, 6000)[0]
 
 
 async def read_through_broker(bootstrap: str, topic: str, ends: dict[int, int]) -> list[Row]:

@@ -11,7 +11,7 @@ import itertools
 import subprocess
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import executable
+from tests.integration.waiting import wait_for
 from tierbroker.broker.embedded import EmbeddedCluster
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch, iter_batches
@@ -58,13 +59,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
         topic = NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})
         admin.create_topics([topic])[TOPIC].result(30)
         yield running
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def isr(cluster: EmbeddedCluster, partition: int) -> set[int]:

@@ -18,7 +18,6 @@ import json
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -28,9 +27,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.wire import WireClient, fetch_request, make, request_module, split_batches
+from tests.integration.held_fetcher import hold_fetcher
+from tests.integration.waiting import wait_for
+from tests.integration.wire import (
+    WireClient,
+    fetch_request,
+    list_offsets,
+    request_module,
+    split_batches,
+)
 from tierbroker.broker.embedded import EmbeddedCluster
-from tierbroker.broker.replica_fetcher import ReplicaFetcher
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import BatchView
 from tierbroker.storage.topic_partition import TopicPartition
@@ -69,13 +75,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
 
 
 # The cluster's side ---------------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def create_topic(cluster: EmbeddedCluster, topic: str, **configs: str) -> tuple[int, list[int]]:
@@ -288,54 +287,6 @@ def test_python_clients_in_a_followers_rack_fetch_from_that_follower(
 # A lagging follower ---------------------------------------------------------------------
 
 
-class HeldFetcher:
-    """A follower's replica fetcher, held before each fetch until let through one at a
-    time, or released; used on the cluster's event loop."""
-
-    def __init__(self, fetcher: ReplicaFetcher, partition_max_bytes: int) -> None:
-        self.fetcher = fetcher
-        self.send = fetcher.client.send
-        self.permits = asyncio.Semaphore(0)
-        self.held = asyncio.Event()
-        self.released = False
-        # One batch per fetch, so that one fetch leaves the follower short of the leader.
-        fetcher.config = replace(fetcher.config, max_bytes=partition_max_bytes)
-        fetcher.client.send = self._send  # type: ignore[method-assign]
-
-    async def _send(self, body: Any) -> Any:
-        if not self.released:
-            self.held.set()
-            await self.permits.acquire()
-            self.held.clear()
-        return await self.send(body)
-
-    async def step(self) -> None:
-        """Let one fetch through; return once its answer is taken and the next is held."""
-        self.held.clear()
-        self.permits.release()
-        await self.held.wait()
-
-    async def release(self, config: Any) -> None:
-        self.released = True
-        self.fetcher.config = config
-        self.fetcher.client.send = self.send  # type: ignore[method-assign]
-        self.permits.release()
-
-
-def hold_fetcher(cluster: EmbeddedCluster, follower: int, leader: int) -> HeldFetcher:
-    async def hold() -> HeldFetcher:
-        [fetcher] = [
-            f
-            for (leader_id, _, _), f in cluster.broker(follower).replicas.fetchers.fetchers.items()
-            if leader_id == leader
-        ]
-        held = HeldFetcher(fetcher, partition_max_bytes=1)
-        await held.held.wait()  # the fetch in flight was answered; the next one waits
-        return held
-
-    return cluster.call(hold())
-
-
 def consumer_fetch(
     cluster: EmbeddedCluster, broker_id: int, topic: str, offset: int, max_wait_ms: int = 300
 ) -> tuple[Any, float]:
@@ -363,31 +314,9 @@ def list_offset(
     cluster: EmbeddedCluster, broker_id: int, topic: str, replica_id: int, timestamp: int
 ) -> tuple[int, int]:
     """(error, offset) of ListOffsets v7 for partition 0."""
-    m = request_module(2, 7)
     host, port = cluster.address(broker_id).rsplit(":", 1)
     with WireClient(int(port), host) as client:
-        response = client.request(
-            make(
-                m.ListOffsetsRequest,
-                replica_id=replica_id,
-                isolation_level=0,
-                topics=(
-                    m.ListOffsetsTopic(
-                        name=topic,
-                        partitions=(
-                            make(
-                                m.ListOffsetsPartition,
-                                partition_index=0,
-                                current_leader_epoch=-1,
-                                timestamp=timestamp,
-                            ),
-                        ),
-                    ),
-                ),
-            )
-        )
-    [[answer]] = [t.partitions for t in response.topics]
-    return int(answer.error_code), int(answer.offset)
+        return list_offsets(client, topic, timestamp, version=7, replica_id=replica_id)[:2]
 
 
 def offset_for_leader_epoch(cluster: EmbeddedCluster, broker_id: int, topic: str) -> int:
@@ -422,7 +351,6 @@ def test_a_lagging_follower_serves_only_committed_records_with_kafkas_answers_at
     produce(cluster, topic, 500)
     committed = 500
     wait_for(lambda: log_of(cluster, behind, topic).high_watermark == committed, "replication")
-    original = cluster.broker(behind).replicas.fetchers.config
     held = hold_fetcher(cluster, behind, leader)
     try:
         # Five batches acknowledged by the leader alone: the held follower keeps the
@@ -475,7 +403,7 @@ def test_a_lagging_follower_serves_only_committed_records_with_kafkas_answers_at
         assert offset_for_leader_epoch(cluster, behind, topic) == ErrorCode.not_leader_or_follower
         assert offset_for_leader_epoch(cluster, leader, topic) == ErrorCode.none
     finally:
-        cluster.call(held.release(original))
+        cluster.call(held.release())
     wait_for(lambda: isr(cluster, topic) == {0, 1, 2}, "the follower to rejoin the ISR")
 
 
@@ -521,3 +449,15 @@ def test_a_consumer_in_a_followers_rack_reads_a_tiered_partition_through_that_fo
         "RemoteFetchBytesPerSec_total", {"topic": topic}
     )
     assert remote is not None and remote > 0
+
+    def remote_size(broker_id: int) -> float | None:
+        labels = {"topic": topic, "partition": "0"}
+        return cluster.broker(broker_id).registry.get_sample_value("RemoteLogSizeBytes", labels)
+
+    # Every replica reports the size of the remote tier (KIP-852), followers included.
+    wait_for(
+        lambda: (size := remote_size(leader)) is not None
+        and size > 0
+        and all(remote_size(b) == size for b in range(3)),
+        "every replica's RemoteLogSizeBytes",
+    )

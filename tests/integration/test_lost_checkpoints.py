@@ -23,8 +23,8 @@ from tests.integration.tiering_helpers import (
     read_confluent,
     read_kcat,
     status,
-    wait_for,
 )
+from tests.integration.waiting import wait_for
 
 FAST = {
     "remote.log.manager.task.interval.ms": "300",

@@ -1,12 +1,13 @@
-"""The `tierbroker` Spark source and the Parquet export, on a real broker's remote tier.
+"""The `tierbroker` Spark source (batch) and the Parquet export, on real brokers' remote tiers.
 
-The data set is `tiered_topic` (200k records, five codecs, keys, headers, null
-values); the records of its remote tier, as read through the broker, are the
-reference ("the remote set"). Spark (local[2], no UI) must return exactly that set:
-same count, min/max offset per partition, and an order-independent checksum over
-(partition, offset, key, value, headers); offset and timestamp bounds must return
-exactly their range. One small case runs over S3 (moto's standalone server): the
-README's Spark example, as written, and a bounded `TieredConsumer` read.
+Two tiers, each test running on both where it applies: LocalFs (`tiered_topic`:
+200k records, five codecs, keys, headers, null values, 1 MiB segments) and S3
+(moto's standalone server; a second broker with the S3 plugin, bucket `lake`,
+prefix `tiered/`, topic `events`: 20k records in 256 KiB segments). Both topics
+have an untiered tail. The reference is what confluent-kafka reads through the
+broker; Spark (local[2], no UI) must return exactly its records: same count,
+min/max offset per partition, and an order-independent checksum over (partition,
+offset, key, value, headers), then the same rows, compared inside Spark.
 
 The session is made as a user makes it, without PYSPARK_PYTHON: `register` must
 give Spark's Python workers an interpreter that imports tierbroker and pyarrow
@@ -15,12 +16,12 @@ give Spark's Python workers an interpreter that imports tierbroker and pyarrow
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,18 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from tests.integration.broker_process import ROOT, BrokerProcess
-from tests.integration.moto_server import MotoServer
+from tests.integration.moto_server import CREDENTIALS, MotoServer
 from tests.integration.pipeline_topic import (
     BROKER_OVERRIDES,
-    TOPIC,
     Row,
     TieredTopic,
-    small_tiered_topic,
+    read_with_confluent,
+    tiered_topic_on,
 )
+from tests.integration.spark_rows import assert_same_rows, fingerprint
 from tierbroker.pipeline.discovery import SegmentDiscovery
+from tierbroker.pipeline.spark.options import ReadOptions
+from tierbroker.pipeline.spark.plan import BrokerRange, plan
 from tierbroker.pipeline.storage import open_store
 
 pytestmark = pytest.mark.slow
@@ -49,41 +53,74 @@ except ImportError as missing:
         "PySpark is missing: `make test` installs it (pip install 'pyspark>=4.0')"
     ) from missing
 
+S3_TOPIC = "events"
+
 
 @dataclass
 class Tier:
     broker: BrokerProcess
+    topic: str
     storage: str
-    rows: list[Row]  # the remote set, by partition then offset
+    rows: list[Row]  # every record below `ends`, by partition then offset (confluent-kafka)
+    ends: dict[int, int]  # the log end offsets when `rows` were read
     remote_ends: dict[int, int]  # exclusive
+    segment_bytes: int
+    store_options: dict[str, str] = field(default_factory=dict)
 
+    def remote_rows(self) -> list[Row]:
+        return [r for r in self.rows if r[1] < self.remote_ends[r[0]]]
 
-def checksum(rows: list[Row]) -> int:
-    """Order-independent: the sum of a hash of (partition, offset, key, value, headers)."""
-    total = 0
-    for partition, offset, key, value, headers, *_ in rows:
-        digest = hashlib.blake2b(
-            repr((partition, offset, key, value, headers)).encode(), digest_size=8
-        )
-        total = (total + int.from_bytes(digest.digest(), "big")) % (1 << 64)
-    return total
-
-
-def summary(rows: list[Row]) -> dict[int, tuple[int, int, int]]:
-    by: dict[int, list[int]] = {}
-    for row in rows:
-        by.setdefault(row[0], []).append(row[1])
-    return {p: (len(o), min(o), max(o)) for p, o in by.items()}
+    def options(self, **extra: str) -> dict[str, str]:
+        return {"storage": self.storage, "subscribe": self.topic, **self.store_options, **extra}
 
 
 @pytest.fixture(scope="module")
-def tier(tiered_topic: TieredTopic) -> Tier:
-    return Tier(
-        tiered_topic.broker,
-        tiered_topic.storage,
-        tiered_topic.remote_rows(),
-        tiered_topic.remote_ends,
-    )
+def local_tier(tiered_topic: TieredTopic) -> Tier:
+    t = tiered_topic
+    rows = read_with_confluent(t.broker.bootstrap, t.topic, t.ends)
+    return Tier(t.broker, t.topic, t.storage, rows, t.ends, t.remote_ends, 1 << 20)
+
+
+@pytest.fixture(scope="module")
+def s3_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
+    server = MotoServer().start()
+    try:
+        server.create_bucket("lake")
+        overrides = {
+            **BROKER_OVERRIDES,
+            **server.rsm_overrides("lake"),
+            "rsm.config.key.prefix": "tiered/",
+        }
+        broker = BrokerProcess(tmp_path_factory.mktemp("s3-tier"), overrides).start()
+        try:
+            status = tiered_topic_on(broker, S3_TOPIC, 2, 20_000)
+            ends = {p: r["log_end_offset"] for p, r in status.items()}
+            remote_ends = {p: r["remote_log_end_offset"] + 1 for p, r in status.items()}
+            rows = read_with_confluent(broker.bootstrap, S3_TOPIC, ends)
+            yield Tier(
+                broker,
+                S3_TOPIC,
+                f"s3://lake/tiered/?endpoint={server.endpoint}&path_style=true",
+                rows,
+                ends,
+                remote_ends,
+                256 * 1024,
+                {
+                    "storage.aws.access.key.id": CREDENTIALS["aws_access_key_id"],
+                    "storage.aws.secret.access.key": CREDENTIALS["aws_secret_access_key"],
+                },
+            )
+        finally:
+            broker.stop()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module", params=["local", "s3"])
+def tier(request: pytest.FixtureRequest) -> Tier:
+    found: Tier = request.getfixturevalue(f"{request.param}_tier")
+    assert all(found.ends[p] > found.remote_ends[p] for p in found.ends)  # an untiered tail
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +136,7 @@ def spark() -> Iterator[Any]:
         SparkSession.builder.master("local[2]")
         .appName("tierbroker-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
@@ -115,32 +153,22 @@ def spark() -> Iterator[Any]:
 
 
 def load(spark: Any, tier: Tier, **options: str) -> Any:
-    reader = spark.read.format("tierbroker").option("storage", tier.storage).option("topic", TOPIC)
-    return reader.options(**options).load()
+    return spark.read.format("tierbroker").options(**tier.options(**options)).load()
 
 
-def collect(frame: Any) -> list[Row]:
-    rows = frame.selectExpr(
-        "partition", "offset", "key", "value", "headers", "unix_millis(timestamp)", "timestampType"
-    ).collect()
-    return sorted(
-        (
-            (
-                r[0],
-                r[1],
-                None if r[2] is None else bytes(r[2]),
-                None if r[3] is None else bytes(r[3]),
-                tuple((h.key, None if h.value is None else bytes(h.value)) for h in r[4]),
-                r[5],
-                r[6],
-            )
-            for r in rows
-        ),
-        key=lambda r: (r[0], r[1]),
-    )
+def error_of(action: Any) -> str:
+    """The message of the error Spark raises for `action` (wrapping the source's)."""
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException) as raised:
+        action()
+    return str(raised.value)
 
 
-def test_schema_is_the_kafka_sources(spark: Any, tier: Tier) -> None:
+# Reading ------------------------------------------------------------------------------------
+
+
+def test_schema_is_the_kafka_sources(spark: Any, local_tier: Tier) -> None:
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -153,7 +181,7 @@ def test_schema_is_the_kafka_sources(spark: Any, tier: Tier) -> None:
     )
 
     header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    kafka = [  # Spark's KafkaRecordToRowConverter, includeHeaders=true
+    kafka = [  # Spark's KafkaRecordToRowConverter
         StructField("key", BinaryType(), True),
         StructField("value", BinaryType(), True),
         StructField("topic", StringType(), True),
@@ -161,31 +189,53 @@ def test_schema_is_the_kafka_sources(spark: Any, tier: Tier) -> None:
         StructField("offset", LongType(), True),
         StructField("timestamp", TimestampType(), True),
         StructField("timestampType", IntegerType(), True),
-        StructField("headers", ArrayType(header, True), True),
     ]
-    schema = load(spark, tier).schema
-    assert len(schema.fields) == len(kafka)
-    for got, expected in zip(schema.fields, kafka, strict=True):
-        assert got == expected
+    assert list(load(spark, local_tier).schema.fields) == kafka  # includeHeaders=false
+    with_headers = load(spark, local_tier, includeHeaders="true").schema.fields
+    assert list(with_headers) == [*kafka, StructField("headers", ArrayType(header, True), True)]
 
 
 def test_reads_exactly_the_remote_set(spark: Any, tier: Tier) -> None:
-    frame = load(spark, tier)
-    segments = sum(len(SegmentDiscovery(open_store(tier.storage)).ranges(TOPIC, p)) for p in (0, 1))
-    assert frame.rdd.getNumPartitions() == segments > 2  # one input partition per segment
-    agg = frame.groupBy("partition").agg({"*": "count", "offset": "min"}).collect()
-    maxima = dict(frame.groupBy("partition").agg({"offset": "max"}).collect())
-    spark_summary = {r[0]: (r["count(1)"], r["min(offset)"], maxima[r[0]]) for r in agg}
-    assert spark_summary == summary(tier.rows)
-    rows = collect(frame)
-    assert checksum(rows) == checksum(tier.rows)
-    assert rows == tier.rows  # timestamps and types too
-    assert {row[4][0][0] for row in rows} == {"i"} and any(len(r[4]) == 2 for r in rows)
+    frame = load(spark, tier, includeHeaders="true")
+    # Consecutive segments packed: one input partition per Kafka partition at this size.
+    assert frame.rdd.getNumPartitions() == len(tier.ends)
+    assert_same_rows(spark, frame, tier.remote_rows())
 
-    split = load(spark, tier, maxBytesPerPartition="65536")
-    assert split.rdd.getNumPartitions() > segments  # big segments cut at index entries
-    assert split.count() == len(tier.rows)
-    assert split.exceptAll(frame).isEmpty()  # the same rows, compared inside Spark
+    # 384 KiB: 1 MiB segments (LocalFs) cut in three, 256 KiB ones (S3) one per partition.
+    cut = load(spark, tier, maxBytesPerPartition=str(384 * 1024), includeHeaders="true")
+    tasks = plan(ReadOptions.parse(tier.options(maxBytesPerPartition=str(384 * 1024))))
+    store = open_store(tier.storage, tier.store_options)
+    segments = sum(len(SegmentDiscovery(store).ranges(tier.topic, p)) for p in tier.ends)
+    assert cut.rdd.getNumPartitions() == len(tasks) >= segments - len(tier.ends) > 0
+    assert fingerprint(cut) == fingerprint(frame)
+
+
+def test_the_whole_topic_through_the_brokers(spark: Any, tier: Tier) -> None:
+    options = {"kafka.bootstrap.servers": tier.broker.bootstrap, "includeHeaders": "true"}
+    tasks = plan(ReadOptions.parse(tier.options(**options)))
+    tails = {t.partition: p for t in tasks for p in t.pieces if isinstance(p, BrokerRange)}
+    assert {p: (r.first_offset, r.end_offset) for p, r in tails.items()} == {
+        p: (tier.remote_ends[p], tier.ends[p]) for p in tier.ends
+    }
+    frame = load(spark, tier, **options)
+    assert_same_rows(spark, frame, tier.rows, exact=False)
+    tail = [r for r in tier.rows if r[1] >= tier.remote_ends[r[0]]]  # through the broker
+    ends = " OR ".join(f"(partition = {p} AND offset >= {e})" for p, e in tier.remote_ends.items())
+    assert_same_rows(spark, frame.where(ends), tail)
+
+
+def test_partitioning_options(spark: Any, tier: Tier) -> None:
+    from pyspark.sql.functions import spark_partition_id
+
+    total = len(tier.remote_rows())
+    limit = total // 7
+    capped = load(spark, tier, maxRecordsPerPartition=str(limit))
+    sizes = [r[1] for r in capped.groupBy(spark_partition_id()).count().collect()]
+    assert max(sizes) <= limit and sum(sizes) == total and len(sizes) >= 7
+
+    spread = load(spark, tier, minPartitions="9")
+    assert 9 <= spread.rdd.getNumPartitions() <= 10  # Spark's rounding, over 2 partitions
+    assert spread.count() == total
 
 
 def test_offset_bounds_return_exactly_their_range(spark: Any, tier: Tier) -> None:
@@ -193,25 +243,24 @@ def test_offset_bounds_return_exactly_their_range(spark: Any, tier: Tier) -> Non
     frame = load(
         spark,
         tier,
-        startingOffsets=json.dumps({TOPIC: {"0": 23, "1": -2}}),
-        endingOffsets=json.dumps({TOPIC: {"0": end0 - 100, "1": -1}}),
+        startingOffsets=json.dumps({tier.topic: {"0": 23, "1": -2}}),
+        endingOffsets=json.dumps({tier.topic: {"0": end0 - 100, "1": -1}}),
         maxBytesPerPartition="100000",
     )
-    expected = [r[:2] for r in tier.rows if r[0] == 1 or 23 <= r[1] < end0 - 100]
+    expected = [r[:2] for r in tier.remote_rows() if r[0] == 1 or 23 <= r[1] < end0 - 100]
     assert sorted(tuple(r) for r in frame.select("partition", "offset").collect()) == expected
-    latest = load(spark, tier, startingOffsets="latest")
-    assert latest.count() == 0
-    one = load(spark, tier, partitions="1", endingOffsets=json.dumps({TOPIC: {"1": 1}}))
-    assert collect(one) == [tier.rows[[r[0] for r in tier.rows].index(1)]]
+    assert "can't be latest for batch" in error_of(
+        lambda: load(spark, tier, startingOffsets="latest").count()
+    )
 
 
-async def broker_offsets_for(bootstrap: str, timestamp: int) -> dict[int, int | None]:
+async def broker_offsets_for(tier: Tier, timestamp: int) -> dict[int, int | None]:
     """The broker's ListOffsets answer for a timestamp, per partition."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=tier.broker.bootstrap)
     await consumer.start()
     try:
         found = await consumer.offsets_for_times(
-            {TopicPartition(TOPIC, p): timestamp for p in (0, 1)}
+            {TopicPartition(tier.topic, p): timestamp for p in tier.ends}
         )
     finally:
         await consumer.stop()
@@ -219,29 +268,101 @@ async def broker_offsets_for(bootstrap: str, timestamp: int) -> dict[int, int | 
 
 
 async def test_timestamp_bounds_return_exactly_their_range(spark: Any, tier: Tier) -> None:
-    partition0 = [r for r in tier.rows if r[0] == 0]
+    remote = tier.remote_rows()
+    partition0 = [r for r in remote if r[0] == 0]
     start_ts = partition0[len(partition0) // 3][5]
-    end_ts = partition0[2 * len(partition0) // 3][5]
+    end_ts = max(partition0[2 * len(partition0) // 3][5], start_ts + 1)  # records share ms
 
     def first_at_or_after(ts: int, rows: list[Row]) -> int:
         return next((r[1] for r in rows if r[5] >= ts), rows[-1][1] + 1)
 
     expected = []
-    broker_start = await broker_offsets_for(tier.broker.bootstrap, start_ts)
-    for p in (0, 1):
-        rows = [r for r in tier.rows if r[0] == p]
+    broker_start = await broker_offsets_for(tier, start_ts)
+    for p in tier.ends:
+        rows = [r for r in remote if r[0] == p]
         lo, hi = first_at_or_after(start_ts, rows), first_at_or_after(end_ts, rows)
         assert broker_start[p] == lo  # the same answer as the broker's ListOffsets
-        expected += [r for r in rows if lo <= r[1] < hi]
+        expected += [r[:2] for r in rows if lo <= r[1] < hi]
     frame = load(spark, tier, startingTimestamp=str(start_ts), endingTimestamp=str(end_ts))
-    assert collect(frame) == expected and expected
+    assert sorted(tuple(r) for r in frame.select("partition", "offset").collect()) == expected
+    assert expected
+
+    after_all = str(max(r[5] for r in tier.rows) + 1)
+    by_partition = json.dumps({tier.topic: {"1": start_ts}})  # partition 0: earliest
+    frame = load(spark, tier, startingOffsetsByTimestamp=by_partition)
+    lo = first_at_or_after(start_ts, [r for r in remote if r[0] == 1])
+    assert frame.count() == sum(1 for r in remote if r[0] == 0 or r[1] >= lo)
+
+    assert "No offset matched from request of topic-partition" in error_of(
+        lambda: load(spark, tier, startingTimestamp=after_all).count()
+    )
+    assert load(
+        spark, tier, startingTimestamp=after_all, startingOffsetsByTimestampStrategy="latest"
+    ).isEmpty()
 
 
-def test_export_to_parquet_resumes(spark: Any, tier: Tier, tmp_path: Path, capsys: Any) -> None:
+def test_filters_on_partition_offset_and_timestamp_narrow_the_plan(spark: Any, tier: Tier) -> None:
+    one_per_segment = str(tier.segment_bytes * 3 // 2)
+    frame = load(spark, tier, maxBytesPerPartition=one_per_segment)
+    every = frame.rdd.getNumPartitions()
+
+    picked = frame.where("partition = 1 AND offset >= 100 AND offset < 1100")
+    assert sorted(tuple(r) for r in picked.select("partition", "offset").collect()) == [
+        (1, o) for o in range(100, 1100)
+    ]
+    assert picked.rdd.getNumPartitions() < every // 2  # one partition, a few segments
+
+    remote = tier.remote_rows()
+    store = open_store(tier.storage, tier.store_options)
+    *older, _ = SegmentDiscovery(store).ranges(tier.topic, 0)
+    ts = max(r.segment.max_timestamp_ms for r in older) + 1  # partition 0: its last segment
+    moment = datetime.fromtimestamp(ts / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    later = frame.where(f"timestamp >= TIMESTAMP '{moment}'")
+    assert later.count() == sum(1 for r in remote if r[5] >= ts)
+    assert later.rdd.getNumPartitions() < every  # the older segments of partition 0: pruned
+
+
+def test_assign_and_subscribe_pattern(spark: Any, tier: Tier) -> None:
+    base = {k: v for k, v in tier.options().items() if k != "subscribe"}
+
+    def read(**strategy: str) -> Any:
+        return spark.read.format("tierbroker").options(**base, **strategy).load()
+
+    assigned = read(assign=json.dumps({tier.topic: [1]}))
+    ones = [r[:2] for r in tier.remote_rows() if r[0] == 1]
+    assert sorted(tuple(r) for r in assigned.select("partition", "offset").collect()) == ones
+    pattern = f"{re.escape(tier.topic[:-1])}[{tier.topic[-1]}]"  # that topic alone
+    assert read(subscribePattern=pattern).count() == len(tier.remote_rows())
+    assert read(subscribePattern="nothing-matches-.*").isEmpty()
+    both = error_of(lambda: read(subscribe=tier.topic, assign='{"x":[0]}').count())
+    assert "Only one of the options subscribe" in both
+
+
+def test_unknown_and_unsupported_options_are_refused(spark: Any, local_tier: Tier) -> None:
+    message = error_of(lambda: load(spark, local_tier, startingOffset="earliest").count())
+    assert "unknown option(s) startingoffset" in message.lower()  # Spark lowers option keys
+    assert "maxRecordsPerPartition" in message
+    message = error_of(
+        lambda: load(
+            spark,
+            local_tier,
+            **{"kafka.bootstrap.servers": "127.0.0.1:1", "kafka.isolation.level": "read_committed"},
+        ).count()
+    )
+    assert "kafka.isolation.level=read_committed" in message
+
+
+# The export job -----------------------------------------------------------------------------
+
+
+def test_export_to_parquet_resumes(
+    spark: Any, local_tier: Tier, tmp_path: Path, capsys: Any
+) -> None:
     from tierbroker.pipeline.jobs import export
 
+    tier = local_tier
     out = tmp_path / "lake"
-    args = ["--storage", tier.storage, "--topic", TOPIC, "--to", str(out), "--format", "parquet"]
+    args = ["--storage", tier.storage, "--topic", tier.topic, "--to", str(out)]
     assert export.main([*args, "--max-segments", "2", "--segments-per-job", "1"]) == 0
     assert len(list((out / "_exported_segments").iterdir())) == 2
     assert export.main(args) == 0  # the rest
@@ -265,10 +386,13 @@ def test_export_to_parquet_resumes(spark: Any, tier: Tier, tmp_path: Path, capsy
         ),
         key=lambda r: (r[0], r[1]),
     )
-    assert rows == tier.rows
-    assert {str(r["topic"]) for r in table.to_pylist()} == {TOPIC}
+    assert rows == tier.remote_rows()
+    assert {str(r["topic"]) for r in table.to_pylist()} == {tier.topic}
     for r in table.select(["timestamp", "date"]).to_pylist():
         assert str(r["date"]) == r["timestamp"].date().isoformat()
+
+
+# S3: the README's example, and a bounded TieredConsumer ---------------------------------------
 
 
 def readme_spark_example(endpoint: str) -> str:
@@ -276,59 +400,44 @@ def readme_spark_example(endpoint: str) -> str:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "register(" in b]
     assert "http://127.0.0.1:9000" in block
-    return block.replace("http://127.0.0.1:9000", endpoint)
+    return block.replace("http://127.0.0.1:9000", endpoint)  # moto takes any credentials
 
 
-async def test_s3_remote_tier(spark: Any, tmp_path: Path, capsys: Any) -> None:
+async def test_s3_readme_example_and_a_bounded_tiered_consumer(
+    spark: Any, s3_tier: Tier, capsys: Any
+) -> None:
     """The README's example reads the tier a broker wrote to S3 (its bucket, prefix and
     topic); a bounded TieredConsumer read returns every remote record, then stops."""
     from tierbroker.pipeline import TieredConsumer
 
+    tier = s3_tier
     assert "PYSPARK_PYTHON" not in os.environ
-    server = MotoServer().start()
-    try:
-        server.create_bucket("lake")
-        overrides = {
-            **BROKER_OVERRIDES,
-            **server.rsm_overrides("lake"),
-            "rsm.config.key.prefix": "tiered/",
-        }
-        broker = BrokerProcess(tmp_path, overrides).start()
-        try:
-            topic = "events"
-            end = small_tiered_topic(broker, topic)["remote_log_end_offset"] + 1
-            example: dict[str, Any] = {}
-            exec(readme_spark_example(server.endpoint), example)
-            frame = example["df"]
-            assert frame.count() == end
-            assert frame.selectExpr("max(offset)").first()[0] == end - 1
-            assert f"|0|{end}|" in capsys.readouterr().out.replace(" ", "")  # df...show()
+    endpoint = tier.storage.split("endpoint=")[1].split("&")[0]
+    example: dict[str, Any] = {}
+    exec(readme_spark_example(endpoint), example)
+    assert example["df"].count() == len(tier.remote_rows())
+    shown = capsys.readouterr().out.replace(" ", "")
+    for p, end in tier.remote_ends.items():
+        assert f"|{p}|{end}|" in shown  # df.groupBy("partition").count().show()
 
-            storage = f"s3://lake/tiered/?endpoint={server.endpoint}&path_style=true"
-            consumer = TieredConsumer(
-                topic,
-                mode="REMOTE_ONLY",
-                bounded=True,
-                bootstrap_servers=broker.bootstrap,
-                group_id="backfill",
-                auto_offset_reset="earliest",
-                storage=storage,
-                storage_options={
-                    "storage.aws.access.key.id": "testing",
-                    "storage.aws.secret.access.key": "testing",
-                },
-            )
-            await consumer.start()
-            try:
-                offsets = [record.offset async for record in consumer]
-                tp = TopicPartition(topic, 0)
-                assert offsets == list(range(end))
-                assert await consumer.position(tp) == await consumer.end_offset(tp) == end
-                assert await consumer.at_end() and await consumer.getmany(timeout_ms=5000) == {}
-                assert consumer.stats.broker_records == {}
-            finally:
-                await consumer.stop()
-        finally:
-            broker.stop()
+    consumer = TieredConsumer(
+        tier.topic,
+        mode="REMOTE_ONLY",
+        bounded=True,
+        bootstrap_servers=tier.broker.bootstrap,
+        group_id="backfill",
+        auto_offset_reset="earliest",
+        storage=tier.storage,
+        storage_options=tier.store_options,
+    )
+    await consumer.start()
+    try:
+        read = sorted([(record.partition, record.offset) async for record in consumer])
+        assert read == [r[:2] for r in tier.remote_rows()]
+        for p, end in tier.remote_ends.items():
+            tp = TopicPartition(tier.topic, p)
+            assert await consumer.position(tp) == await consumer.end_offset(tp) == end
+        assert await consumer.at_end() and await consumer.getmany(timeout_ms=5000) == {}
+        assert consumer.stats.broker_records == {}
     finally:
-        server.stop()
+        await consumer.stop()

@@ -39,7 +39,8 @@ def sh_blocks(heading: str) -> list[str]:
 def as_here(block: str, cwd: Path) -> str:
     """`block` with this virtualenv's commands, and `cwd` for /tmp."""
     venv_bin = f"{Path(sys.executable).parent}/"
-    return block.replace(".venv/bin/", venv_bin).replace("/tmp/", f"{cwd}/")
+    # /tmp first: the virtualenv itself may live under /tmp.
+    return block.replace("/tmp/", f"{cwd}/").replace(".venv/bin/", venv_bin)
 
 
 def environment(broker: BrokerProcess | None) -> dict[str, str]:

@@ -14,7 +14,8 @@ from tests.integration.moto_server import (
     moto,  # noqa: F401 (a fixture)
 )
 from tests.integration.test_cli import cli
-from tests.integration.tiering_helpers import metric, metrics, produce, status, wait_for
+from tests.integration.tiering_helpers import metric, metrics, produce, status
+from tests.integration.waiting import wait_for
 
 FAST_RETRIES = {
     "remote.log.manager.task.interval.ms": "300",

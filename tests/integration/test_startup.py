@@ -24,8 +24,8 @@ from tests.integration.tiering_helpers import (
     produce,
     read_confluent,
     status,
-    wait_for,
 )
+from tests.integration.waiting import wait_for
 from tests.integration.wire import WireClient
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
 

@@ -62,8 +62,8 @@ from tests.integration.tiering_helpers import (
     status,
     timestamp_of,
     value_of,
-    wait_for,
 )
+from tests.integration.waiting import wait_for
 
 TOTAL_MIB = int(os.environ.get("TIERING_TOTAL_MIB", "50"))
 VALUE_SIZE = 1024

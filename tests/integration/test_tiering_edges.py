@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import time
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -15,6 +14,7 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.moto_server import MotoServer
 from tests.integration.tiering_helpers import all_status, status
+from tests.integration.waiting import wait_for
 from tests.integration.wire import WireClient
 from tierbroker.protocol.errors import ErrorCode
 
@@ -56,13 +56,6 @@ def read_keys(broker: BrokerProcess, topic: str, start: int, count: int) -> list
     finally:
         consumer.close()
     return got
-
-
-def wait_for(condition: Any, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def s3_broker(tmp_path: Path, moto: MotoServer) -> BrokerProcess:

@@ -48,8 +48,8 @@ from tests.integration.tiering_helpers import (
     status,
     timestamp_of,
     value_of,
-    wait_for,
 )
+from tests.integration.waiting import wait_for
 from tierbroker.storage.remote.key_layout import LOG_SUFFIX, MANIFEST_SUFFIX
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata

@@ -25,6 +25,7 @@ from tests.integration.wire import (
     WireClient,
     decode_response,
     fetch_request,
+    list_offsets,
     make,
     request_module,
     split_batches,
@@ -331,36 +332,6 @@ def test_fetched_batches_carry_leader_epoch_0(broker: BrokerProcess, client: Wir
 
 
 # ListOffsets ----------------------------------------------------------------------------------
-
-
-def list_offsets(
-    client: WireClient, topic: str, timestamp: int, version: int = 8
-) -> tuple[int, int, int, int]:
-    """(error, offset, timestamp, leader epoch) of partition 0 for `timestamp`."""
-    m = request_module(2, version)
-    response = client.request(
-        make(
-            m.ListOffsetsRequest,
-            replica_id=-1,
-            isolation_level=0,
-            timeout=datetime.timedelta(seconds=5),
-            topics=(
-                m.ListOffsetsTopic(
-                    name=topic,
-                    partitions=(
-                        make(
-                            m.ListOffsetsPartition,
-                            partition_index=0,
-                            current_leader_epoch=-1,
-                            timestamp=timestamp,
-                        ),
-                    ),
-                ),
-            ),
-        )
-    )
-    (p,) = response.topics[0].partitions
-    return p.error_code, p.offset, p.timestamp, p.leader_epoch
 
 
 def test_list_offsets_single_record_batches(client: WireClient) -> None:

@@ -3,7 +3,6 @@
 - `Tier`: the remote tier a broker is started with (LocalFs in `<tmp>/logs/remote`, or S3 on
   moto's standalone server), its broker overrides, and a listing of its objects.
 - `status` / `metrics`: the broker's `/tier/status` rows and Prometheus values.
-- `wait_for`: polls a condition with a deadline; the failure names the last value seen.
 - Records are keyed and valued by their offset (`key_of`, `value_of`), with the
   timestamp `timestamp_of(offset)`, so any reader's output can be checked exactly.
 - Readers from offset 0 with confluent-kafka, kcat and aiokafka; raw ListOffsets and
@@ -147,27 +146,6 @@ def check_records(
 
 
 # Polling --------------------------------------------------------------------------------
-
-
-def wait_for(
-    condition: Callable[[], T | None],
-    what: str,
-    timeout_s: float = 120,
-    interval_s: float = 0.2,
-    show: Callable[[], object] | None = None,
-) -> T:
-    """Poll `condition` until it returns something truthy (returned); fail at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            seen = show() if show is not None else value
-            raise AssertionError(
-                f"timed out after {timeout_s}s waiting for {what}; last seen: {seen}"
-            )
-        time.sleep(interval_s)
 
 
 # The broker's status and metrics -------------------------------------------------------

@@ -208,3 +208,34 @@ def split_batches(records: bytes | None) -> tuple[list[bytes], int]:
         batches.append(data[position : position + 12 + length])
         position += 12 + length
     return batches, len(data) - position
+
+
+def list_offsets(
+    client: WireClient, topic: str, timestamp: int, version: int = 8, replica_id: int = -1
+) -> tuple[int, int, int, int]:
+    """(error, offset, timestamp, leader epoch) of partition 0 for `timestamp`, asked as a
+    consumer (replica id -1) or as `replica_id` (-2: the debugging consumer)."""
+    m = request_module(2, version)
+    response = client.request(
+        make(
+            m.ListOffsetsRequest,
+            replica_id=replica_id,
+            isolation_level=0,
+            timeout=datetime.timedelta(seconds=5),
+            topics=(
+                m.ListOffsetsTopic(
+                    name=topic,
+                    partitions=(
+                        make(
+                            m.ListOffsetsPartition,
+                            partition_index=0,
+                            current_leader_epoch=-1,
+                            timestamp=timestamp,
+                        ),
+                    ),
+                ),
+            ),
+        )
+    )
+    (p,) = response.topics[0].partitions
+    return p.error_code, p.offset, p.timestamp, p.leader_epoch

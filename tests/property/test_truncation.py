@@ -51,7 +51,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 def fetch_until_caught_up(leader: Replica, follower: Replica) -> None:
     agreed = common_prefix(leader.epochs, follower.epochs)
     for _ in range(100):
-        last_epoch = follower.epochs[-1] if follower.epochs else -1
+        # As the fetcher sends it: the latest epoch of the follower's cache, which may name
+        # an epoch it led without writing (its log is not the judge, its cache is).
+        last_epoch = follower.cache.latest_epoch
         if last_epoch >= 0:
             epoch, end = leader.cache.end_offset_for(last_epoch, leader.end)
             if epoch < 0 or end < 0 or end < follower.end or epoch < last_epoch:

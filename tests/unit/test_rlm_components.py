@@ -1114,6 +1114,37 @@ async def test_copy_moves_the_remote_high_offset_only_after_copy_segment_finishe
     lg.close()
 
 
+async def test_each_segment_carries_the_leader_epoch_lineage_up_to_its_end(
+    tmp_path: Path,
+) -> None:
+    """As Kafka uploads it: a replica rebuilt from the remote tier learns every epoch
+    before a segment from that segment alone."""
+    lg = build_log(tmp_path / "t-0")
+    s0, s1, s2 = lg.segments[:3]
+    lg.leader_epoch_cache.assign(3, s1.base_offset + 1)  # epoch 0 from offset 0 (the build)
+    lg.leader_epoch_cache.assign(5, s2.base_offset + 1)
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    rsm = local_fs(tmp_path / "remote")
+    await copy_task(TieredPartition(TIP, lg), rsm, rlmm).run_once()
+    by_start = {m.start_offset: m for m in rlmm.readable_segments(TIP)}
+    first = await rsm.fetch_index(by_start[s0.base_offset], IndexType.LEADER_EPOCH)
+    third = await rsm.fetch_index(by_start[s2.base_offset], IndexType.LEADER_EPOCH)
+    assert first.decode().split("\n")[1:-1] == ["1", "0 0"]
+    assert third.decode().split("\n")[1:-1] == [
+        "3",
+        "0 0",
+        f"3 {s1.base_offset + 1}",
+        f"5 {s2.base_offset + 1}",
+    ]
+    # The segment's own epochs are its metadata's, clipped to its start.
+    assert by_start[s2.base_offset].segment_leader_epochs == (
+        (3, s2.base_offset),
+        (5, s2.base_offset + 1),
+    )
+    lg.close()
+
+
 # =======================================================================================
 # ExpirationTask
 # =======================================================================================

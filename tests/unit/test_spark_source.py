@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_pipeline_discovery import CLUSTER, TOPIC, copy_segment, record_ts, rsm_for
-from tierbroker.pipeline.spark.source import KAFKA_SCHEMA, TierbrokerDataSource
+from tierbroker.pipeline.spark.source import KAFKA_SCHEMA_WITHOUT_HEADERS, TierbrokerDataSource
 
 
 async def test_a_timestamp_beyond_sparks_range_fails_the_read_naming_its_offset(
@@ -20,7 +20,7 @@ async def test_a_timestamp_beyond_sparks_range_fails_the_read_naming_its_offset(
         rsm_for(remote), work, 0, 0, 19, timestamp=lambda o: far if o == 13 else record_ts(o)
     )
     options = {"storage": remote.as_uri(), "topic": TOPIC, "cluster": CLUSTER}
-    reader = TierbrokerDataSource(options).reader(KAFKA_SCHEMA)
+    reader = TierbrokerDataSource(options).reader(KAFKA_SCHEMA_WITHOUT_HEADERS)
     [partition] = reader.partitions()
     with pytest.raises(ValueError, match=f"offset 13 has timestamp {far} ms"):
         list(reader.read(partition))

@@ -45,7 +45,11 @@ async def test_a_topic_deleted_while_created_leaves_no_logs(tmp_path: Path) -> N
         create_logs = broker.log_manager.create_logs
 
         async def delete_first(*args: Any) -> None:
-            await broker.admin.delete_topic("t")  # before this broker made any of its logs
+            # Asked before this broker made any of its logs; not awaited, since the deletion
+            # is seen only after this creation returns.
+            with pytest.raises(KafkaError) as waited:
+                await broker.admin.delete_topic("t", timeout_s=0.1)
+            assert waited.value.code == ErrorCode.request_timed_out
             await create_logs(*args)
 
         broker.log_manager.create_logs = delete_first  # type: ignore[method-assign]
