@@ -33,9 +33,10 @@ run: install
 
 test: install-test
 	$(BIN)/pytest
+	$(BIN)/pytest -n 2 tests/plugin
 
 check: install-test
-	$(BIN)/ruff check protocol storage rlm broker pipeline tests benchmarks setup.py
+	$(BIN)/ruff check protocol storage rlm broker pipeline testing tests benchmarks setup.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -53,6 +54,7 @@ bench: install-test
 	$(BIN)/python -m benchmarks.replication
 	$(BIN)/python -m benchmarks.failover
 	$(BIN)/python -m benchmarks.follower_fetching
+	$(BIN)/python -m benchmarks.fixtures
 
 clean:
 	rm -rf $(VENV) data

@@ -9,6 +9,11 @@ When `accept` fails for want of file descriptors (EMFILE, ENFILE) or memory, the
 waiting connection stays in the backlog: the acceptor retries after a pause and
 logs one line per `ACCEPT_ERROR_LOG_INTERVAL_S` saying how often it failed, instead
 of a traceback per attempt.
+
+The acceptor accepts in its own task once the socket is readable, rather than with
+`loop.sock_accept`: on Python 3.11 a `sock_accept` cancelled (the acceptor stopping)
+just as a client connects still accepts the connection, then fails to hand it over and
+leaks its socket.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +120,7 @@ class Acceptor:
         while True:
             await self.quotas.wait_for_slot()
             try:
-                conn, address = await loop.sock_accept(self.sock)
+                conn, address = await self._accept(loop)
             except ConnectionAbortedError:
                 continue  # the client gave up before we accepted: routine
             except OSError as e:
@@ -138,6 +144,22 @@ class Acceptor:
                 log.exception("closing connection from %s: it could not be set up", ip)
                 conn.close()
 
+    async def _accept(self, loop: asyncio.AbstractEventLoop) -> tuple[socket.socket, Any]:
+        """The next connection, accepted here once the socket is readable."""
+        while True:
+            try:
+                conn, address = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                readable = loop.create_future()
+                loop.add_reader(self.sock, _set_once, readable)
+                try:
+                    await readable
+                finally:
+                    loop.remove_reader(self.sock)
+                continue
+            conn.setblocking(False)
+            return conn, address
+
     def _note_failure(self, e: OSError) -> None:
         self._failures += 1
         now = time.monotonic()
@@ -156,3 +178,8 @@ class Acceptor:
                 hint,
             )
             self._logged_at, self._failures = now, 0
+
+
+def _set_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

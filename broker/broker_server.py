@@ -13,10 +13,10 @@ coordinator, background jobs and the metrics endpoint, and log a summary
 
 Stop (idempotent, in this order, each with the shutdown timeout): a controlled shutdown
 (the controller moves this broker's leadership to other ISR members and takes it out of
-ISRs, so producers and consumers move before it goes), stop coordinating groups, stop
-listening and finish requests in hand, stop background jobs and the metrics endpoint,
-stop fetching and resign as controller, stop the remote tier, flush and checkpoint every
-log, and close the session (the registration goes with it).
+ISRs, so producers and consumers move before it goes), stop coordinating groups, answer
+parked fetches, stop listening and finish requests in hand, stop background jobs and the
+metrics endpoint, stop fetching and resign as controller, stop the remote tier, flush and
+checkpoint every log, and close the session (the registration goes with it).
 
 A log dir that fails (an I/O error) goes offline and its partitions answer
 KAFKA_STORAGE_ERROR; when no log dir is left online the broker asks to be stopped
@@ -196,6 +196,11 @@ class BrokerServer:
     @property
     def broker_id(self) -> int:
         return self.config.broker_id
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped (nor stopping)."""
+        return self._started and not self._stopped
 
     def _on_leadership(self, partition: Partition, leader: bool) -> None:
         tp = partition.topic_partition
@@ -390,6 +395,7 @@ class BrokerServer:
         if controlled and self._started and self.config.controlled_shutdown_enable:
             await self._controlled_shutdown(timeout_s)
         self.groups.stop()
+        self.replicas.fetch_purgatory.complete_all()  # long polls answer now, not at max wait
         await self.socket_server.stop(timeout_s)
         await self.scheduler.stop()
         await self.metrics_server.stop()

@@ -8,9 +8,11 @@ the start (every log dir failed, an unexpected error) is one line with exit code
 `--debug` adds the traceback.
 
 `tierbroker export` writes a topic's remote tier to Parquet straight from the object
-store (`pipeline.jobs.export`). The commands that work with a running broker (`topic`,
-`produce`, `consume`, `group`, `cluster`, `tier status`) live in `broker.commands` and
-load the client library only when they run, so `serve` starts without it.
+store (`pipeline.jobs.export`). `tierbroker demo` runs a racked, tiered cluster in this
+process and shows it at work (`broker.commands.demo`). The commands that work with a
+running broker (`topic`, `produce`, `consume`, `group`, `cluster`, `tier status`) live
+in `broker.commands` and load the client library only when they run, so `serve` starts
+without it.
 """
 
 from __future__ import annotations
@@ -179,6 +181,23 @@ app.command()(clients.consume)
 app.add_typer(groups.app, name="group")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(tier.app, name="tier")
+
+
+@app.command()
+def demo(
+    mib: Annotated[float, typer.Option(help="MiB to produce (1 KiB records)")] = 16.0,
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="keep the data and broker log here")
+    ] = None,
+) -> None:
+    """Start 3 brokers in racks a, b, c with tiering in this process, show segments
+    tiering live, read from offset 0 through the client's rack and straight from the
+    object store, and sum up where the bytes went. Under a minute."""
+    from rich.console import Console
+
+    from tierbroker.broker.commands.demo import run
+
+    run(mib, directory, Console())
 
 
 @app.command(

@@ -57,11 +57,18 @@ def storage_manager_class(config: BrokerConfig) -> type[RemoteStorageManager]:
     for extra in (config.remote_log_storage_manager_class_path or "").split(":"):
         if extra and extra not in sys.path:
             sys.path.append(extra)
-    name = config.remote_log_storage_manager_class_name
+    return storage_manager_named(
+        config.remote_log_storage_manager_class_name, "remote.log.storage.manager.class.name"
+    )
+
+
+def storage_manager_named(name: str, setting: str) -> type[RemoteStorageManager]:
+    """The class `name` (a short name or `package.module.Class`) given by the property
+    `setting`; `ConfigError` if it does not load or is not a `RemoteStorageManager`."""
     found = _load_class(
         STORAGE_MANAGERS.get(name, name),
         RemoteStorageManager,
-        f"remote.log.storage.manager.class.name={name!r}",
+        f"{setting}={name!r}",
         f"use {', '.join(STORAGE_MANAGERS)}, or package.module.Class of a RemoteStorageManager",
     )
     return cast(type[RemoteStorageManager], found)

@@ -277,6 +277,11 @@ class Controller:
         await self._on_shutdowns()
         await self._on_topics_change()
         await self._on_deletions()
+        # As Kafka's controller does on failover: replicas on brokers that are not live
+        # go offline, out of every ISR (a broker may have died with the old controller).
+        await self._on_brokers_gone(
+            {b for state in self.states.values() for b in state.isr} - set(self.live_brokers)
+        )
         await self._elect_offline(self.states)
 
     async def _read_brokers(self) -> tuple[set[int], set[int]]:

@@ -91,10 +91,11 @@ def test_the_wheel_holds_one_top_level_package_and_its_command(wheel: Path) -> N
         scripts = archive.read(entry_points).decode()
     top_level = {name.split("/")[0] for name in names if ".dist-info/" not in name}
     assert top_level == {"tierbroker"}
-    for layer in ("protocol", "storage", "rlm", "broker", "pipeline"):
+    for layer in ("protocol", "storage", "rlm", "broker", "pipeline", "testing"):
         assert f"tierbroker/{layer}/__init__.py" in names
     assert "tierbroker/pipeline/spark/source.py" in names
     assert "tierbroker = tierbroker.broker.cli:main" in scripts
+    assert "[pytest11]\ntierbroker = tierbroker.testing.plugin" in scripts
 
 
 @pytest.mark.slow
