@@ -77,7 +77,10 @@ def test_lost_checkpoints_restore_the_log_start_offset_from_the_remote_tier(
         }
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)])[TOPIC].result(15)
-        produce(broker.bootstrap, TOPIC, 0, COUNT, VALUE_SIZE)
+        # Small batches make segments of about segment.bytes: librdkafka's default batches of
+        # up to 1 MB would roll segments of that size, and retention, which goes a segment at a
+        # time, could then leave nothing remote only.
+        produce(broker.bootstrap, TOPIC, 0, COUNT, VALUE_SIZE, batch_size=16 * 1024)
         # Retention counts local bytes not yet copied: set while the copy lags, it could take
         # every remote segment. Set once all is copied, it leaves some records remote only.
         wait_for(
