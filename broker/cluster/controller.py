@@ -14,7 +14,10 @@ requests, and handles each change as an event, one at a time, in its own task:
 - a leaderless partition whose ISR member returns is led by it again;
 - a deleted topic's znodes are removed (brokers delete the logs when they see it gone);
 - an ElectLeaders request, or the periodic leader-balance check, moves leadership back
-  to preferred replicas (see `leader_election`).
+  to preferred replicas (see `leader_election`);
+- an AlterPartitionReassignments request starts (or cancels) moving a partition to other
+  replicas; a watch on the state of each partition being moved tells when its new
+  replicas are in the ISR, and the move completes (see `reassignment`).
 
 Every write goes in a multi with a check of `/controller_epoch`'s version: a controller
 that was replaced (its session expired) cannot change anything, and resigns when it
@@ -26,9 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from tierbroker.broker.cluster import reassignment as moves
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.leader_election import (
     Election,
@@ -37,6 +41,7 @@ from tierbroker.broker.cluster.leader_election import (
     elect,
     imbalanced_partitions,
 )
+from tierbroker.broker.cluster.reassignment import Rejection, ReplicaAssignment
 from tierbroker.broker.cluster.store import (
     BadVersionError,
     Check,
@@ -81,11 +86,20 @@ class _ElectionRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class _ReassignRequest:
+    targets: Mapping[TopicPartition, Sequence[int] | None]  # None: cancel
+    outcome: asyncio.Future[dict[TopicPartition, Rejection | None]] = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class _Event:
-    # "startup", "brokers", "topics", "topic", "deletions", "shutdowns", "elect", "balance"
+    # "startup", "brokers", "topics", "topic", "deletions", "shutdowns", "elect", "balance",
+    # "reassign", "reassign_isr" (the ISR of `topic`'s `partition`, being moved, changed)
     kind: str
     topic: str = ""
     election: _ElectionRequest | None = None
+    reassignment: _ReassignRequest | None = None
+    partition: int = -1
 
 
 class Controller:
@@ -113,6 +127,7 @@ class Controller:
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         self.shutting_down: set[int] = set()
+        self.reassigning: set[TopicPartition] = set()
 
     @property
     def is_active(self) -> bool:
@@ -213,10 +228,12 @@ class Controller:
 
     # Events --------------------------------------------------------------------------
 
-    def _watch(self, kind: str, topic: str = "") -> Callable[[WatchEvent, str], None]:
+    def _watch(
+        self, kind: str, topic: str = "", partition: int = -1
+    ) -> Callable[[WatchEvent, str], None]:
         def fired(_event: WatchEvent, _path: str) -> None:
             if self._active:
-                self._events.put_nowait(_Event(kind, topic))
+                self._events.put_nowait(_Event(kind, topic, partition=partition))
 
         return fired
 
@@ -260,6 +277,11 @@ class Controller:
             await self._on_election(event.election)
         elif event.kind == "balance":
             await self._on_balance_check()
+        elif event.kind == "reassign":
+            assert event.reassignment is not None
+            await self._on_reassign(event.reassignment)
+        elif event.kind == "reassign_isr":
+            await self._on_reassigning_isr(TopicPartition(event.topic, event.partition))
 
     def _fail_elections(self, current: _Event | None = None) -> None:
         """Answer every election asked of this controller, now resigned: NOT_CONTROLLER."""
@@ -267,12 +289,14 @@ class Controller:
         while not self._events.empty():
             pending.append(self._events.get_nowait())
         for event in pending:
-            if event.election is not None and not event.election.outcome.done():
-                event.election.outcome.set_exception(NotController())
+            for request in (event.election, event.reassignment):
+                if request is not None and not request.outcome.done():
+                    request.outcome.set_exception(NotController())
 
     async def _on_startup(self) -> None:
         self.assignments.clear()
         self.states.clear()
+        self.reassigning.clear()
         await self._read_brokers()
         await self._on_shutdowns()
         await self._on_topics_change()
@@ -283,6 +307,10 @@ class Controller:
             {b for state in self.states.values() for b in state.isr} - set(self.live_brokers)
         )
         await self._elect_offline(self.states)
+        # Moves in progress resume (Kafka's controller does so on failover too).
+        for topic, assignment in self.assignments.items():
+            for p in {*assignment.adding_replicas, *assignment.removing_replicas}:
+                self._check_reassigning(TopicPartition(topic, p))
 
     async def _read_brokers(self) -> tuple[set[int], set[int]]:
         """Refresh the live brokers; (brokers that appeared or restarted, brokers gone)."""
@@ -311,6 +339,8 @@ class Controller:
         # handled as gone, then as started (as Kafka's controller handles a bounced broker).
         await self._on_brokers_gone(gone)
         await self._elect_offline(self.states)
+        for tp in self.reassigning:
+            self._check_reassigning(tp)  # a move may wait for a target replica to lead
 
     async def _on_brokers_gone(self, gone: set[int]) -> None:
         if not gone:
@@ -397,6 +427,7 @@ class Controller:
         if assignment is not None:
             for p in assignment.partitions:
                 self.states.pop(TopicPartition(topic, p), None)
+                self.reassigning.discard(TopicPartition(topic, p))
 
     async def _on_topic_change(self, topic: str) -> None:
         """A topic appeared or got partitions: read it, and elect its new partitions."""
@@ -556,6 +587,144 @@ class Controller:
         if changes:
             log.info("controller: %d partitions return to their preferred replica", len(changes))
         await self._write_states(changes)
+
+    # Reassignments ---------------------------------------------------------------------
+
+    async def alter_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, Rejection | None]:
+        """Start moving partitions to target replicas (None: cancel the move in progress),
+        in the controller's order of events; per partition, None or why not.
+
+        Raises NotController if this broker is not, or stops being, the controller."""
+        if not self._active:
+            raise NotController()
+        outcome: asyncio.Future[dict[TopicPartition, Rejection | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        request = _ReassignRequest(targets, outcome)
+        self._events.put_nowait(_Event("reassign", reassignment=request))
+        return await outcome
+
+    def list_reassignments(
+        self, partitions: Collection[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        """The moves in progress among `partitions` (None: all of them)."""
+        if not self._active:
+            raise NotController()
+        wanted = self.reassigning if partitions is None else partitions
+        found: dict[TopicPartition, ReplicaAssignment] = {}
+        for tp in wanted:
+            topic = self.assignments.get(tp.topic)
+            if topic is not None and tp.partition in topic.partitions:
+                assignment = ReplicaAssignment.of(topic, tp.partition)
+                if assignment.is_being_reassigned:
+                    found[tp] = assignment
+        return found
+
+    async def _on_reassign(self, request: _ReassignRequest) -> None:
+        outcomes: dict[TopicPartition, Rejection | None] = {}
+        for tp, target in request.targets.items():
+            outcomes[tp] = await self._reassign(tp, target)
+        if not request.outcome.done():
+            request.outcome.set_result(outcomes)
+
+    async def _reassign(self, tp: TopicPartition, target: Sequence[int] | None) -> Rejection | None:
+        if tp not in self.states or await self.store.exists(zk.delete_path(tp.topic)):
+            return Rejection(ErrorCode.unknown_topic_or_partition, "The partition does not exist.")
+        for _ in range(10):
+            try:
+                topic, version = await self._read_assignment(tp.topic)
+            except NoNodeError:
+                break
+            current = ReplicaAssignment.of(topic, tp.partition)
+            if target is None and not current.is_being_reassigned:
+                return Rejection(
+                    ErrorCode.no_reassignment_in_progress, f"{tp} is not being reassigned"
+                )
+            if target is not None:
+                live = [b for b in self.live_brokers if self._eligible(b)]
+                rejection = moves.validate_target(target, current, live)
+                if rejection is not None:
+                    return rejection
+            await self._refresh_state(tp)
+            step = moves.start(
+                current,
+                self.states[tp],
+                current.origin if target is None else target,
+                self._eligible,
+                self.epoch,
+            )
+            try:
+                await self._write_move(tp, topic, version, step)
+            except BadVersionError:
+                continue  # the topic (partitions added) or the ISR changed: decide again
+            log.info(
+                "controller: %s %s: replicas %s, adding %s, removing %s",
+                "cancelling the move of" if target is None else "moving",
+                tp,
+                list(current.replicas),
+                list(step.assignment.adding),
+                list(step.assignment.removing),
+            )
+            return None
+        return Rejection(ErrorCode.unknown_topic_or_partition, "The partition does not exist.")
+
+    def _check_reassigning(self, tp: TopicPartition) -> None:
+        self.reassigning.add(tp)
+        self._events.put_nowait(_Event("reassign_isr", tp.topic, partition=tp.partition))
+
+    async def _on_reassigning_isr(self, tp: TopicPartition) -> None:
+        """A partition being moved may complete: its ISR changed, or a broker came back."""
+        if tp not in self.reassigning:
+            return
+        watch = self._watch("reassign_isr", tp.topic, tp.partition)
+        try:
+            data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition), watch)
+            topic, version = await self._read_assignment(tp.topic)
+        except NoNodeError:
+            self.reassigning.discard(tp)  # deleted
+            return
+        state = self.states[tp] = PartitionState.decode(data, stat.version)
+        moving = ReplicaAssignment.of(topic, tp.partition)
+        step = moves.complete(moving, state, self._eligible, self.epoch)
+        if step is None:
+            return
+        try:
+            await self._write_move(tp, topic, version, step)
+        except BadVersionError:
+            self._check_reassigning(tp)  # changed meanwhile: look again
+            return
+        log.info("controller: %s moved to %s", tp, list(step.assignment.replicas))
+
+    async def _read_assignment(self, topic: str) -> tuple[TopicAssignment, int]:
+        data, stat = await self.store.get(zk.topic_path(topic))
+        return TopicAssignment.decode(data), stat.version
+
+    async def _write_move(
+        self, tp: TopicPartition, topic: TopicAssignment, version: int, step: moves.Step
+    ) -> None:
+        """Write a partition's assignment and state together; raises BadVersionError if
+        either changed since read."""
+        updated = moves.with_partition(topic, tp.partition, step.assignment)
+        results = await self._write(
+            [
+                SetData(zk.topic_path(tp.topic), updated.encode(), version),
+                SetData(
+                    zk.state_path(tp.topic, tp.partition),
+                    step.state.encode(),
+                    step.state.partition_epoch,
+                ),
+            ]
+        )
+        written = results[2]
+        assert isinstance(written, Stat)
+        self.assignments[tp.topic] = updated
+        self.states[tp] = replace(step.state, partition_epoch=written.version)
+        if step.assignment.is_being_reassigned:
+            self._check_reassigning(tp)  # arms the watch on its state
+        else:
+            self.reassigning.discard(tp)
 
     async def _refresh_states(self, tps: Iterable[TopicPartition]) -> None:
         """Read again the states of partitions about to be decided on: their leaders change
