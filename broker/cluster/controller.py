@@ -32,7 +32,6 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from tierbroker.broker.cluster import reassignment as moves
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.leader_election import (
     Election,
@@ -41,6 +40,7 @@ from tierbroker.broker.cluster.leader_election import (
     elect,
     imbalanced_partitions,
 )
+from tierbroker.broker.cluster.reassigner import Reassigner
 from tierbroker.broker.cluster.reassignment import Rejection, ReplicaAssignment
 from tierbroker.broker.cluster.store import (
     BadVersionError,
@@ -127,7 +127,7 @@ class Controller:
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         self.shutting_down: set[int] = set()
-        self.reassigning: set[TopicPartition] = set()
+        self.moves = Reassigner(self)
 
     @property
     def is_active(self) -> bool:
@@ -228,7 +228,7 @@ class Controller:
 
     # Events --------------------------------------------------------------------------
 
-    def _watch(
+    def watch(
         self, kind: str, topic: str = "", partition: int = -1
     ) -> Callable[[WatchEvent, str], None]:
         def fired(_event: WatchEvent, _path: str) -> None:
@@ -281,7 +281,7 @@ class Controller:
             assert event.reassignment is not None
             await self._on_reassign(event.reassignment)
         elif event.kind == "reassign_isr":
-            await self._on_reassigning_isr(TopicPartition(event.topic, event.partition))
+            await self.moves.on_isr_change(TopicPartition(event.topic, event.partition))
 
     def _fail_elections(self, current: _Event | None = None) -> None:
         """Answer every election asked of this controller, now resigned: NOT_CONTROLLER."""
@@ -296,7 +296,6 @@ class Controller:
     async def _on_startup(self) -> None:
         self.assignments.clear()
         self.states.clear()
-        self.reassigning.clear()
         await self._read_brokers()
         await self._on_shutdowns()
         await self._on_topics_change()
@@ -307,14 +306,11 @@ class Controller:
             {b for state in self.states.values() for b in state.isr} - set(self.live_brokers)
         )
         await self._elect_offline(self.states)
-        # Moves in progress resume (Kafka's controller does so on failover too).
-        for topic, assignment in self.assignments.items():
-            for p in {*assignment.adding_replicas, *assignment.removing_replicas}:
-                self._check_reassigning(TopicPartition(topic, p))
+        self.moves.resume()
 
     async def _read_brokers(self) -> tuple[set[int], set[int]]:
         """Refresh the live brokers; (brokers that appeared or restarted, brokers gone)."""
-        ids = await self.store.children(zk.BROKER_IDS, self._watch("brokers"))
+        ids = await self.store.children(zk.BROKER_IDS, self.watch("brokers"))
         live: dict[int, int] = {}
         for name in ids:
             stat = await self.store.exists(zk.broker_path(int(name)))
@@ -339,8 +335,7 @@ class Controller:
         # handled as gone, then as started (as Kafka's controller handles a bounced broker).
         await self._on_brokers_gone(gone)
         await self._elect_offline(self.states)
-        for tp in self.reassigning:
-            self._check_reassigning(tp)  # a move may wait for a target replica to lead
+        self.moves.check_all()  # a move may wait for a target replica to lead
 
     async def _on_brokers_gone(self, gone: set[int]) -> None:
         if not gone:
@@ -360,7 +355,7 @@ class Controller:
         if state.leader not in brokers:
             return replace(state, isr=isr, controller_epoch=self.epoch)
         candidates = [
-            b for b in self._replicas(tp) if b in isr and self._eligible(b) and b not in brokers
+            b for b in self._replicas(tp) if b in isr and self.is_eligible(b) and b not in brokers
         ]
         if candidates:
             return PartitionState(
@@ -370,7 +365,7 @@ class Controller:
             zk.NO_LEADER, state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
         )
 
-    def _eligible(self, broker: int) -> bool:
+    def is_eligible(self, broker: int) -> bool:
         return broker in self.live_brokers and broker not in self.shutting_down
 
     def _replicas(self, tp: TopicPartition) -> tuple[int, ...]:
@@ -382,7 +377,7 @@ class Controller:
         changes: dict[TopicPartition, PartitionState] = {}
         for tp in list(among):
             state = self.states.get(tp)
-            if state is None or self._eligible(state.leader) or tp.topic not in self.assignments:
+            if state is None or self.is_eligible(state.leader) or tp.topic not in self.assignments:
                 continue
             elected = self._offline_election(tp, state)
             if elected is not None:
@@ -391,14 +386,14 @@ class Controller:
 
     def _offline_election(self, tp: TopicPartition, state: PartitionState) -> PartitionState | None:
         replicas = self._replicas(tp)
-        live_isr = [b for b in replicas if b in state.isr and self._eligible(b)]
+        live_isr = [b for b in replicas if b in state.isr and self.is_eligible(b)]
         if live_isr:
-            isr = tuple(b for b in state.isr if self._eligible(b))
+            isr = tuple(b for b in state.isr if self.is_eligible(b))
             return PartitionState(
                 live_isr[0], state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
             )
         if self.unclean_election_enabled(tp.topic):
-            live = [b for b in replicas if self._eligible(b)]
+            live = [b for b in replicas if self.is_eligible(b)]
             if live:
                 log.warning(
                     "controller: unclean election of %d for %s: records only ISR %s held are lost",
@@ -416,7 +411,7 @@ class Controller:
         return None
 
     async def _on_topics_change(self) -> None:
-        names = set(await self.store.children(zk.TOPICS, self._watch("topics")))
+        names = set(await self.store.children(zk.TOPICS, self.watch("topics")))
         for gone in set(self.assignments) - names:
             self._forget(gone)
         for name in sorted(names - set(self.assignments)):
@@ -427,12 +422,12 @@ class Controller:
         if assignment is not None:
             for p in assignment.partitions:
                 self.states.pop(TopicPartition(topic, p), None)
-                self.reassigning.discard(TopicPartition(topic, p))
+            self.moves.forget([TopicPartition(topic, p) for p in assignment.partitions])
 
     async def _on_topic_change(self, topic: str) -> None:
         """A topic appeared or got partitions: read it, and elect its new partitions."""
         try:
-            data, _ = await self.store.get(zk.topic_path(topic), self._watch("topic", topic))
+            data, _ = await self.store.get(zk.topic_path(topic), self.watch("topic", topic))
         except NoNodeError:
             self._forget(topic)
             return
@@ -460,13 +455,13 @@ class Controller:
             ops: list[Op] = []
             created: dict[TopicPartition, PartitionState] = {}
             for tp in tps[start : start + _OPS_PER_MULTI // 3]:
-                live = [b for b in self._replicas(tp) if self._eligible(b)]
+                live = [b for b in self._replicas(tp) if self.is_eligible(b)]
                 state = PartitionState(
                     live[0] if live else zk.NO_LEADER, 0, tuple(live), self.epoch, 0
                 )
                 if not await self.store.exists(zk.partitions_path(tp.topic)):
                     try:
-                        await self._write([Create(zk.partitions_path(tp.topic))])
+                        await self.write([Create(zk.partitions_path(tp.topic))])
                     except NodeExistsError:
                         pass
                 ops += [
@@ -475,7 +470,7 @@ class Controller:
                 ]
                 created[tp] = state
             try:
-                await self._write(ops)
+                await self.write(ops)
             except (NodeExistsError, NoNodeError):
                 # Created meanwhile by an earlier controller, or the topic was deleted: reread.
                 for tp in created:
@@ -484,7 +479,7 @@ class Controller:
             self.states.update(created)
 
     async def _on_deletions(self) -> None:
-        topics = await self.store.children(zk.DELETE_TOPICS, self._watch("deletions"))
+        topics = await self.store.children(zk.DELETE_TOPICS, self.watch("deletions"))
         for topic in topics:
             await self._delete_topic(topic)
 
@@ -505,7 +500,7 @@ class Controller:
         ops.append(Delete(zk.delete_path(topic)))
         for start in range(0, len(ops), _OPS_PER_MULTI):
             try:
-                await self._write(ops[start : start + _OPS_PER_MULTI])
+                await self.write(ops[start : start + _OPS_PER_MULTI])
             except NoNodeError:
                 continue  # removed already (a retry after a lost connection)
         self._forget(topic)
@@ -515,7 +510,7 @@ class Controller:
         """Brokers asking for a controlled shutdown lose their leadership and ISR places."""
         ids = {
             int(b)
-            for b in await self.store.children(zk.CONTROLLED_SHUTDOWN, self._watch("shutdowns"))
+            for b in await self.store.children(zk.CONTROLLED_SHUTDOWN, self.watch("shutdowns"))
         }
         new = ids - self.shutting_down
         self.shutting_down = ids
@@ -530,7 +525,7 @@ class Controller:
             if not new & set(state.isr) and state.leader not in new:
                 continue
             others = [b for b in state.isr if b not in new]
-            if state.leader in new and not any(self._eligible(b) for b in others):
+            if state.leader in new and not any(self.is_eligible(b) for b in others):
                 continue
             changes[tp] = self._without(tp, state, new)
         await self._write_states(changes)
@@ -561,7 +556,9 @@ class Controller:
             if state is None or not replicas:
                 outcomes[tp] = Election(ErrorCode.unknown_topic_or_partition)
                 continue
-            outcomes[tp] = elect(request.election_type, replicas, state, self._eligible, self.epoch)
+            outcomes[tp] = elect(
+                request.election_type, replicas, state, self.is_eligible, self.epoch
+            )
         await self._write_states({tp: e.state for tp, e in outcomes.items() if e.state})
         if not request.outcome.done():
             request.outcome.set_result(outcomes)
@@ -574,13 +571,13 @@ class Controller:
     async def _on_balance_check(self) -> None:
         replicas = {tp: self._replicas(tp) for tp in self.states}
         chosen = imbalanced_partitions(
-            replicas, self.states, self._eligible, self.leader_balance.per_broker_percentage
+            replicas, self.states, self.is_eligible, self.leader_balance.per_broker_percentage
         )
         await self._refresh_states(chosen)
         changes = {}
         for tp in chosen:
             outcome = elect(
-                ElectionType.PREFERRED, replicas[tp], self.states[tp], self._eligible, self.epoch
+                ElectionType.PREFERRED, replicas[tp], self.states[tp], self.is_eligible, self.epoch
             )
             if outcome.state is not None:
                 changes[tp] = outcome.state
@@ -612,127 +609,24 @@ class Controller:
         """The moves in progress among `partitions` (None: all of them)."""
         if not self._active:
             raise NotController()
-        wanted = self.reassigning if partitions is None else partitions
-        found: dict[TopicPartition, ReplicaAssignment] = {}
-        for tp in wanted:
-            topic = self.assignments.get(tp.topic)
-            if topic is not None and tp.partition in topic.partitions:
-                assignment = ReplicaAssignment.of(topic, tp.partition)
-                if assignment.is_being_reassigned:
-                    found[tp] = assignment
-        return found
+        return self.moves.in_progress(partitions)
 
-    async def _on_reassign(self, request: _ReassignRequest) -> None:
-        outcomes: dict[TopicPartition, Rejection | None] = {}
-        for tp, target in request.targets.items():
-            outcomes[tp] = await self._reassign(tp, target)
-        if not request.outcome.done():
-            request.outcome.set_result(outcomes)
-
-    async def _reassign(self, tp: TopicPartition, target: Sequence[int] | None) -> Rejection | None:
-        if tp not in self.states or await self.store.exists(zk.delete_path(tp.topic)):
-            return Rejection(ErrorCode.unknown_topic_or_partition, "The partition does not exist.")
-        for _ in range(10):
-            try:
-                topic, version = await self._read_assignment(tp.topic)
-            except NoNodeError:
-                break
-            current = ReplicaAssignment.of(topic, tp.partition)
-            if target is None and not current.is_being_reassigned:
-                return Rejection(
-                    ErrorCode.no_reassignment_in_progress, f"{tp} is not being reassigned"
-                )
-            if target is not None:
-                live = [b for b in self.live_brokers if self._eligible(b)]
-                rejection = moves.validate_target(target, current, live)
-                if rejection is not None:
-                    return rejection
-            await self._refresh_state(tp)
-            step = moves.start(
-                current,
-                self.states[tp],
-                current.origin if target is None else target,
-                self._eligible,
-                self.epoch,
-            )
-            try:
-                await self._write_move(tp, topic, version, step)
-            except BadVersionError:
-                continue  # the topic (partitions added) or the ISR changed: decide again
-            log.info(
-                "controller: %s %s: replicas %s, adding %s, removing %s",
-                "cancelling the move of" if target is None else "moving",
-                tp,
-                list(current.replicas),
-                list(step.assignment.adding),
-                list(step.assignment.removing),
-            )
-            return None
-        return Rejection(ErrorCode.unknown_topic_or_partition, "The partition does not exist.")
-
-    def _check_reassigning(self, tp: TopicPartition) -> None:
-        self.reassigning.add(tp)
+    def post_move_check(self, tp: TopicPartition) -> None:
+        """Queue a look at the move of `tp` (it may complete)."""
         self._events.put_nowait(_Event("reassign_isr", tp.topic, partition=tp.partition))
 
-    async def _on_reassigning_isr(self, tp: TopicPartition) -> None:
-        """A partition being moved may complete: its ISR changed, or a broker came back."""
-        if tp not in self.reassigning:
-            return
-        watch = self._watch("reassign_isr", tp.topic, tp.partition)
-        try:
-            data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition), watch)
-            topic, version = await self._read_assignment(tp.topic)
-        except NoNodeError:
-            self.reassigning.discard(tp)  # deleted
-            return
-        state = self.states[tp] = PartitionState.decode(data, stat.version)
-        moving = ReplicaAssignment.of(topic, tp.partition)
-        step = moves.complete(moving, state, self._eligible, self.epoch)
-        if step is None:
-            return
-        try:
-            await self._write_move(tp, topic, version, step)
-        except BadVersionError:
-            self._check_reassigning(tp)  # changed meanwhile: look again
-            return
-        log.info("controller: %s moved to %s", tp, list(step.assignment.replicas))
-
-    async def _read_assignment(self, topic: str) -> tuple[TopicAssignment, int]:
-        data, stat = await self.store.get(zk.topic_path(topic))
-        return TopicAssignment.decode(data), stat.version
-
-    async def _write_move(
-        self, tp: TopicPartition, topic: TopicAssignment, version: int, step: moves.Step
-    ) -> None:
-        """Write a partition's assignment and state together; raises BadVersionError if
-        either changed since read."""
-        updated = moves.with_partition(topic, tp.partition, step.assignment)
-        results = await self._write(
-            [
-                SetData(zk.topic_path(tp.topic), updated.encode(), version),
-                SetData(
-                    zk.state_path(tp.topic, tp.partition),
-                    step.state.encode(),
-                    step.state.partition_epoch,
-                ),
-            ]
-        )
-        written = results[2]
-        assert isinstance(written, Stat)
-        self.assignments[tp.topic] = updated
-        self.states[tp] = replace(step.state, partition_epoch=written.version)
-        if step.assignment.is_being_reassigned:
-            self._check_reassigning(tp)  # arms the watch on its state
-        else:
-            self.reassigning.discard(tp)
+    async def _on_reassign(self, request: _ReassignRequest) -> None:
+        outcomes = {tp: await self.moves.reassign(tp, t) for tp, t in request.targets.items()}
+        if not request.outcome.done():
+            request.outcome.set_result(outcomes)
 
     async def _refresh_states(self, tps: Iterable[TopicPartition]) -> None:
         """Read again the states of partitions about to be decided on: their leaders change
         their ISRs without this controller (Kafka's controller learns of it through ISR
         change notifications; reading before deciding needs no more znodes)."""
-        await gather_bounded(self._refresh_state(tp) for tp in list(tps) if tp in self.states)
+        await gather_bounded(self.refresh_state(tp) for tp in list(tps) if tp in self.states)
 
-    async def _refresh_state(self, tp: TopicPartition) -> None:
+    async def refresh_state(self, tp: TopicPartition) -> None:
         try:
             data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition))
         except NoNodeError:
@@ -758,7 +652,7 @@ class Controller:
                 for tp, s in chunk
             ]
             try:
-                results = await self._write(ops)
+                results = await self.write(ops)
             except (BadVersionError, NoNodeError):
                 for tp, s in chunk:
                     await self._write_state_alone(tp, s)
@@ -775,7 +669,7 @@ class Controller:
         path = zk.state_path(tp.topic, tp.partition)
         for _ in range(10):
             try:
-                results = await self._write([SetData(path, state.encode(), state.partition_epoch)])
+                results = await self.write([SetData(path, state.encode(), state.partition_epoch)])
             except NoNodeError:
                 self.states.pop(tp, None)
                 return
@@ -797,17 +691,17 @@ class Controller:
         self, tp: TopicPartition, current: PartitionState, wanted: PartitionState
     ) -> PartitionState:
         """What to write over `current`, a state a leader changed after the decision."""
-        gone = {b for b in current.isr if not self._eligible(b)}
-        if current.leader != wanted.leader and not self._eligible(current.leader):
+        gone = {b for b in current.isr if not self.is_eligible(b)}
+        if current.leader != wanted.leader and not self.is_eligible(current.leader):
             gone.add(current.leader)
-        if not gone and self._eligible(current.leader):
+        if not gone and self.is_eligible(current.leader):
             return current
         decided = self._without(tp, current, gone)
         if decided.leader == zk.NO_LEADER:
             return self._offline_election(tp, decided) or decided
         return decided
 
-    async def _write(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+    async def write(self, ops: Sequence[Op]) -> list[str | Stat | None]:
         """Apply `ops` fenced by the controller epoch; raises the failing op's error, or
         ControllerMoved if this controller was replaced."""
         if not self._active:
