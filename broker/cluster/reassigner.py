@@ -80,16 +80,14 @@ class Reassigner:
             except NoNodeError:
                 break
             current = ReplicaAssignment.of(topic, tp.partition)
-            if target is None and not current.is_being_reassigned:
-                return Rejection(
-                    ErrorCode.no_reassignment_in_progress, f"{tp} is not being reassigned"
-                )
-            if target is not None:
+            await ctl.refresh_state(tp)
+            if target is None:
+                rejection = plan.validate_cancel(current, ctl.states[tp])
+            else:
                 live = [b for b in ctl.live_brokers if ctl.is_eligible(b)]
                 rejection = plan.validate_target(target, current, live)
-                if rejection is not None:
-                    return rejection
-            await ctl.refresh_state(tp)
+            if rejection is not None:
+                return rejection
             step = plan.start(
                 current,
                 ctl.states[tp],

@@ -117,6 +117,20 @@ def validate_target(
     return None
 
 
+def validate_cancel(current: ReplicaAssignment, state: PartitionState) -> Rejection | None:
+    """A move can be cancelled while it is in progress and an original replica is in the
+    ISR (otherwise going back would be an unclean election, which KRaft refuses too)."""
+    if not current.is_being_reassigned:
+        return Rejection(ErrorCode.no_reassignment_in_progress, "No reassignment in progress.")
+    if not set(state.isr) & set(current.origin):
+        return Rejection(
+            ErrorCode.invalid_replica_assignment,
+            "Unable to revert the partition assignment: no original replica is in the ISR, "
+            "so it would require an unclean leader election.",
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """What to write for one partition: its assignment and its state."""

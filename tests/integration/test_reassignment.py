@@ -6,8 +6,9 @@ A partition moves from brokers {0,1,2} to {1,2,3}: while the new replica is held
 (its fetches wait), the move is listed in progress with broker 3 adding and broker 0
 removing; once let through, it completes, leadership leaves broker 0, every
 acknowledged record is readable and broker 0's log of the partition is deleted. A
-cancelled move drops the added replica. Kafka's per-partition errors, and NOT_CONTROLLER
-from a broker that is not the controller.
+cancelled move drops the added replica; partitions cannot be added to a topic while one
+of its partitions moves. Kafka's per-partition errors, and NOT_CONTROLLER from a broker
+that is not the controller.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from tests.integration.held_fetcher import HeldFetcher, hold_fetcher
 from tests.integration.waiting import wait_for
@@ -181,6 +182,10 @@ def test_a_cancelled_move_drops_the_added_replica(
     try:
         assert admin.alter_partition_reassignments({tp: [1, 2, 3]}) == {tp: None}
         wait_for(lambda: log_dir(cluster, 3, topic).exists(), "broker 3 to take a replica")
+        grow = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        with pytest.raises(KafkaException) as refused:
+            grow.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+        assert refused.value.args[0].code() == ErrorCode.reassignment_in_progress
         assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
         assert admin.list_partition_reassignments() == {}
         # As in Kafka, the original replicas come back in the order they had during the

@@ -10,6 +10,7 @@ from tierbroker.broker.cluster.reassignment import (
     ReplicaAssignment,
     complete,
     start,
+    validate_cancel,
     validate_target,
     with_partition,
 )
@@ -123,3 +124,12 @@ def test_the_topic_znode_carries_adding_and_removing_per_partition() -> None:
     assert done.adding_replicas == {} and done.removing_replicas == {}
     assert ReplicaAssignment.of(moving, 0).is_being_reassigned
     assert not ReplicaAssignment.of(done, 0).is_being_reassigned
+
+
+def test_a_move_can_be_cancelled_while_an_original_replica_is_in_sync() -> None:
+    moving = ReplicaAssignment((3, 1, 0), (3,), (0,))
+    assert validate_cancel(moving, state(0, (0, 1))) is None
+    unclean = validate_cancel(moving, state(3, (3,)))
+    assert unclean is not None and unclean.error == ErrorCode.invalid_replica_assignment
+    none = validate_cancel(ReplicaAssignment((0, 1)), state(0, (0, 1)))
+    assert none is not None and none.error == ErrorCode.no_reassignment_in_progress
