@@ -6,7 +6,8 @@ A partition moves from brokers {0,1,2} to {1,2,3}: while the new replica is held
 (its fetches wait), the move is listed in progress with broker 3 adding and broker 0
 removing; once let through, it completes, leadership leaves broker 0, every
 acknowledged record is readable and broker 0's log of the partition is deleted. A
-cancelled move drops the added replica; partitions cannot be added to a topic while one
+cancelled move drops the added replica; a move the controller started is completed by
+the next one when it stops; partitions cannot be added to a topic while one
 of its partitions moves. Kafka's per-partition errors, and NOT_CONTROLLER from a broker
 that is not the controller.
 """
@@ -69,10 +70,12 @@ def create(cluster: EmbeddedCluster, topic: str, assignment: list[list[int]]) ->
     wait_for(lambda: all(cluster.broker(b).cache.has_leaders(topic) for b in range(4)), "leaders")
 
 
-def state(cluster: EmbeddedCluster, topic: str) -> tuple[tuple[int, ...], int, set[int]]:
-    """(replicas, leader, ISR) of partition 0, as broker 0's metadata says."""
+def state(
+    cluster: EmbeddedCluster, topic: str, via: int = 0
+) -> tuple[tuple[int, ...], int, set[int]]:
+    """(replicas, leader, ISR) of partition 0, as broker `via`'s metadata says."""
     tp = TopicPartition(topic, 0)
-    cache = cluster.broker(0).cache
+    cache = cluster.broker(via).cache
     s = cache.states[tp]
     return cache.replicas(tp), s.leader, set(s.isr)
 
@@ -245,3 +248,33 @@ def test_an_empty_target_and_a_broker_that_is_not_the_controller(
             listing.ListPartitionReassignmentsRequest(timeout=timeout, topics=None)
         )
         assert listed.error_code == ErrorCode.not_controller
+
+
+def test_a_new_controller_resumes_a_move(cluster: EmbeddedCluster, admin: KafkaAdminClient) -> None:
+    controller = next(b.broker_id for b in cluster.brokers if b.controller.is_active)
+    x, y, z = sorted(b.broker_id for b in cluster.brokers if b.broker_id != controller)
+    topic = "failover"
+    create(cluster, topic, [[x, y]])
+    create(cluster, f"{topic}-anchor", [[x, z]])
+    held = hold_fetcher(cluster, follower=z, leader=x)
+    tp = KpTopicPartition(topic, 0)
+    assert admin.alter_partition_reassignments({tp: [y, z]}) == {tp: None}
+    wait_for(lambda: state(cluster, topic, via=x)[0] == (y, z, x), "the brokers to see the move")
+    moving = {"replicas": [y, z, x], "adding_replicas": [z], "removing_replicas": [x]}
+    assert admin.list_partition_reassignments([tp]) == {tp: moving}
+
+    cluster.stop_broker(controller)
+    try:
+        wait_for(
+            lambda: any(cluster.broker(b).controller.is_active for b in (x, y, z)),
+            "another controller",
+        )
+        cluster.call(held.release())
+        wait_for(
+            lambda: state(cluster, topic, via=x) == ((y, z), y, {y, z}),
+            "the new controller to complete the move",
+            show=lambda: state(cluster, topic, via=x),
+        )
+        wait_for(lambda: not log_dir(cluster, x, topic).exists(), "the removed replica's log")
+    finally:
+        cluster.start_broker(controller)
