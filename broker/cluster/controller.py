@@ -228,12 +228,10 @@ class Controller:
 
     # Events --------------------------------------------------------------------------
 
-    def watch(
-        self, kind: str, topic: str = "", partition: int = -1
-    ) -> Callable[[WatchEvent, str], None]:
+    def _watch(self, kind: str, topic: str = "") -> Callable[[WatchEvent, str], None]:
         def fired(_event: WatchEvent, _path: str) -> None:
             if self._active:
-                self._events.put_nowait(_Event(kind, topic, partition=partition))
+                self._events.put_nowait(_Event(kind, topic))
 
         return fired
 
@@ -310,7 +308,7 @@ class Controller:
 
     async def _read_brokers(self) -> tuple[set[int], set[int]]:
         """Refresh the live brokers; (brokers that appeared or restarted, brokers gone)."""
-        ids = await self.store.children(zk.BROKER_IDS, self.watch("brokers"))
+        ids = await self.store.children(zk.BROKER_IDS, self._watch("brokers"))
         live: dict[int, int] = {}
         for name in ids:
             stat = await self.store.exists(zk.broker_path(int(name)))
@@ -411,7 +409,7 @@ class Controller:
         return None
 
     async def _on_topics_change(self) -> None:
-        names = set(await self.store.children(zk.TOPICS, self.watch("topics")))
+        names = set(await self.store.children(zk.TOPICS, self._watch("topics")))
         for gone in set(self.assignments) - names:
             self._forget(gone)
         for name in sorted(names - set(self.assignments)):
@@ -427,7 +425,7 @@ class Controller:
     async def _on_topic_change(self, topic: str) -> None:
         """A topic appeared or got partitions: read it, and elect its new partitions."""
         try:
-            data, _ = await self.store.get(zk.topic_path(topic), self.watch("topic", topic))
+            data, _ = await self.store.get(zk.topic_path(topic), self._watch("topic", topic))
         except NoNodeError:
             self._forget(topic)
             return
@@ -479,7 +477,7 @@ class Controller:
             self.states.update(created)
 
     async def _on_deletions(self) -> None:
-        topics = await self.store.children(zk.DELETE_TOPICS, self.watch("deletions"))
+        topics = await self.store.children(zk.DELETE_TOPICS, self._watch("deletions"))
         for topic in topics:
             await self._delete_topic(topic)
 
@@ -510,7 +508,7 @@ class Controller:
         """Brokers asking for a controlled shutdown lose their leadership and ISR places."""
         ids = {
             int(b)
-            for b in await self.store.children(zk.CONTROLLED_SHUTDOWN, self.watch("shutdowns"))
+            for b in await self.store.children(zk.CONTROLLED_SHUTDOWN, self._watch("shutdowns"))
         }
         new = ids - self.shutting_down
         self.shutting_down = ids
@@ -613,7 +611,8 @@ class Controller:
 
     def post_move_check(self, tp: TopicPartition) -> None:
         """Queue a look at the move of `tp` (it may complete)."""
-        self._events.put_nowait(_Event("reassign_isr", tp.topic, partition=tp.partition))
+        if self._active:
+            self._events.put_nowait(_Event("reassign_isr", tp.topic, partition=tp.partition))
 
     async def _on_reassign(self, request: _ReassignRequest) -> None:
         outcomes = {tp: await self.moves.reassign(tp, t) for tp, t in request.targets.items()}

@@ -11,14 +11,20 @@ ZooKeeper-mode controller registers the same watch when brokers do not send Alte
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tierbroker.broker.cluster import reassignment as plan
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.reassignment import Rejection, ReplicaAssignment
-from tierbroker.broker.cluster.store import BadVersionError, NoNodeError, SetData, Stat
+from tierbroker.broker.cluster.store import (
+    BadVersionError,
+    NoNodeError,
+    SetData,
+    Stat,
+    WatchEvent,
+)
 from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
@@ -35,11 +41,13 @@ class Reassigner:
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
         self.moving: set[TopicPartition] = set()
+        self._watched: set[TopicPartition] = set()  # a watch on its state is armed
 
     def resume(self) -> None:
         """After the controller read every topic: follow the moves found in progress (Kafka's
         controller resumes them on failover too)."""
         self.moving.clear()
+        self._watched.clear()
         for topic, assignment in self.controller.assignments.items():
             for p in {*assignment.adding_replicas, *assignment.removing_replicas}:
                 self.check(TopicPartition(topic, p))
@@ -115,12 +123,14 @@ class Reassigner:
         if tp not in self.moving:
             return
         ctl = self.controller
-        watch = ctl.watch("reassign_isr", tp.topic, tp.partition)
+        watch = None if tp in self._watched else self._watch(tp)
+        self._watched.add(tp)
         try:
             data, stat = await ctl.store.get(zk.state_path(tp.topic, tp.partition), watch)
             topic, version = await self._read_assignment(tp.topic)
         except NoNodeError:
             self.moving.discard(tp)  # deleted
+            self._watched.discard(tp)
             return
         state = ctl.states[tp] = PartitionState.decode(data, stat.version)
         step = plan.complete(
@@ -134,6 +144,13 @@ class Reassigner:
             self.check(tp)  # changed meanwhile: look again
             return
         log.info("controller: %s moved to %s", tp, list(step.assignment.replicas))
+
+    def _watch(self, tp: TopicPartition) -> Callable[[WatchEvent, str], None]:
+        def fired(_event: WatchEvent, _path: str) -> None:
+            self._watched.discard(tp)
+            self.controller.post_move_check(tp)
+
+        return fired
 
     async def _read_assignment(self, topic: str) -> tuple[TopicAssignment, int]:
         data, stat = await self.controller.store.get(zk.topic_path(topic))
