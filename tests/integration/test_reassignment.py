@@ -15,6 +15,7 @@ that is not the controller.
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
 import time
 import warnings
@@ -62,12 +63,18 @@ def admin(cluster: EmbeddedCluster) -> Iterator[KafkaAdminClient]:
     client.close()
 
 
-def create(cluster: EmbeddedCluster, topic: str, assignment: list[list[int]]) -> None:
+def create(
+    cluster: EmbeddedCluster,
+    topic: str,
+    assignment: list[list[int]],
+    configs: dict[str, str] | None = None,
+) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    admin.create_topics(
-        [NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment)]
-    )[topic].result(30)
-    wait_for(lambda: all(cluster.broker(b).cache.has_leaders(topic) for b in range(4)), "leaders")
+    new = NewTopic(
+        topic, num_partitions=len(assignment), replica_assignment=assignment, config=configs or {}
+    )
+    admin.create_topics([new])[topic].result(30)
+    wait_for(lambda: all(b.cache.has_leaders(topic) for b in cluster.brokers), "leaders")
 
 
 def state(
@@ -278,3 +285,48 @@ def test_a_new_controller_resumes_a_move(cluster: EmbeddedCluster, admin: KafkaA
         wait_for(lambda: not log_dir(cluster, x, topic).exists(), "the removed replica's log")
     finally:
         cluster.start_broker(controller)
+
+
+def test_a_moved_tiered_partition_keeps_its_remote_data(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The replica a move removes deletes its local log only: the remote tier is the new
+    replicas' too (Kafka deletes remote data only with the topic)."""
+    caplog.set_level(logging.INFO, logger="tierbroker.rlm.remote_log_manager")
+    remote = tmp_path / "remote"
+    with EmbeddedCluster(
+        tmp_path / "brokers",
+        brokers=2,
+        properties={
+            "remote.log.storage.system.enable": "true",
+            "rsm.config.dir": str(remote),
+            "remote.log.manager.task.interval.ms": "200",
+        },
+    ) as tiered:
+        topic = "tiered"
+        create(tiered, topic, [[0]], {"remote.storage.enable": "true", "segment.bytes": "65536"})
+        producer = Producer(
+            {"bootstrap.servers": tiered.bootstrap_servers, "acks": "all", "batch.size": 16384}
+        )
+        for i in range(3000):
+            producer.produce(topic, b"%d" % i + b"." * 100)
+        assert producer.flush(30) == 0
+        log = tiered.broker(0).log_manager.logs[TopicPartition(topic, 0)]
+        wait_for(lambda: log.highest_offset_in_remote_storage > 1000, "segments copied")
+        copied = set(remote.rglob("*.manifest.json"))  # a manifest commits a segment
+
+        admin = KafkaAdminClient(bootstrap_servers=tiered.bootstrap_servers)
+        tp = KpTopicPartition(topic, 0)
+        try:
+            assert admin.alter_partition_reassignments({tp: [1]}) == {tp: None}
+            wait_for(lambda: state(tiered, topic, via=1)[:2] == ((1,), 1), "the move")
+            wait_for(lambda: not log_dir(tiered, 0, topic).exists(), "broker 0 to drop its log")
+            # Broker 0 stopped its replica, which is when a deletion would be scheduled.
+            scheduled = "scheduling deletion of its remote data"
+            assert scheduled not in caplog.text
+            assert copied and copied <= set(remote.rglob("*.manifest.json"))
+
+            admin.delete_topics([topic])  # the topic's deletion does take the remote data
+            wait_for(lambda: scheduled in caplog.text, "the remote data of the deleted topic")
+        finally:
+            admin.close()
