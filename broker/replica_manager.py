@@ -42,6 +42,7 @@ from tierbroker.broker.partition import (
 )
 from tierbroker.broker.purgatory import Purgatory
 from tierbroker.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from tierbroker.broker.tier_state_machine import TierStateMachine
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
@@ -240,6 +241,7 @@ class ReplicaManager:
         """Tiering starts: hand every partition led so far to the RemoteLogManager."""
         self.remote = remote
         self.reader.remote = remote
+        self.fetchers.start_tiering(TierStateMachine(remote))
         for tp, partition in self.partitions.items():
             tip = TopicIdPartition(partition.topic_id, tp)
             if partition.is_leader:
