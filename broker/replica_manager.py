@@ -241,7 +241,11 @@ class ReplicaManager:
         """Tiering starts: hand every partition led so far to the RemoteLogManager."""
         self.remote = remote
         self.reader.remote = remote
-        self.fetchers.start_tiering(TierStateMachine(remote))
+        self.fetchers.start_tiering(
+            TierStateMachine(
+                remote.rlmm, remote.rsm, remote.metrics, remote.config.remote_call_timeout_ms
+            )
+        )
         for tp, partition in self.partitions.items():
             tip = TopicIdPartition(partition.topic_id, tp)
             if partition.is_leader:

@@ -28,15 +28,17 @@ from dataclasses import dataclass
 
 from tierbroker.broker.leader_endpoint import LeaderEndpoint
 from tierbroker.broker.partition import Partition
-from tierbroker.rlm.remote_log_manager import RemoteLogManager
+from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.storage.checkpoints import parse_epoch_entries
 from tierbroker.storage.leader_epoch import check_increasing
 from tierbroker.storage.log import EARLIEST_LOCAL_TIMESTAMP, Log
+from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import (
     IndexType,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    RemoteStorageManager,
 )
 
 log = logging.getLogger(__name__)
@@ -84,8 +86,17 @@ class RemoteLogAuxState:
 
 
 class TierStateMachine:
-    def __init__(self, remote: RemoteLogManager) -> None:
-        self.remote = remote
+    def __init__(
+        self,
+        rlmm: RemoteLogMetadataManager,
+        rsm: RemoteStorageManager,
+        metrics: RemoteStorageMetrics,
+        remote_call_timeout_ms: int,
+    ) -> None:
+        self.rlmm = rlmm
+        self.rsm = rsm
+        self.metrics = metrics
+        self.timeout_s = remote_call_timeout_ms / 1000
 
     async def build_remote_log_aux_state(
         self, partition: Partition, leader: LeaderEndpoint, leader_log_start_offset: int
@@ -95,11 +106,11 @@ class TierStateMachine:
         Raises KafkaError from the leader (its leadership moved, or it is unreachable)
         and RemoteStorageError when the remote tier cannot provide it yet."""
         topic = partition.topic_partition.topic
-        self.remote.metrics.build_aux_state_requests.labels(topic).inc()
+        self.metrics.build_aux_state_requests.labels(topic).inc()
         try:
             return await self._build(partition, leader, leader_log_start_offset)
         except RemoteStorageError:
-            self.remote.metrics.build_aux_state_errors.labels(topic).inc()
+            self.metrics.build_aux_state_errors.labels(topic).inc()
             raise
 
     async def _build(
@@ -116,21 +127,20 @@ class TierStateMachine:
             if earlier_end > target:
                 target_epoch = earlier_epoch
         tip = TopicIdPartition(partition.topic_id, tp)
-        segment = self.remote.rlmm.remote_log_segment_metadata(tip, target)
+        segment = self.rlmm.remote_log_segment_metadata(tip, target)
         if segment is None or epoch_at(segment, target) != target_epoch:
             raise RemoteStorageError(
                 f"{tp}: no remote segment holds offset {target} in leader epoch {target_epoch} "
                 f"(leader's local log start {local_start}, log start {leader_log_start_offset})"
             )
-        timeout_s = self.remote.config.remote_call_timeout_ms / 1000
         try:
-            async with asyncio.timeout(timeout_s):
-                checkpoint = await self.remote.rsm.fetch_index(segment, IndexType.LEADER_EPOCH)
+            async with asyncio.timeout(self.timeout_s):
+                checkpoint = await self.rsm.fetch_index(segment, IndexType.LEADER_EPOCH)
                 snapshot = await self._producer_snapshot(segment)
         except TimeoutError:
             raise RemoteStorageError(
                 f"{tp}: indexes of remote segment {segment.segment_id.id} not fetched within "
-                f"{timeout_s} s"
+                f"{self.timeout_s} s"
             ) from None
         source = f"leader-epoch checkpoint of remote segment {segment.segment_id.id}"
         try:
@@ -143,6 +153,6 @@ class TierStateMachine:
 
     async def _producer_snapshot(self, segment: RemoteLogSegmentMetadata) -> bytes | None:
         try:
-            return await self.remote.rsm.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT)
+            return await self.rsm.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT)
         except RemoteResourceNotFoundError:
             return None
