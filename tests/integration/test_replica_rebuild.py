@@ -141,9 +141,9 @@ def test_a_follower_with_an_emptied_disk_rebuilds_from_the_remote_tier_and_fetch
     # The idempotent producer's state came with the remote segment's snapshot.
     assert set(rebuilt.producer_state.producers) == set(leader_log.producer_state.producers)
     assert metric(cluster, follower, "BuildRemoteLogAuxStateRequestsPerSec_total") >= 1
-    # Only the leader's local tail came from the leader.
+    # Only the leader's local tail came from the leader, byte for byte.
     fetched = metric(cluster, follower, "ReplicationBytesInPerSec_total")
-    assert 0 < fetched <= leader_local_bytes + SEGMENT_BYTES
+    assert fetched == leader_local_bytes == leader_log.size_in_bytes
     assert fetched < produced_bytes / 4
 
     values, fetching = consume_confluent(cluster, TOPIC, RECORDS, RACKS[follower])
