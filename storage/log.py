@@ -517,7 +517,8 @@ class Log:
         """Remove everything at and above `offset` (a follower diverged from its leader)."""
         if offset >= self.log_end_offset:
             return
-        if offset <= self.log_start_offset:
+        if offset <= self.log_start_offset or offset < self.segments[0].base_offset:
+            # Below the local log (its older part is in the remote tier): start over there.
             self.truncate_fully_and_start_at(offset)
             return
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:

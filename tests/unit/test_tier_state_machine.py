@@ -274,3 +274,17 @@ async def test_producer_state_comes_from_the_remote_segments_snapshot(
         [(None, b"v", [], 0)], base_offset=42, producer_id=7, producer_epoch=1, base_sequence=0
     )
     assert lg.producer_state.check(next(iter_batches(retry))) is not None
+
+
+async def test_a_rebuilt_log_truncated_below_its_local_log_starts_over_there(
+    tmp_path: Path, remote: Remote
+) -> None:
+    partition = follower(tmp_path)
+    assert await rebuild(remote, partition, Leader(35, LINEAGE, 50)) == 40
+    lg = partition.log
+    lg.append_as_follower(
+        build_batch([(None, b"v", [], 0)], base_offset=40, partition_leader_epoch=3)
+    )
+    lg.truncate_to(30)  # a new leader's log left this one at offset 30
+    assert (lg.log_start_offset, lg.local_log_start_offset, lg.log_end_offset) == (30, 30, 30)
+    assert lg.leader_epoch_cache.entries == []
