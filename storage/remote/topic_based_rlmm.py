@@ -7,15 +7,22 @@ Event values are JSON::
     {"type": "segment", "metadata": {...RemoteLogSegmentMetadata.to_json()...}}
     {"type": "partition_delete", "topic_id": ..., "topic": ..., "partition": ..., "state": ...}
 
-A snapshot file (`remote-log-metadata.snapshot` in the first log dir: the cache's
-segments and delete states, and the next offset to read in each metadata
-partition) is written atomically at most every `snapshot.interval.ms` and at
-close, so a restart replays only the events after it, never the whole topic
-from offset 0. The state is copied on the event loop (references to immutable
-segment metadata: consistent, and cheap at 100k segments); serialising, writing
-and fsyncing run in the default executor, one snapshot at a time, in small
-pieces so the thread never holds the GIL long. `close()` waits for a write in
-flight, then writes the last one.
+A snapshot file (`remote-log-metadata.snapshot` in the first log dir, laid out in
+`metadata_snapshot`: the cache's segments and delete states, and the next offset to
+read in each metadata partition) is written atomically at most every
+`snapshot.interval.ms` and at close, so a restart replays only the events after it,
+never the whole topic from offset 0. The state is copied on the event loop
+(references to immutable segment metadata: consistent, and cheap at a million
+segments); encoding, writing and fsyncing run in the default executor, one snapshot
+at a time, in small pieces so the thread never holds the GIL long. `close()` waits
+for a write in flight, then writes the last one.
+
+`start()` runs after the broker has registered and while it replicates (the
+metadata topic is one of its partitions), so it must not stall the loop either: the
+snapshot is read and decoded in the executor a chunk at a time and each chunk is
+applied on the loop, and the events after it are replayed a batch at a time, the
+loop getting its turn between batches. A damaged snapshot is ignored with a
+warning, and the whole topic is replayed.
 
 As in Kafka, a segment is added in COPY_SEGMENT_STARTED and only a known segment
 is updated, along the KIP-405 state machine; an event that breaks this is refused
@@ -28,18 +35,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tierbroker.protocol.errors import KafkaError
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
 from tierbroker.storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
+from tierbroker.storage.remote.metadata_snapshot import (
+    PartitionSnapshot,
+    SnapshotReader,
+    SnapshotState,
+    write_snapshot,
+)
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -51,20 +62,9 @@ from tierbroker.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "remote-log-metadata.snapshot"
-SNAPSHOT_VERSION = 2
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
-_SEGMENTS_PER_WRITE = 200  # serialised per piece (a few ms); the GIL is yielded between
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotState:
-    """What a snapshot holds, copied on the event loop at one instant."""
-
-    next_offsets: dict[int, int]
-    # Per partition: its readable segments by start offset, and all its segments unordered.
-    segments: list[tuple[list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]]
-    superseded: list[str]
-    partition_deletes: list[dict[str, Any]]
+_SEGMENTS_PER_CHUNK = 2000  # restored on the loop per turn (a few ms)
+_EVENTS_PER_BATCH = 500  # replayed on the loop per turn at start (a few ms)
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -93,7 +93,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         # Created now, as Kafka's RLMM does when it initialises: creating its partitions
         # on the first copy stalled the broker while it served produce.
         await self.topic.ensure_created()
-        self._load_snapshot()
+        await self._load_snapshot()
+        for partition in range(self.topic.num_partitions):
+            while applied := self.catch_up(partition, _EVENTS_PER_BATCH):
+                self.replayed_events += applied
+                await asyncio.sleep(0)
+        # What arrived meanwhile, then every later event: nothing falls in between.
         for partition in range(self.topic.num_partitions):
             self.replayed_events += self.catch_up(partition)
         self.topic.follow(self._catch_up_soon)
@@ -104,10 +109,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self.replayed_events,
         )
 
-    def catch_up(self, partition: int) -> int:
+    def catch_up(self, partition: int, max_events: int | None = None) -> int:
         """Apply the events of a metadata partition not applied yet (written by this broker
-        or, replicated here, by others); the number applied. A partition this broker holds
-        no replica of is skipped."""
+        or, replicated here, by others), at most `max_events` of them; the number applied.
+        A partition this broker holds no replica of is skipped."""
         applied = 0
         try:
             ahead = self._applied_ahead.get(partition, set())
@@ -120,6 +125,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     self._replay(partition, offset, value)
                 self.next_offsets[partition] = offset + 1
                 applied += 1
+                if applied == max_events:
+                    break
         except KafkaError as e:
             log.debug("remote log metadata partition %d not read here: %s", partition, e)
         if applied:
@@ -138,25 +145,29 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for partition in sorted(behind):
             self.catch_up(partition)
 
-    def _load_snapshot(self) -> None:
+    async def _load_snapshot(self) -> None:
+        """Restore the snapshot, if there is a good one, a chunk at a time."""
+        loop = asyncio.get_running_loop()
         try:
-            data = json.loads(self.snapshot_path.read_text(encoding="utf-8"))
+            reader = await loop.run_in_executor(None, SnapshotReader.open, self.snapshot_path)
         except FileNotFoundError:
             return
-        except ValueError as e:
+        except (OSError, ValueError) as e:
             log.warning("ignoring unreadable %s: %s", self.snapshot_path, e)
             return
-        if data.get("version") != SNAPSHOT_VERSION:
-            log.warning("ignoring %s of version %s", self.snapshot_path, data.get("version"))
-            return
-        self.next_offsets = {int(p): o for p, o in data["next_offsets"].items()}
-        superseded = set(data["superseded"])
-        for segment in data["segments"]:
-            self.cache.restore(
-                RemoteLogSegmentMetadata.from_json(segment), segment["segment_id"] in superseded
-            )
-        for d in data["partition_deletes"]:
-            self._apply({"type": "partition_delete", **d})
+        try:
+            self.next_offsets = await loop.run_in_executor(None, reader.next_offsets)
+            while chunk := await loop.run_in_executor(None, reader.read_chunk, _SEGMENTS_PER_CHUNK):
+                self.cache.restore_partition(chunk.tip, chunk.delete_state)
+                for metadata, superseded in chunk.segments:
+                    self.cache.restore(metadata, superseded)
+        except (OSError, ValueError) as e:
+            log.warning("ignoring damaged %s: %s", self.snapshot_path, e)
+            self.cache = RemoteLogMetadataCache()
+            self.next_offsets = {}
+        finally:
+            # Closing a file is quick; a cancelled start must not leave it open.
+            reader.close()
 
     def _replay(self, partition: int, offset: int, value: bytes) -> None:
         try:
@@ -269,7 +280,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._writing.add_done_callback(_log_failure)
 
     async def snapshot(self) -> None:
-        """Copy the state, then write it in the default executor."""
+        """Copy the state, then encode and write it in the default executor."""
         async with self._write_lock:
             state = self.snapshot_state()
             self._dirty = False
@@ -289,18 +300,14 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._last_snapshot_ms = time.monotonic() * 1000
 
     def snapshot_state(self) -> SnapshotState:
-        """The state a snapshot holds, copied without serialising anything."""
-        partitions = self.cache.partitions()
-        segments = [self.cache.segment_lists(tip) for tip in partitions]
-        superseded = [
-            str(m.segment_id.id) for tip in partitions for m in self.cache.superseded_segments(tip)
-        ]
-        deletes = [
-            _delete_json(tip, state)
-            for tip in partitions
-            if (state := self.cache.delete_state(tip)) is not None
-        ]
-        return SnapshotState(dict(self.next_offsets), segments, superseded, deletes)
+        """The state a snapshot holds, copied without encoding anything."""
+        partitions = []
+        for tip in self.cache.partitions():
+            readable, segments = self.cache.segment_lists(tip)
+            superseded = {m.segment_id.id for m in self.cache.superseded_segments(tip)}
+            delete_state = self.cache.delete_state(tip)
+            partitions.append(PartitionSnapshot(tip, delete_state, readable, segments, superseded))
+        return SnapshotState(dict(self.next_offsets), partitions)
 
     async def close(self) -> None:
         await self.topic.close()
@@ -308,44 +315,6 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             await asyncio.wait([self._writing])  # its failure was logged; dirty says what's left
         if self._dirty:
             await self.snapshot()
-
-
-def write_snapshot(path: Path, state: SnapshotState) -> None:
-    """Write `state` atomically (temp file, fsync, rename, directory fsync).
-
-    A partition's readable segments come first, by start offset: `restore` appends them
-    cheaply in that order. No sort: one long C call would hold the GIL from the loop."""
-    segments = []
-    for readable, every in state.segments:
-        segments += readable
-        seen = {m.segment_id.id for m in readable}
-        segments += [m for m in every if m.segment_id.id not in seen]
-    head = json.dumps(
-        {
-            "version": SNAPSHOT_VERSION,
-            "next_offsets": {str(p): o for p, o in state.next_offsets.items()},
-            "superseded": state.superseded,
-            "partition_deletes": state.partition_deletes,
-        }
-    )
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(head[:-1] + ', "segments": [')
-        for i in range(0, len(segments), _SEGMENTS_PER_WRITE):
-            piece = ", ".join(
-                json.dumps(m.to_json()) for m in segments[i : i + _SEGMENTS_PER_WRITE]
-            )
-            f.write((", " if i else "") + piece)
-            time.sleep(0)  # the loop takes the GIL now, not after the 5 ms switch interval
-        f.write("]}")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
