@@ -33,6 +33,7 @@ never comes back. Not shared between tasks: the event loop serialises calls.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 SNAPSHOT_FILE = "remote-log-metadata.snapshot"
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 _SEGMENTS_PER_CHUNK = 2000  # restored on the loop per turn (a few ms)
-_EVENTS_PER_BATCH = 500  # replayed on the loop per turn at start (a few ms)
+_EVENTS_PER_BATCH = 100  # replayed on the loop per turn at start (a few ms)
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -95,10 +96,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         await self.topic.ensure_created()
         await self._load_snapshot()
         for partition in range(self.topic.num_partitions):
-            while applied := self.catch_up(partition, _EVENTS_PER_BATCH):
-                self.replayed_events += applied
-                await asyncio.sleep(0)
-        # What arrived meanwhile, then every later event: nothing falls in between.
+            # Nothing else reads the topic before `follow`: the reader may wait across turns.
+            for applied, _ in enumerate(self._applying(partition), 1):
+                self.replayed_events += 1
+                if applied % _EVENTS_PER_BATCH == 0:
+                    await asyncio.sleep(0)
+        # What arrived during the last turns, then every later event: nothing in between.
         for partition in range(self.topic.num_partitions):
             self.replayed_events += self.catch_up(partition)
         self.topic.follow(self._catch_up_soon)
@@ -109,11 +112,14 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self.replayed_events,
         )
 
-    def catch_up(self, partition: int, max_events: int | None = None) -> int:
+    def catch_up(self, partition: int) -> int:
         """Apply the events of a metadata partition not applied yet (written by this broker
-        or, replicated here, by others), at most `max_events` of them; the number applied.
-        A partition this broker holds no replica of is skipped."""
-        applied = 0
+        or, replicated here, by others); the number applied."""
+        return sum(1 for _ in self._applying(partition))
+
+    def _applying(self, partition: int) -> Iterator[None]:
+        """Apply the partition's events not applied yet, yielding after each. A partition
+        this broker holds no replica of is skipped."""
         try:
             ahead = self._applied_ahead.get(partition, set())
             for offset, _key, value in self.topic.read(
@@ -124,14 +130,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 elif value is not None:
                     self._replay(partition, offset, value)
                 self.next_offsets[partition] = offset + 1
-                applied += 1
-                if applied == max_events:
-                    break
+                self._dirty = True
+                yield
         except KafkaError as e:
             log.debug("remote log metadata partition %d not read here: %s", partition, e)
-        if applied:
-            self._dirty = True
-        return applied
 
     def _catch_up_soon(self, partition: int) -> None:
         """Other brokers' events reached this broker's replica: apply them after the
@@ -161,6 +163,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self.cache.restore_partition(chunk.tip, chunk.delete_state)
                 for metadata, superseded in chunk.segments:
                     self.cache.restore(metadata, superseded)
+                gc.freeze()
         except (OSError, ValueError) as e:
             log.warning("ignoring damaged %s: %s", self.snapshot_path, e)
             self.cache = RemoteLogMetadataCache()
