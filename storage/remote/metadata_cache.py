@@ -22,7 +22,7 @@ tasks: callers are on the event loop.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from tierbroker.storage.remote.segment_metadata import (
@@ -51,6 +51,9 @@ class _PartitionState:
 class RemoteLogMetadataCache:
     def __init__(self) -> None:
         self._partitions: dict[TopicIdPartition, _PartitionState] = {}
+        # Called with a partition just before `put` or `put_partition_delete` changes it,
+        # so a snapshot taken over several turns can copy the partition as it was.
+        self.before_change: Callable[[TopicIdPartition], None] | None = None
 
     def _state(self, tip: TopicIdPartition) -> _PartitionState:
         state = self._partitions.get(tip)
@@ -82,6 +85,8 @@ class RemoteLogMetadataCache:
     def put(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Add a segment or move it to a new state; a repeated state is a no-op."""
         self.check(metadata)
+        if self.before_change is not None:
+            self.before_change(metadata.topic_id_partition)
         state = self._state(metadata.topic_id_partition)
         key = metadata.segment_id.id
         current = state.segments.get(key)
@@ -179,6 +184,8 @@ class RemoteLogMetadataCache:
     def put_partition_delete(
         self, tip: TopicIdPartition, delete_state: RemotePartitionDeleteState
     ) -> None:
+        if self.before_change is not None:
+            self.before_change(tip)
         self._state(tip).delete_state = delete_state
         if delete_state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
             self._partitions.pop(tip, None)

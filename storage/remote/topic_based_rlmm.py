@@ -11,11 +11,12 @@ A snapshot file (`remote-log-metadata.snapshot` in the first log dir, laid out i
 `metadata_snapshot`: the cache's segments and delete states, and the next offset to
 read in each metadata partition) is written atomically at most every
 `snapshot.interval.ms` and at close, so a restart replays only the events after it,
-never the whole topic from offset 0. The state is copied on the event loop
-(references to immutable segment metadata: consistent, and cheap at a million
-segments); encoding, writing and fsyncing run in the default executor, one snapshot
-at a time, in small pieces so the thread never holds the GIL long. `close()` waits
-for a write in flight, then writes the last one.
+never the whole topic from offset 0. The state is copied on the event loop, a few
+partitions per turn (references to immutable segment metadata; a partition about to
+change is copied first, so the copy is the state of one instant); encoding, writing
+and fsyncing run in the default executor, one snapshot at a time, in small pieces so
+the thread never holds the GIL long. `close()` waits for a write in flight, then
+writes the last one.
 
 `start()` runs after the broker has registered and while it replicates (the
 metadata topic is one of its partitions), so it must not stall the loop either: the
@@ -66,6 +67,7 @@ SNAPSHOT_FILE = "remote-log-metadata.snapshot"
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 _SEGMENTS_PER_CHUNK = 2000  # restored on the loop per turn (a few ms)
 _EVENTS_PER_BATCH = 100  # replayed on the loop per turn at start (a few ms)
+_SEGMENTS_PER_CAPTURE = 20_000  # references copied per turn for a snapshot (a few ms)
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -285,32 +287,55 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     async def snapshot(self) -> None:
         """Copy the state, then encode and write it in the default executor."""
         async with self._write_lock:
-            state = self.snapshot_state()
-            self._dirty = False
-            write = asyncio.get_running_loop().run_in_executor(
-                None, write_snapshot, self.snapshot_path, state
-            )
+            self._dirty = False  # a change from now on is not in this snapshot
             try:
-                # A cancelled caller still waits for the thread: no second write overlaps it.
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                await asyncio.wait([write])
-                self._dirty = True
-                raise
+                state = await self._capture()
+                write = asyncio.get_running_loop().run_in_executor(
+                    None, write_snapshot, self.snapshot_path, state
+                )
+                try:
+                    # A cancelled caller still waits for the thread: no second write overlaps.
+                    await asyncio.shield(write)
+                except asyncio.CancelledError:
+                    await asyncio.wait([write])
+                    raise
             except BaseException:
                 self._dirty = True  # the next snapshot writes it again
                 raise
             self._last_snapshot_ms = time.monotonic() * 1000
 
-    def snapshot_state(self) -> SnapshotState:
-        """The state a snapshot holds, copied without encoding anything."""
-        partitions = []
-        for tip in self.cache.partitions():
-            readable, segments = self.cache.segment_lists(tip)
-            superseded = {m.segment_id.id for m in self.cache.superseded_segments(tip)}
-            delete_state = self.cache.delete_state(tip)
-            partitions.append(PartitionSnapshot(tip, delete_state, readable, segments, superseded))
-        return SnapshotState(dict(self.next_offsets), partitions)
+    async def _capture(self) -> SnapshotState:
+        """The state as it is now, copied a few partitions per turn of the loop (copying a
+        million references takes longer than a turn should): a partition about to change
+        before its turn is copied first, as it is now. Partitions created meanwhile are
+        left to the replay after the snapshot's offsets."""
+        next_offsets = dict(self.next_offsets)
+        partitions = self.cache.partitions()
+        pending = set(partitions)
+        copies: dict[TopicIdPartition, PartitionSnapshot] = {}
+
+        def copy(tip: TopicIdPartition) -> None:
+            if tip in pending and tip not in copies:
+                copies[tip] = self._partition_snapshot(tip)
+
+        self.cache.before_change = copy
+        try:
+            copied = 0
+            for tip in partitions:
+                if tip not in copies:
+                    copy(tip)
+                    copied += len(copies[tip].segments)
+                if copied >= _SEGMENTS_PER_CAPTURE:
+                    copied = 0
+                    await asyncio.sleep(0)
+        finally:
+            self.cache.before_change = None
+        return SnapshotState(next_offsets, [copies[tip] for tip in partitions])
+
+    def _partition_snapshot(self, tip: TopicIdPartition) -> PartitionSnapshot:
+        readable, segments = self.cache.segment_lists(tip)
+        superseded = {m.segment_id.id for m in self.cache.superseded_segments(tip)}
+        return PartitionSnapshot(tip, self.cache.delete_state(tip), readable, segments, superseded)
 
     async def close(self) -> None:
         await self.topic.close()

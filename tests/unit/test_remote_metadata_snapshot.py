@@ -26,7 +26,7 @@ from tests.unit.test_remote_metadata import (
     segment,
 )
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
-from tierbroker.storage.remote.segment_metadata import TopicIdPartition
+from tierbroker.storage.remote.segment_metadata import RemotePartitionDeleteState, TopicIdPartition
 from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -181,3 +181,40 @@ async def test_start_gives_the_loop_turns_while_it_restores_and_replays(
     assert any(0 < replayed < after_snapshot for _, replayed in seen), seen  # replayed in batches
     assert late and restarted.replayed_events == after_snapshot + 2
     assert rlmm_view(restarted) == rlmm_view(rlmm)
+
+
+async def test_a_snapshot_copied_over_several_turns_is_the_state_of_one_instant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_PER_CAPTURE", 1)  # a turn per partition
+    topic = MemoryTopic()
+    rlmm = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
+    await rlmm.start()
+    r = Recorder(rlmm)
+    copies = [
+        await r.copy(segment(i * 10, i * 10 + 9, state=STARTED, tip=TIPS[i % 4])) for i in range(8)
+    ]
+    at_start = rlmm_view(rlmm)
+    records_at_start = {p: list(records) for p, records in topic.records.items()}
+
+    writing = asyncio.create_task(rlmm.snapshot())
+    await asyncio.sleep(0)  # the first partition is copied; the others wait their turn
+    assert not writing.done()
+    await r.copy(segment(100, 109, state=STARTED, tip=TIPS[0]))  # copied already
+    await r.delete(copies[2])  # TIPS[2]: not copied yet
+    await r.partition_delete(TIPS[3], RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
+    new = TopicIdPartition(uuid.uuid4(), TopicPartition("new", 0))
+    await r.copy(segment(0, 9, state=STARTED, tip=new))
+    await writing
+
+    caplog.set_level(logging.WARNING)
+    as_of_start = MemoryTopic()
+    as_of_start.records = records_at_start
+    from_snapshot = TopicBasedRemoteLogMetadataManager(as_of_start, tmp_path)
+    await from_snapshot.start()
+    assert from_snapshot.replayed_events == 0
+    assert rlmm_view(from_snapshot) == at_start
+    restarted = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
+    await restarted.start()
+    assert rlmm_view(restarted) == rlmm_view(rlmm) != at_start
+    assert not caplog.records  # no event was both in the snapshot and replayed
