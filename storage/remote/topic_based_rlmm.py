@@ -67,7 +67,7 @@ SNAPSHOT_FILE = "remote-log-metadata.snapshot"
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 _SEGMENTS_PER_CHUNK = 2000  # restored on the loop per turn (a few ms)
 _EVENTS_PER_BATCH = 100  # replayed on the loop per turn at start (a few ms)
-_SEGMENTS_PER_CAPTURE = 20_000  # references copied per turn for a snapshot (a few ms)
+_SEGMENTS_PER_CAPTURE = 10_000  # segments copied per turn for a snapshot (a few ms)
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
