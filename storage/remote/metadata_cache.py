@@ -12,7 +12,7 @@ dropped from the readable index and the totals and left for expiration to
 delete, so it is neither read, counted twice, nor leaked. A COPY_SEGMENT_STARTED
 segment is never read nor counted.
 
-Memory: a segment costs about 550 bytes (its metadata object, ids and ints, and its
+Memory: a segment costs about 600 bytes (its metadata object, ids and ints, and its
 index entries); the segments of a partition share one `TopicIdPartition`, so one read
 back from the metadata topic does not carry its own copy. Every query but
 `all_segments` and the list copies is O(log n) or O(epochs). Not shared between

@@ -1,6 +1,6 @@
 """The remote-log metadata snapshot file: written and read a piece at a time.
 
-Binary, little-endian, so a million segments take about 100 bytes each and are
+Binary, little-endian, so a million segments take under 100 bytes each and are
 read back without holding the whole file, or a parsed copy of it, in memory::
 
     "RLMS" version:u16                             magic and format version (3)
