@@ -1,35 +1,41 @@
-"""Event-loop stalls while the remote-metadata snapshot is written, at 100k remote segments.
+"""Remote metadata at scale: memory per segment, snapshot and restart, event-loop stalls.
 
-    python -m benchmarks.metadata_snapshot [--segments 100000] [--rounds 3]
+    python -m benchmarks.metadata_snapshot [--segments 100000 1000000] [--partitions 1000]
 
-Builds the metadata of N finished remote segments (over 10 partitions) in a
-`TopicBasedRemoteLogMetadataManager`, then writes its snapshot while a probe on the
-event loop sleeps 1 ms at a time and records how late each wake-up is. Two ways, in
-the same run:
+For each N, N finished remote segments over `--partitions` partitions are put into
+a `TopicBasedRemoteLogMetadataManager`, as the copy tasks put them. Then, while a
+probe on the event loop sleeps 1 ms at a time and records how late each wake-up is:
 
-- on the loop (the baseline: how snapshots were written before, the whole document
-  built, serialised, written and fsynced inside one call on the loop);
-- `snapshot()`: the state copied on the loop, serialised and written in the default
-  executor.
+- snapshot write: `snapshot()` (the state copied on the loop; encoded, written and
+  fsynced in the executor) against the baseline, the JSON snapshot this tree wrote
+  before, built, serialised and written inside one call on the loop;
+- restart: a new manager's `start()` (the snapshot read a chunk at a time, then
+  `--events` events after it replayed from the metadata topic), each in a fresh
+  interpreter so its resident memory is its own, against the baseline, the JSON
+  snapshot parsed whole and restored in one call on the loop, as `start()` did before.
 
-The probe alone (an idle second) gives the machine's noise floor in the same run.
-Prints, per way, the longest stall of all rounds, the median of the rounds' longest,
-the 99th-percentile stall and the snapshot's wall time (medians of the rounds), the
-ratio of the longest stalls, and the process RSS before and after the metadata was
-built.
+Both ways run in the same invocation on the same segments. The probe alone (an idle
+second) gives the machine's noise floor. Prints, per way, the longest and p99 stall
+and the wall time; resident memory per segment (RSS growth over N: live, and after
+each restart) and the peak RSS growth during each restart; the snapshot's bytes per
+segment; and the read paths' cost per call, which must not grow with N.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
-import statistics
+import random
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from tierbroker.storage.checkpoints import write_atomically
 from tierbroker.storage.remote.segment_metadata import (
@@ -38,147 +44,290 @@ from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tierbroker.storage.remote.topic_based_rlmm import (
-    SNAPSHOT_VERSION,
-    TopicBasedRemoteLogMetadataManager,
-)
+from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 from tierbroker.storage.topic_partition import TopicPartition
 
-PARTITIONS = 10
 PROBE_INTERVAL_S = 0.001
+JSON_SNAPSHOT = "baseline.json"
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
-class NoTopic:
-    """The metadata topic, empty: the benchmark fills the cache directly."""
+class EventsTopic:
+    """The metadata topic, one partition holding `events` (none: the benchmark fills the
+    cache directly), as the restarted manager replays them."""
 
     num_partitions = 1
 
-    def ensure_created(self) -> None:
+    def __init__(self, events: list[bytes] | None = None) -> None:
+        self.events = events or []
+
+    async def ensure_created(self) -> None:
         pass
 
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
         raise NotImplementedError
 
     def read(self, partition: int, start_offset: int) -> Iterator[tuple[int, bytes, bytes | None]]:
-        return iter(())
+        for offset in range(start_offset, len(self.events)):
+            yield offset, b"", self.events[offset]
+
+    def follow(self, on_records: Callable[[int], None]) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
 
 
-def rss_mib() -> float:
+def rss_kib(field: str = "VmRSS") -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def build(rlmm: TopicBasedRemoteLogMetadataManager, count: int) -> None:
-    tips = [TopicIdPartition(uuid.uuid4(), TopicPartition("bench", p)) for p in range(PARTITIONS)]
+def tips(partitions: int) -> list[TopicIdPartition]:
+    rng = random.Random(7)
+    return [
+        TopicIdPartition(uuid.UUID(int=rng.getrandbits(128)), TopicPartition("bench", p))
+        for p in range(partitions)
+    ]
+
+
+def segment(tip: TopicIdPartition, start: int, i: int, state: RemoteLogSegmentState) -> Any:
+    return RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId.generate(tip),
+        start_offset=start,
+        end_offset=start + 999,
+        max_timestamp_ms=1_700_000_000_000 + i,
+        broker_id=0,
+        event_timestamp_ms=1_700_000_000_000 + i,
+        segment_size_bytes=1 << 20,
+        segment_leader_epochs=((i % 7, start),),
+        state=state,
+    )
+
+
+def build(rlmm: TopicBasedRemoteLogMetadataManager, count: int, partitions: int) -> None:
+    all_tips = tips(partitions)
     for i in range(count):
-        tip = tips[i % PARTITIONS]
-        start = (i // PARTITIONS) * 1000
-        rlmm.cache.put(
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId.generate(tip),
-                start_offset=start,
-                end_offset=start + 999,
-                max_timestamp_ms=1_700_000_000_000 + i,
-                broker_id=0,
-                event_timestamp_ms=1_700_000_000_000 + i,
-                segment_size_bytes=1 << 20,
-                segment_leader_epochs=((0, start),),
-                state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-            )
-        )
-    rlmm.next_offsets = {0: 2 * count}
+        start = 1_000_000_000 + (i // partitions) * 1000
+        rlmm.cache.put(segment(all_tips[i % partitions], start, i, FINISHED))
+    rlmm.next_offsets = {0: 0}
 
 
-def snapshot_on_the_loop(rlmm: TopicBasedRemoteLogMetadataManager) -> None:
-    """The baseline: everything inside one call on the event loop."""
+def later_events(count: int, segments: int, partitions: int) -> list[bytes]:
+    """`count` events after the snapshot: new segments' copies, started then finished."""
+    all_tips, events = tips(partitions), []
+    for i in range(count // 2):
+        start = 1_000_000_000 + (segments // partitions + 1 + i // partitions) * 1000
+        started = segment(all_tips[i % partitions], start, i, RemoteLogSegmentState(0))
+        for m in (started, started.with_state(FINISHED, 1)):
+            events.append(json.dumps({"type": "segment", "metadata": m.to_json()}).encode())
+    return events
+
+
+def json_snapshot_on_the_loop(rlmm: TopicBasedRemoteLogMetadataManager, path: Path) -> None:
+    """The baseline write: the snapshot as this tree wrote it before (JSON, version 2),
+    all inside one call on the event loop."""
     cache = rlmm.cache
     document = {
-        "version": SNAPSHOT_VERSION,
+        "version": 2,
         "next_offsets": {str(p): o for p, o in rlmm.next_offsets.items()},
         "segments": [m.to_json() for tip in cache.partitions() for m in cache.all_segments(tip)],
         "superseded": [],
         "partition_deletes": [],
     }
-    write_atomically(rlmm.snapshot_path, json.dumps(document))
+    write_atomically(path, json.dumps(document))
 
 
-async def probed(write: Callable[[], Awaitable[None]]) -> tuple[float, float, float]:
-    """(longest stall, p99 stall, wall time) in ms while `write` runs."""
+def json_restart_on_the_loop(rlmm: TopicBasedRemoteLogMetadataManager, path: Path) -> None:
+    """The baseline restart: the JSON snapshot parsed whole and restored in one call on
+    the loop, then every event after it, as `start()` did before."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rlmm.next_offsets = {int(p): o for p, o in data["next_offsets"].items()}
+    for d in data["segments"]:
+        rlmm.cache.restore(RemoteLogSegmentMetadata.from_json(d), False)
+    rlmm.replayed_events = rlmm.catch_up(0)
+
+
+async def probed(work: Callable[[], Awaitable[None]]) -> dict[str, float]:
+    """Longest and p99 stall and wall time (ms) of the loop while `work` runs, and the
+    most CPU the loop's thread used between two wake-ups of the probe: the longest piece
+    of work the loop ran, which the machine's other load does not lengthen."""
     loop = asyncio.get_running_loop()
     lags: list[float] = []
+    busy: list[float] = []
     done = False
 
     async def probe() -> None:
         while not done:
             expected = loop.time() + PROBE_INTERVAL_S
+            cpu = time.thread_time()
             await asyncio.sleep(PROBE_INTERVAL_S)
             lags.append(max(loop.time() - expected, 0.0))
+            busy.append(time.thread_time() - cpu)
 
     task = loop.create_task(probe())
     await asyncio.sleep(0.05)
     lags.clear()
+    busy.clear()
     started = time.perf_counter()
-    await write()
+    await work()
     wall = time.perf_counter() - started
     await asyncio.sleep(0.05)
     done = True
     await task
     lags.sort()
-    return lags[-1] * 1000, lags[int(len(lags) * 0.99)] * 1000, wall * 1000
+    return {
+        "longest": lags[-1] * 1000,
+        "p99": lags[int(len(lags) * 0.99)] * 1000,
+        "wall": wall * 1000,
+        "cpu": max(busy) * 1000,
+    }
 
 
-async def run(segments: int, rounds: int) -> None:
+async def restart_child(
+    way: str, directory: Path, segments: int, events: int, partitions: int
+) -> None:
+    """In a fresh interpreter: restart one way, print its stalls and memory as JSON."""
+    topic = EventsTopic(later_events(events, segments, partitions))
+    gc.collect()
+    base_kib = rss_kib()
+    rlmm = TopicBasedRemoteLogMetadataManager(topic, directory)
+
+    async def restart() -> None:
+        if way == "new":
+            await rlmm.start()
+        else:
+            json_restart_on_the_loop(rlmm, directory / JSON_SNAPSHOT)
+
+    result = await probed(restart)
+    gc.collect()
+    restored = sum(rlmm.cache.segment_count(t) for t in rlmm.partitions())
+    assert restored == segments + events // 2, f"restored {restored} segments"
+    assert rlmm.replayed_events == events
+    result["rss_bytes"] = (rss_kib() - base_kib) * 1024
+    result["peak_bytes"] = (rss_kib("VmHWM") - base_kib) * 1024
+    result["gc"] = full_collection_ms()
+    print(json.dumps(result))
+
+
+def full_collection_ms() -> float:
+    """How long a full collection of the cyclic garbage collector stops the loop, once
+    the first after the build is done."""
+    gc.collect()
+    started = time.perf_counter()
+    gc.collect()
+    return (time.perf_counter() - started) * 1000
+
+
+def restart_in_child(
+    way: str, directory: Path, n: int, events: int, partitions: int
+) -> dict[str, float]:
+    args = [sys.executable, "-m", "benchmarks.metadata_snapshot", "--child", way, str(directory)]
+    args += ["--segments", str(n), "--events", str(events), "--partitions", str(partitions)]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return dict(json.loads(out.splitlines()[-1]))
+
+
+def read_path_us(
+    rlmm: TopicBasedRemoteLogMetadataManager, n: int, partitions: int
+) -> dict[str, float]:
+    """Microseconds per call of the read paths a fetch or a metric takes, at random."""
+    rng = random.Random(1)
+    all_tips = rlmm.partitions()
+    top = 1_000_000_000 + (n // partitions) * 1000
+    calls = [(rng.choice(all_tips), rng.randrange(1_000_000_000, top)) for _ in range(20_000)]
+    timed = {
+        "segment for offset": lambda t, o: rlmm.remote_log_segment_metadata(t, o),
+        "remote_log_size": lambda t, o: rlmm.remote_log_size(t, 6),
+        "highest offset for epoch": lambda t, o: rlmm.highest_offset_for_epoch(t, 3),
+    }
+    result = {}
+    for name, call in timed.items():
+        started = time.perf_counter()
+        for t, o in calls:
+            call(t, o)
+        result[name] = (time.perf_counter() - started) / len(calls) * 1e6
+    return result
+
+
+async def run(n: int, partitions: int, events: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        rlmm = TopicBasedRemoteLogMetadataManager(NoTopic(), Path(tmp))
+        directory = Path(tmp)
+        rlmm = TopicBasedRemoteLogMetadataManager(EventsTopic(), directory)
         await rlmm.start()
-        before = rss_mib()
-        build(rlmm, segments)
-        after = rss_mib()
-
-        async def on_loop() -> None:
-            snapshot_on_the_loop(rlmm)
+        gc.collect()
+        before = rss_kib()
+        build(rlmm, n, partitions)
+        gc.collect()
+        live = (rss_kib() - before) * 1024 / n
+        live_gc = full_collection_ms()
 
         async def idle() -> None:
             await asyncio.sleep(1.0)
 
-        results: dict[str, list[tuple[float, float, float]]] = {
-            "idle": [],
-            "on the loop": [],
-            "executor": [],
-        }
-        for _ in range(rounds):
-            results["idle"].append(await probed(idle))
-            results["on the loop"].append(await probed(on_loop))
-            results["executor"].append(await probed(rlmm.snapshot))
-        size_mib = rlmm.snapshot_path.stat().st_size / (1 << 20)
-        restarted = TopicBasedRemoteLogMetadataManager(NoTopic(), Path(tmp))
-        await restarted.start()
-        restored = sum(len(restarted.readable_segments(t)) for t in restarted.cache.partitions())
-        assert restored == segments, f"the snapshot restored {restored} of {segments} segments"
+        async def json_write() -> None:
+            json_snapshot_on_the_loop(rlmm, directory / JSON_SNAPSHOT)
 
-    print(f"{segments} remote segments over {PARTITIONS} partitions; snapshot {size_mib:.1f} MiB")
-    print(f"RSS {before:.0f} MiB before the metadata, {after:.0f} MiB with it")
-    header = ("snapshot", "longest stall ms", "median longest ms", "p99 stall ms", "wall ms")
-    print("{:>12} {:>17} {:>18} {:>13} {:>8}".format(*header))
-    longest = {}
-    for name, samples in results.items():
-        longest[name] = max(s[0] for s in samples)
-        typical = statistics.median(s[0] for s in samples)
-        p99 = statistics.median(s[1] for s in samples)
-        wall = statistics.median(s[2] for s in samples)
-        print(f"{name:>12} {longest[name]:>17.1f} {typical:>18.1f} {p99:>13.1f} {wall:>8.0f}")
-    ratio = longest["on the loop"] / longest["executor"]
-    print(f"longest stall, on the loop / executor: {ratio:.0f}x")
+        writes = {"idle": await probed(idle), "JSON on the loop": await probed(json_write)}
+        writes["executor"] = await probed(rlmm.snapshot)
+        sizes = {
+            "JSON": (directory / JSON_SNAPSHOT).stat().st_size / n,
+            "binary": rlmm.snapshot_path.stat().st_size / n,
+        }
+        reads = read_path_us(rlmm, n, partitions)
+        restarts = {
+            "JSON on the loop": restart_in_child("json", directory, n, events, partitions),
+            "chunked": restart_in_child("new", directory, n, events, partitions),
+        }
+
+    print(f"\n{n:,} remote segments over {partitions:,} partitions, {events:,} events to replay")
+    print(f"resident memory: {live:.0f} bytes/segment live (RSS growth over N)")
+    print(
+        f"a full gc.collect(): {live_gc:.0f} ms with the segments put live, "
+        + ", ".join(f"{r['gc']:.0f} ms after a restart {k}" for k, r in restarts.items())
+    )
+    print(f"snapshot: {sizes['JSON']:.0f} bytes/segment as JSON, {sizes['binary']:.0f} binary")
+    print(
+        "{:>24} {:>11} {:>7} {:>12} {:>8} {:>10} {:>11}".format(
+            "", "longest ms", "p99 ms", "loop CPU ms", "wall ms", "RSS B/seg", "peak B/seg"
+        )
+    )
+    for name, r in [(f"write, {k}", v) for k, v in writes.items()] + [
+        (f"restart, {k}", v) for k, v in restarts.items()
+    ]:
+        memory = (
+            f" {r['rss_bytes'] / n:>10.0f} {r['peak_bytes'] / n:>11.0f}" if "rss_bytes" in r else ""
+        )
+        print(
+            f"{name:>24} {r['longest']:>11.1f} {r['p99']:>7.1f} {r['cpu']:>12.1f}"
+            f" {r['wall']:>8.0f}{memory}"
+        )
+    for label, ways in (("write", writes), ("restart", restarts)):
+        old, new = ways["JSON on the loop"], ways["executor" if label == "write" else "chunked"]
+        print(
+            f"{label}: longest stall {old['longest'] / new['longest']:.0f}x shorter, "
+            f"wall time {old['wall'] / new['wall']:.2f}x shorter than the baseline's"
+        )
+    print("read paths, us/call: " + ", ".join(f"{k} {v:.2f}" for k, v in reads.items()))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--segments", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--segments", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--events", type=int, default=20_000, help="replayed after the snapshot")
+    parser.add_argument("--child", nargs=2, metavar=("WAY", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    asyncio.run(run(args.segments, args.rounds))
+    if args.child:
+        way, directory = args.child
+        asyncio.run(
+            restart_child(way, Path(directory), args.segments[0], args.events, args.partitions)
+        )
+        return
+    for n in args.segments:
+        asyncio.run(run(n, args.partitions, args.events))
 
 
 if __name__ == "__main__":

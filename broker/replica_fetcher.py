@@ -11,12 +11,17 @@ offset and last fetched epoch. Per partition of the answer:
   the next fetch goes on from there;
 - OFFSET_OUT_OF_RANGE: the leader's log end is below ours (an unclean election):
   truncate to it; or ours is below the leader's log start: start over there;
+- OFFSET_MOVED_TO_TIERED_STORAGE: our log end is below the leader's local log, on a
+  tiered partition: rebuild the log from the remote tier (`TierStateMachine`) and fetch
+  only the leader's local tail;
 - leadership errors (NOT_LEADER_OR_FOLLOWER, FENCED / UNKNOWN_LEADER_EPOCH, ...): back off
   `replica.fetch.backoff.ms`; the metadata cache will move the partition to its new leader.
 
-A partition removed while its fetch is in flight, or whose leader epoch changed, has
-the answer dropped. Connection failures back off and retry; the fetcher never ends on
-its own, and `close()` cancels it and closes its connection.
+A partition removed while its fetch (or its rebuild) is in flight, or whose leader
+epoch changed, has the answer dropped. Record bytes fetched are counted per topic
+(`bytes_fetched`, Kafka's ReplicationBytesInPerSec). Connection failures back off and
+retry; the fetcher never ends on its own, and `close()` cancels it and closes its
+connection.
 """
 
 from __future__ import annotations
@@ -30,22 +35,23 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kio.schema.fetch.v17 import request as fetch_request
-from kio.schema.list_offsets.v8 import request as list_offsets_request
-from kio.schema.types import BrokerId, TopicName
+from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.leader_endpoint import LeaderEndpoint
 from tierbroker.broker.partition import Partition
+from tierbroker.broker.tier_state_machine import TierStateMachine
 from tierbroker.broker.truncation import truncation_for
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 17
-LIST_OFFSETS_VERSION = 8
 _RETRIABLE = {
     ErrorCode.not_leader_or_follower,
     ErrorCode.unknown_topic_or_partition,
@@ -53,7 +59,6 @@ _RETRIABLE = {
     ErrorCode.unknown_leader_epoch,
     ErrorCode.fenced_leader_epoch,
     ErrorCode.kafka_storage_error,
-    ErrorCode.offset_moved_to_tiered_storage,
     ErrorCode.replica_not_available,
     ErrorCode.leader_not_available,
 }
@@ -88,13 +93,17 @@ class ReplicaFetcher:
         client: BrokerClient,
         config: FetcherConfig,
         on_appended: Callable[[list[Partition]], None],
+        bytes_fetched: dict[str, int],
     ) -> None:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.leader_id = leader_id
         self.client = client
+        self.leader = LeaderEndpoint(broker_id, leader_id, client)
         self.config = config
         self.on_appended = on_appended  # partitions whose log or high watermark moved
+        self.bytes_fetched = bytes_fetched  # record bytes by topic, shared by the fetchers
+        self.tier_state_machine: TierStateMachine | None = None  # set once tiering starts
         self.partitions: dict[TopicPartition, _FetchState] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -205,9 +214,9 @@ class ReplicaFetcher:
                 if found is None:
                     continue
                 tp, requested = found
-                state = self.partitions.get(tp)
-                if state is not requested or state.partition.leader_epoch != state.leader_epoch:
+                if not self._is_current(tp, requested):
                     continue  # removed, or led anew, while the fetch was in flight
+                state = requested
                 try:
                     if await self._process_partition(state, data):
                         moved.append(state.partition)
@@ -219,6 +228,12 @@ class ReplicaFetcher:
         if moved:
             self.on_appended(moved)
 
+    def _is_current(self, tp: TopicPartition, state: _FetchState) -> bool:
+        """`state` is still how `tp` is fetched here, under the same leader epoch."""
+        return (
+            self.partitions.get(tp) is state and state.partition.leader_epoch == state.leader_epoch
+        )
+
     async def _process_partition(self, state: _FetchState, data: Any) -> bool:
         """Apply one partition's answer; True if its log or high watermark moved."""
         partition = state.partition
@@ -226,6 +241,8 @@ class ReplicaFetcher:
         if error == ErrorCode.offset_out_of_range:
             await self._handle_out_of_range(state)
             return True
+        if error == ErrorCode.offset_moved_to_tiered_storage:
+            return await self._handle_offset_moved_to_tiered_storage(state, data)
         if error in _RETRIABLE:
             self._delay([state])
             return False
@@ -251,20 +268,27 @@ class ReplicaFetcher:
             lg.truncate_to(cut.offset)
             return True
         before = (partition.log.log_end_offset, partition.high_watermark)
+        records = data.records or b""
         try:
             partition.append_records_to_follower(
-                data.records or b"", int(data.high_watermark), int(data.log_start_offset)
+                records, int(data.high_watermark), int(data.log_start_offset)
             )
         except InvalidRecordError as e:
             raise KafkaError(ErrorCode.corrupt_message, str(e)) from e
+        if records:
+            topic = partition.topic_partition.topic
+            self.bytes_fetched[topic] = self.bytes_fetched.get(topic, 0) + len(records)
         state.lag = max(0, int(data.high_watermark) - partition.log.log_end_offset)
         return (partition.log.log_end_offset, partition.high_watermark) != before
 
     async def _handle_out_of_range(self, state: _FetchState) -> None:
         """Kafka's fetchOffsetAndTruncate: follow the leader's log end or log start."""
         partition = state.partition
+        tp = partition.topic_partition
         lg = partition.log
-        leader_end = await self._list_offset(partition, LATEST_TIMESTAMP)
+        leader_end, _ = await self.leader.list_offset(partition, LATEST_TIMESTAMP)
+        if not self._is_current(tp, state):
+            return
         if leader_end < lg.log_end_offset:
             log.warning(
                 "%s: leader %d ends at %d, below this log's end %d: truncating",
@@ -275,8 +299,8 @@ class ReplicaFetcher:
             )
             lg.truncate_to(leader_end)
             return
-        leader_start = await self._list_offset(partition, EARLIEST_TIMESTAMP)
-        if lg.log_end_offset < leader_start:
+        leader_start, _ = await self.leader.list_offset(partition, EARLIEST_TIMESTAMP)
+        if self._is_current(tp, state) and lg.log_end_offset < leader_start:
             log.warning(
                 "%s: leader %d starts at %d, above this log's end %d: starting over there",
                 partition.topic_partition,
@@ -286,34 +310,34 @@ class ReplicaFetcher:
             )
             lg.truncate_fully_and_start_at(leader_start)
 
-    async def _list_offset(self, partition: Partition, timestamp: int) -> int:
+    async def _handle_offset_moved_to_tiered_storage(self, state: _FetchState, data: Any) -> bool:
+        """Rebuild the log from the remote tier to start at the leader's local log; True if
+        it was. Until it can be (tiering not started here, the metadata not caught up, the
+        remote tier failing), the partition backs off and its fetch is answered the same."""
+        partition = state.partition
         tp = partition.topic_partition
-        request = list_offsets_request.ListOffsetsRequest(
-            replica_id=BrokerId(self.broker_id),
-            isolation_level=i8(0),
-            topics=(
-                list_offsets_request.ListOffsetsTopic(
-                    name=TopicName(tp.topic),
-                    partitions=(
-                        list_offsets_request.ListOffsetsPartition(
-                            partition_index=i32(tp.partition),
-                            current_leader_epoch=i32(partition.leader_epoch),
-                            timestamp=i64(timestamp),
-                        ),
-                    ),
-                ),
-            ),
-        )
+        if self.tier_state_machine is None:
+            log.warning("%s: offset moved to the remote tier, which this broker has not", tp)
+            self._delay([state])
+            return False
         try:
-            response = await self.client.send(request)
-        except BrokerUnavailable as e:
-            raise KafkaError(ErrorCode.leader_not_available, str(e)) from e
-        answer = response.topics[0].partitions[0]
-        if answer.error_code != ErrorCode.none:
-            raise KafkaError(
-                ErrorCode(answer.error_code), f"ListOffsets({timestamp}) to {self.leader_id}"
+            aux_state = await self.tier_state_machine.build_remote_log_aux_state(
+                partition, self.leader, int(data.log_start_offset)
             )
-        return int(answer.offset)
+        except RemoteStorageError as e:
+            log.warning(
+                "%s: cannot rebuild the log from the remote tier yet (retrying in %d ms): %s",
+                tp,
+                self.config.backoff_ms,
+                e,
+            )
+            self._delay([state])
+            return False
+        if not self._is_current(tp, state):
+            return False
+        aux_state.apply(partition.log)
+        state.lag = max(0, int(data.high_watermark) - partition.log.log_end_offset)
+        return True
 
     def _delay(self, states: Any) -> None:
         until = time.monotonic() + self.config.backoff_ms / 1000
@@ -337,6 +361,8 @@ class ReplicaFetcherManager:
         self.on_appended = on_appended
         self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
         self._following: dict[TopicPartition, tuple[int, str, int]] = {}
+        self.bytes_fetched: dict[str, int] = {}  # record bytes appended, by topic
+        self.tier_state_machine: TierStateMachine | None = None
 
     def add(self, partition: Partition, leader_id: int, host: str, port: int) -> None:
         """Fetch `partition` from its leader at `host:port` (moving it from any other)."""
@@ -354,10 +380,18 @@ class ReplicaFetcherManager:
                 client,
                 self.config,
                 self.on_appended,
+                self.bytes_fetched,
             )
+            fetcher.tier_state_machine = self.tier_state_machine
             self.fetchers[key] = fetcher
         fetcher.add(partition)
         self._following[partition.topic_partition] = key
+
+    def start_tiering(self, tier_state_machine: TierStateMachine) -> None:
+        """Followers behind their leader's local log rebuild from the remote tier from now."""
+        self.tier_state_machine = tier_state_machine
+        for fetcher in self.fetchers.values():
+            fetcher.tier_state_machine = tier_state_machine
 
     def remove(self, tp: TopicPartition) -> None:
         key = self._following.pop(tp, None)

@@ -42,6 +42,7 @@ from tierbroker.broker.partition import (
 )
 from tierbroker.broker.purgatory import Purgatory
 from tierbroker.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from tierbroker.broker.tier_state_machine import TierStateMachine
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
@@ -242,6 +243,11 @@ class ReplicaManager:
         """Tiering starts: hand every partition led so far to the RemoteLogManager."""
         self.remote = remote
         self.reader.remote = remote
+        self.fetchers.start_tiering(
+            TierStateMachine(
+                remote.rlmm, remote.rsm, remote.metrics, remote.config.remote_call_timeout_ms
+            )
+        )
         for tp, partition in self.partitions.items():
             tip = TopicIdPartition(partition.topic_id, tp)
             if partition.is_leader:
@@ -311,10 +317,18 @@ class ReplicaManager:
 
     # The ISR -------------------------------------------------------------------------
 
-    def _is_isr_eligible(self, broker_id: int) -> bool:
+    def _is_isr_eligible(self, broker_id: int, broker_epoch: int = -1) -> bool:
         """Registered and not shutting down (Kafka's KIP-841): a broker whose controlled
-        shutdown took it out of the ISR must not be put back while it still fetches."""
-        return broker_id in self.cache.brokers and broker_id not in self.cache.shutting_down
+        shutdown took it out of the ISR must not be put back while it still fetches. And,
+        given the broker epoch a fetch named, registered under that epoch (KIP-903): a fetch
+        its previous incarnation left waiting here must not put back a restarted broker,
+        whose log may now be empty."""
+        registration = self.cache.brokers.get(broker_id)
+        return (
+            registration is not None
+            and broker_id not in self.cache.shutting_down
+            and (broker_epoch < 0 or registration.epoch < 0 or registration.epoch == broker_epoch)
+        )
 
     def maybe_shrink_isr(self) -> None:
         """Drop followers that stopped catching up from the ISR of every partition led here
@@ -450,7 +464,7 @@ class ReplicaManager:
         if partition.update_follower_fetch_state(fetch, now_ms()):
             self._wake(partition.topic_partition)
         expanded = partition.isr_expansion(
-            fetch.replica_id, self._is_isr_eligible(fetch.replica_id)
+            fetch.replica_id, self._is_isr_eligible(fetch.replica_id, fetch.broker_epoch)
         )
         if expanded is not None:
             self.alter_partition.submit(partition, expanded)

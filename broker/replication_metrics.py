@@ -5,7 +5,8 @@ Gauges are computed when Prometheus scrapes (no bookkeeping on the request path)
 an ISR short of their replicas, or of min.insync.replicas), `LeaderCount`,
 `PartitionCount`, `ActiveControllerCount` and `OfflinePartitionsCount` (on the active
 controller: partitions without a live leader), `MaxLag` and `ConsumerLag` per partition
-(a follower's distance to its leader's high watermark, Kafka's FetcherLagMetrics).
+(a follower's distance to its leader's high watermark, Kafka's FetcherLagMetrics), and
+`ReplicationBytesInPerSec` per topic (record bytes its followers fetched).
 `IsrShrinksPerSec` and `IsrExpandsPerSec` count committed ISR changes.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tierbroker.broker.cluster.controller import Controller
@@ -72,6 +73,14 @@ class ReplicationMetrics(Collector):
         for tp, lag in sorted(lags.items()):
             per_partition.add_metric([tp.topic, str(tp.partition)], lag)
         yield per_partition
+        fetched = CounterMetricFamily(
+            "ReplicationBytesInPerSec",
+            "Record bytes this broker's followers fetched from their leaders",
+            labels=["topic"],
+        )
+        for topic, size in sorted(self.replicas.fetchers.bytes_fetched.items()):
+            fetched.add_metric([topic], size)
+        yield fetched
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

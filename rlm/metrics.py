@@ -27,6 +27,14 @@ class RemoteStorageMetrics:
         self.fetch_requests = counter("RemoteFetchRequestsPerSec", "Remote reads served")
         self.copy_errors = counter("RemoteCopyErrorsPerSec", "Failed segment copies")
         self.fetch_errors = counter("RemoteFetchErrorsPerSec", "Failed remote reads")
+        self.build_aux_state_requests = counter(
+            "BuildRemoteLogAuxStateRequestsPerSec",
+            "Follower logs rebuilt from the remote tier (attempts)",
+        )
+        self.build_aux_state_errors = counter(
+            "BuildRemoteLogAuxStateErrorsPerSec",
+            "Attempts to rebuild a follower's log from the remote tier that failed",
+        )
         self.copy_lag_bytes = gauge("RemoteCopyLagBytes", "Bytes of rolled segments not yet copied")
         self.copy_lag_segments = gauge("RemoteCopyLagSegments", "Rolled segments not yet copied")
         self.delete_lag_bytes = gauge(

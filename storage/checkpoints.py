@@ -44,15 +44,20 @@ def write_atomically(path: Path, text: str) -> None:
 def _read_entries(path: Path, fields: int) -> list[list[str]]:
     """The entry lines of a versioned, counted checkpoint file; [] if it does not exist."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
+    return _parse_entries(text, fields, str(path))
+
+
+def _parse_entries(text: str, fields: int, source: str) -> list[list[str]]:
+    lines = text.splitlines()
     if len(lines) < 2 or lines[0].strip() != str(VERSION):
-        raise ValueError(f"{path}: unrecognised checkpoint header {lines[:2]!r}")
+        raise ValueError(f"{source}: unrecognised checkpoint header {lines[:2]!r}")
     count = int(lines[1])
     entries = [line.split() for line in lines[2 : 2 + count]]
     if len(entries) != count or any(len(e) != fields for e in entries):
-        raise ValueError(f"{path}: expected {count} entries of {fields} fields")
+        raise ValueError(f"{source}: expected {count} entries of {fields} fields")
     return entries
 
 
@@ -80,6 +85,16 @@ class OffsetCheckpointFile:
 
 def read_epoch_entries(path: Path) -> list[tuple[int, int]]:
     return [(int(epoch), int(offset)) for epoch, offset in _read_entries(path, 2)]
+
+
+def parse_epoch_entries(text: str, source: str) -> list[tuple[int, int]]:
+    """The entries of a `leader-epoch-checkpoint` held in memory (one from the remote tier);
+    ValueError, naming `source`, if it is not one."""
+    entries = _parse_entries(text, 2, source)
+    try:
+        return [(int(epoch), int(offset)) for epoch, offset in entries]
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
 
 
 def write_epoch_entries(path: Path, entries: Iterable[tuple[int, int]]) -> None:

@@ -16,6 +16,7 @@ serialises access.
 from __future__ import annotations
 
 import bisect
+import itertools
 from pathlib import Path
 
 from tierbroker.storage.checkpoints import read_epoch_entries, write_epoch_entries
@@ -46,6 +47,12 @@ class LeaderEpochCache:
         # Entries of older epochs starting at or after this offset were never written.
         kept = [e for e in self._entries if e[1] < start_offset]
         self._replace([*kept, (epoch, start_offset)])
+
+    def restore(self, entries: list[tuple[int, int]]) -> None:
+        """Replace every entry with `entries`, in one write (a log rebuilt from the remote
+        tier's checkpoint); ValueError unless epochs and start offsets strictly increase."""
+        check_increasing(entries, str(self.path))
+        self._replace(list(entries))
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= `epoch`, its end offset), as OffsetsForLeaderEpoch answers.
@@ -101,3 +108,13 @@ class LeaderEpochCache:
             write_epoch_entries(self.path, entries)
             self._written = list(entries)
         self._entries = entries
+
+
+def check_increasing(entries: list[tuple[int, int]], source: str) -> None:
+    """ValueError, naming `source`, unless epochs and start offsets strictly increase."""
+    for (epoch, start), (next_epoch, next_start) in itertools.pairwise(entries):
+        if next_epoch <= epoch or next_start <= start:
+            raise ValueError(
+                f"{source}: epoch entries ({epoch}, {start}), ({next_epoch}, {next_start}) "
+                "do not increase"
+            )

@@ -394,7 +394,10 @@ class Log:
 
         Raises OFFSET_OUT_OF_RANGE outside [log start offset, log end offset].
         """
-        if self.log_start_offset <= offset < self.local_log_start_offset:
+        if (
+            self.config.remote_storage_enable
+            and self.log_start_offset <= offset < self.local_log_start_offset
+        ):
             raise OffsetMovedToTieredStorage(self.topic_partition, offset)
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise KafkaError(
@@ -514,7 +517,8 @@ class Log:
         """Remove everything at and above `offset` (a follower diverged from its leader)."""
         if offset >= self.log_end_offset:
             return
-        if offset <= self.log_start_offset:
+        if offset <= self.log_start_offset or offset < self.segments[0].base_offset:
+            # Below the local log (its older part is in the remote tier): start over there.
             self.truncate_fully_and_start_at(offset)
             return
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
@@ -528,14 +532,27 @@ class Log:
         self.producer_state.truncate_to(self.log_end_offset)
         self._load_producer_state()
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Empty the log and start it again at `offset` (a follower far behind its leader)."""
+    def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
+        """Empty the log and start it again at `offset` (a follower far behind its leader).
+
+        `log_start_offset` (at most `offset`), as Kafka's truncateFullyAndStartAt: a
+        follower rebuilt from the remote tier keeps the leader's log start below its
+        local log, so the records between are read from the remote tier."""
         self._remove_segments(list(self.segments))
         self._add(self._new_segment(offset))
-        self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        self.high_watermark = self.recovery_point = offset
+        self.log_start_offset = (
+            offset if log_start_offset is None else min(log_start_offset, offset)
+        )
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_to(-1)
         self.producer_state.producers.clear()
+
+    def load_producer_snapshot(self, data: bytes) -> None:
+        """Install `data` as the producer snapshot at the log end offset and load it (a log
+        started from the remote tier takes the snapshot uploaded with the segment before)."""
+        self.producer_state.install_snapshot(self.log_end_offset, data)
+        self._load_producer_state()
 
     # Retention -----------------------------------------------------------------------
 

@@ -193,6 +193,18 @@ class ProducerStateManager:
             tmp.unlink(missing_ok=True)  # a full disk keeps no half snapshot
             raise
 
+    def install_snapshot(self, offset: int, data: bytes) -> None:
+        """Write `data` (a snapshot from elsewhere, e.g. the remote tier) as the snapshot at
+        `offset`, atomically; `load` checks it as any other."""
+        path = self.snapshot_path(offset)
+        tmp = path.with_suffix(".tmp")
+        try:
+            write_file(tmp, data, sync=True)
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+
     def flush_snapshot(self, offset: int) -> None:
         """fsync the snapshot at `offset`, if there is one."""
         try:

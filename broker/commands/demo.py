@@ -100,6 +100,7 @@ class Demo:
         handler = logging.FileHandler(self.directory / "brokers.log")
         handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger("tierbroker")
+        level = root.level
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         root.propagate = False  # the brokers' lines go to the file, not the screen
@@ -114,6 +115,7 @@ class Demo:
         finally:
             self.cluster.stop()
             root.removeHandler(handler)
+            root.setLevel(level)
             root.propagate = True
             handler.close()
 

@@ -10,17 +10,23 @@ Overlaps: a finished segment whose offsets lie wholly inside another finished
 segment (a retried copy, or a new leader copying again) is *superseded*: it is
 dropped from the readable index and the totals and left for expiration to
 delete, so it is neither read, counted twice, nor leaked. A COPY_SEGMENT_STARTED
-segment is never read nor counted. Not shared between tasks: callers are on the
-event loop.
+segment is never read nor counted.
+
+Memory: a segment costs about 600 bytes (its metadata object, ids and ints, and its
+index entries); the segments of a partition share one `TopicIdPartition`, so one read
+back from the metadata topic does not carry its own copy. Every query but
+`all_segments` and the list copies is O(log n) or O(epochs). Not shared between
+tasks: callers are on the event loop.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
 from tierbroker.storage.remote.segment_metadata import (
+    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteState,
@@ -32,6 +38,7 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 @dataclass(slots=True)
 class _PartitionState:
+    tip: TopicIdPartition  # the one object its segments' ids refer to
     segments: dict[object, RemoteLogSegmentMetadata] = field(default_factory=dict)
     starts: list[int] = field(default_factory=list)  # readable segments, by start offset
     readable: list[RemoteLogSegmentMetadata] = field(default_factory=list)
@@ -44,12 +51,24 @@ class _PartitionState:
 class RemoteLogMetadataCache:
     def __init__(self) -> None:
         self._partitions: dict[TopicIdPartition, _PartitionState] = {}
+        # Called with a partition just before `put` or `put_partition_delete` changes it,
+        # so a snapshot taken over several turns can copy the partition as it was.
+        self.before_change: Callable[[TopicIdPartition], None] | None = None
 
     def _state(self, tip: TopicIdPartition) -> _PartitionState:
         state = self._partitions.get(tip)
         if state is None:
-            state = self._partitions[tip] = _PartitionState()
+            state = self._partitions[tip] = _PartitionState(tip)
         return state
+
+    @staticmethod
+    def _interned(
+        state: _PartitionState, metadata: RemoteLogSegmentMetadata
+    ) -> RemoteLogSegmentMetadata:
+        """`metadata` referring to its partition's one `TopicIdPartition` object."""
+        if metadata.segment_id.topic_id_partition is state.tip:
+            return metadata
+        return replace(metadata, segment_id=RemoteLogSegmentId(state.tip, metadata.segment_id.id))
 
     # Updates -------------------------------------------------------------------------
 
@@ -66,6 +85,8 @@ class RemoteLogMetadataCache:
     def put(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Add a segment or move it to a new state; a repeated state is a no-op."""
         self.check(metadata)
+        if self.before_change is not None:
+            self.before_change(metadata.topic_id_partition)
         state = self._state(metadata.topic_id_partition)
         key = metadata.segment_id.id
         current = state.segments.get(key)
@@ -77,6 +98,7 @@ class RemoteLogMetadataCache:
             state.segments.pop(key, None)
             state.superseded.discard(key)
             return
+        metadata = self._interned(state, metadata)
         state.segments[key] = metadata
         if metadata.state == FINISHED:
             self._index(state, metadata)
@@ -85,9 +107,17 @@ class RemoteLogMetadataCache:
         state = self._partitions.get(metadata.topic_id_partition)
         return state is not None and metadata.segment_id.id in state.segments
 
+    def restore_partition(
+        self, tip: TopicIdPartition, delete_state: RemotePartitionDeleteState | None
+    ) -> None:
+        """Load a partition from a snapshot, before its segments."""
+        self._state(tip).delete_state = delete_state
+
     def restore(self, metadata: RemoteLogSegmentMetadata, superseded: bool) -> None:
-        """Load a segment from a snapshot, with the overlap verdict it had when saved."""
+        """Load a segment from a snapshot, with the overlap verdict it had when saved:
+        cheapest for a partition's readable segments in offset order."""
         state = self._state(metadata.topic_id_partition)
+        metadata = self._interned(state, metadata)
         state.segments[metadata.segment_id.id] = metadata
         if superseded:
             state.superseded.add(metadata.segment_id.id)
@@ -154,6 +184,8 @@ class RemoteLogMetadataCache:
     def put_partition_delete(
         self, tip: TopicIdPartition, delete_state: RemotePartitionDeleteState
     ) -> None:
+        if self.before_change is not None:
+            self.before_change(tip)
         self._state(tip).delete_state = delete_state
         if delete_state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
             self._partitions.pop(tip, None)

@@ -7,15 +7,23 @@ Event values are JSON::
     {"type": "segment", "metadata": {...RemoteLogSegmentMetadata.to_json()...}}
     {"type": "partition_delete", "topic_id": ..., "topic": ..., "partition": ..., "state": ...}
 
-A snapshot file (`remote-log-metadata.snapshot` in the first log dir: the cache's
-segments and delete states, and the next offset to read in each metadata
-partition) is written atomically at most every `snapshot.interval.ms` and at
-close, so a restart replays only the events after it, never the whole topic
-from offset 0. The state is copied on the event loop (references to immutable
-segment metadata: consistent, and cheap at 100k segments); serialising, writing
-and fsyncing run in the default executor, one snapshot at a time, in small
-pieces so the thread never holds the GIL long. `close()` waits for a write in
-flight, then writes the last one.
+A snapshot file (`remote-log-metadata.snapshot` in the first log dir, laid out in
+`metadata_snapshot`: the cache's segments and delete states, and the next offset to
+read in each metadata partition) is written atomically at most every
+`snapshot.interval.ms` and at close, so a restart replays only the events after it,
+never the whole topic from offset 0. The state is copied on the event loop, a few
+partitions per turn (references to immutable segment metadata; a partition about to
+change is copied first, so the copy is the state of one instant); encoding, writing
+and fsyncing run in the default executor, one snapshot at a time, in small pieces so
+the thread never holds the GIL long. `close()` waits for a write in flight, then
+writes the last one.
+
+`start()` runs after the broker has registered and while it replicates (the
+metadata topic is one of its partitions), so it must not stall the loop either: the
+snapshot is read and decoded in the executor a chunk at a time and each chunk is
+applied on the loop, and the events after it are replayed a batch at a time, the
+loop getting its turn between batches. A damaged snapshot is ignored with a
+warning, and the whole topic is replayed.
 
 As in Kafka, a segment is added in COPY_SEGMENT_STARTED and only a known segment
 is updated, along the KIP-405 state machine; an event that breaks this is refused
@@ -26,20 +34,25 @@ never comes back. Not shared between tasks: the event loop serialises calls.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
-import os
 import time
 import uuid
 import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tierbroker.protocol.errors import KafkaError
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
 from tierbroker.storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
+from tierbroker.storage.remote.metadata_snapshot import (
+    PartitionSnapshot,
+    SnapshotReader,
+    SnapshotState,
+    write_snapshot,
+)
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -51,20 +64,10 @@ from tierbroker.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "remote-log-metadata.snapshot"
-SNAPSHOT_VERSION = 2
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
-_SEGMENTS_PER_WRITE = 200  # serialised per piece (a few ms); the GIL is yielded between
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotState:
-    """What a snapshot holds, copied on the event loop at one instant."""
-
-    next_offsets: dict[int, int]
-    # Per partition: its readable segments by start offset, and all its segments unordered.
-    segments: list[tuple[list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]]
-    superseded: list[str]
-    partition_deletes: list[dict[str, Any]]
+_SEGMENTS_PER_CHUNK = 2000  # restored on the loop per turn (a few ms)
+_EVENTS_PER_BATCH = 100  # replayed on the loop per turn at start (a few ms)
+_SEGMENTS_PER_CAPTURE = 10_000  # segments copied per turn for a snapshot (a few ms)
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -93,7 +96,14 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         # Created now, as Kafka's RLMM does when it initialises: creating its partitions
         # on the first copy stalled the broker while it served produce.
         await self.topic.ensure_created()
-        self._load_snapshot()
+        await self._load_snapshot()
+        for partition in range(self.topic.num_partitions):
+            # Nothing else reads the topic before `follow`: the reader may wait across turns.
+            for applied, _ in enumerate(self._applying(partition), 1):
+                self.replayed_events += 1
+                if applied % _EVENTS_PER_BATCH == 0:
+                    await asyncio.sleep(0)
+        # What arrived during the last turns, then every later event: nothing in between.
         for partition in range(self.topic.num_partitions):
             self.replayed_events += self.catch_up(partition)
         self.topic.follow(self._catch_up_soon)
@@ -106,9 +116,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def catch_up(self, partition: int) -> int:
         """Apply the events of a metadata partition not applied yet (written by this broker
-        or, replicated here, by others); the number applied. A partition this broker holds
-        no replica of is skipped."""
-        applied = 0
+        or, replicated here, by others); the number applied."""
+        return sum(1 for _ in self._applying(partition))
+
+    def _applying(self, partition: int) -> Iterator[None]:
+        """Apply the partition's events not applied yet, yielding after each. A partition
+        this broker holds no replica of is skipped."""
         try:
             ahead = self._applied_ahead.get(partition, set())
             for offset, _key, value in self.topic.read(
@@ -119,12 +132,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 elif value is not None:
                     self._replay(partition, offset, value)
                 self.next_offsets[partition] = offset + 1
-                applied += 1
+                self._dirty = True
+                yield
         except KafkaError as e:
             log.debug("remote log metadata partition %d not read here: %s", partition, e)
-        if applied:
-            self._dirty = True
-        return applied
 
     def _catch_up_soon(self, partition: int) -> None:
         """Other brokers' events reached this broker's replica: apply them after the
@@ -138,25 +149,33 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for partition in sorted(behind):
             self.catch_up(partition)
 
-    def _load_snapshot(self) -> None:
+    async def _load_snapshot(self) -> None:
+        """Restore the snapshot, if there is a good one, a chunk at a time."""
+        loop = asyncio.get_running_loop()
         try:
-            data = json.loads(self.snapshot_path.read_text(encoding="utf-8"))
+            reader = await loop.run_in_executor(None, SnapshotReader.open, self.snapshot_path)
         except FileNotFoundError:
             return
-        except ValueError as e:
+        except (OSError, ValueError) as e:
             log.warning("ignoring unreadable %s: %s", self.snapshot_path, e)
             return
-        if data.get("version") != SNAPSHOT_VERSION:
-            log.warning("ignoring %s of version %s", self.snapshot_path, data.get("version"))
-            return
-        self.next_offsets = {int(p): o for p, o in data["next_offsets"].items()}
-        superseded = set(data["superseded"])
-        for segment in data["segments"]:
-            self.cache.restore(
-                RemoteLogSegmentMetadata.from_json(segment), segment["segment_id"] in superseded
-            )
-        for d in data["partition_deletes"]:
-            self._apply({"type": "partition_delete", **d})
+        try:
+            self.next_offsets = await loop.run_in_executor(None, reader.next_offsets)
+            while chunk := await loop.run_in_executor(None, reader.read_chunk, _SEGMENTS_PER_CHUNK):
+                self.cache.restore_partition(chunk.tip, chunk.delete_state)
+                for metadata, superseded in chunk.segments:
+                    self.cache.restore(metadata, superseded)
+                # Out of the cyclic collector's reach: a full collection would walk every
+                # restored segment (seconds at a million) while the loop waits. They hold
+                # no reference cycles, so reference counting still frees them.
+                gc.freeze()
+        except (OSError, ValueError) as e:
+            log.warning("ignoring damaged %s: %s", self.snapshot_path, e)
+            self.cache = RemoteLogMetadataCache()
+            self.next_offsets = {}
+        finally:
+            # Closing a file is quick; a cancelled start must not leave it open.
+            reader.close()
 
     def _replay(self, partition: int, offset: int, value: bytes) -> None:
         try:
@@ -269,38 +288,57 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._writing.add_done_callback(_log_failure)
 
     async def snapshot(self) -> None:
-        """Copy the state, then write it in the default executor."""
+        """Copy the state, then encode and write it in the default executor."""
         async with self._write_lock:
-            state = self.snapshot_state()
-            self._dirty = False
-            write = asyncio.get_running_loop().run_in_executor(
-                None, write_snapshot, self.snapshot_path, state
-            )
+            self._dirty = False  # a change from now on is not in this snapshot
             try:
-                # A cancelled caller still waits for the thread: no second write overlaps it.
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                await asyncio.wait([write])
-                self._dirty = True
-                raise
+                state = await self._capture()
+                write = asyncio.get_running_loop().run_in_executor(
+                    None, write_snapshot, self.snapshot_path, state
+                )
+                try:
+                    # A cancelled caller still waits for the thread: no second write overlaps.
+                    await asyncio.shield(write)
+                except asyncio.CancelledError:
+                    await asyncio.wait([write])
+                    raise
             except BaseException:
                 self._dirty = True  # the next snapshot writes it again
                 raise
             self._last_snapshot_ms = time.monotonic() * 1000
 
-    def snapshot_state(self) -> SnapshotState:
-        """The state a snapshot holds, copied without serialising anything."""
+    async def _capture(self) -> SnapshotState:
+        """The state as it is now, copied a few partitions per turn of the loop (copying a
+        million references takes longer than a turn should): a partition about to change
+        before its turn is copied first, as it is now. Partitions created meanwhile are
+        left to the replay after the snapshot's offsets."""
+        next_offsets = dict(self.next_offsets)
         partitions = self.cache.partitions()
-        segments = [self.cache.segment_lists(tip) for tip in partitions]
-        superseded = [
-            str(m.segment_id.id) for tip in partitions for m in self.cache.superseded_segments(tip)
-        ]
-        deletes = [
-            _delete_json(tip, state)
-            for tip in partitions
-            if (state := self.cache.delete_state(tip)) is not None
-        ]
-        return SnapshotState(dict(self.next_offsets), segments, superseded, deletes)
+        pending = set(partitions)
+        copies: dict[TopicIdPartition, PartitionSnapshot] = {}
+
+        def copy(tip: TopicIdPartition) -> None:
+            if tip in pending and tip not in copies:
+                copies[tip] = self._partition_snapshot(tip)
+
+        self.cache.before_change = copy
+        try:
+            copied = 0
+            for tip in partitions:
+                if tip not in copies:
+                    copy(tip)
+                    copied += len(copies[tip].segments)
+                if copied >= _SEGMENTS_PER_CAPTURE:
+                    copied = 0
+                    await asyncio.sleep(0)
+        finally:
+            self.cache.before_change = None
+        return SnapshotState(next_offsets, [copies[tip] for tip in partitions])
+
+    def _partition_snapshot(self, tip: TopicIdPartition) -> PartitionSnapshot:
+        readable, segments = self.cache.segment_lists(tip)
+        superseded = {m.segment_id.id for m in self.cache.superseded_segments(tip)}
+        return PartitionSnapshot(tip, self.cache.delete_state(tip), readable, segments, superseded)
 
     async def close(self) -> None:
         await self.topic.close()
@@ -308,44 +346,6 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             await asyncio.wait([self._writing])  # its failure was logged; dirty says what's left
         if self._dirty:
             await self.snapshot()
-
-
-def write_snapshot(path: Path, state: SnapshotState) -> None:
-    """Write `state` atomically (temp file, fsync, rename, directory fsync).
-
-    A partition's readable segments come first, by start offset: `restore` appends them
-    cheaply in that order. No sort: one long C call would hold the GIL from the loop."""
-    segments = []
-    for readable, every in state.segments:
-        segments += readable
-        seen = {m.segment_id.id for m in readable}
-        segments += [m for m in every if m.segment_id.id not in seen]
-    head = json.dumps(
-        {
-            "version": SNAPSHOT_VERSION,
-            "next_offsets": {str(p): o for p, o in state.next_offsets.items()},
-            "superseded": state.superseded,
-            "partition_deletes": state.partition_deletes,
-        }
-    )
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(head[:-1] + ', "segments": [')
-        for i in range(0, len(segments), _SEGMENTS_PER_WRITE):
-            piece = ", ".join(
-                json.dumps(m.to_json()) for m in segments[i : i + _SEGMENTS_PER_WRITE]
-            )
-            f.write((", " if i else "") + piece)
-            time.sleep(0)  # the loop takes the GIL now, not after the 5 ms switch interval
-        f.write("]}")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -281,8 +281,14 @@ def test_a_tiered_topic_keeps_tiering_across_a_failover(cluster: EmbeddedCluster
     values = [b"%06d" % i + b"x" * 1000 for i in range(1000)]
 
     def produce_all(batch: list[bytes]) -> None:
+        # Idempotence keeps the order: without it, a retried batch may land after later ones.
         producer = Producer(
-            {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "batch.size": 16384}
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "acks": "all",
+                "batch.size": 16384,
+                "enable.idempotence": True,
+            }
         )
         for value in batch:
             producer.produce(topic, value)

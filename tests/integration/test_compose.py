@@ -260,9 +260,15 @@ def test_records_go_through_the_topology_and_tier_to_the_bucket(topology: dict[s
         "clicks", 1, 3, config={"remote.storage.enable": "true", "segment.bytes": "16384"}
     )
     admin.create_topics([topic])["clicks"].result(30)
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4096}
-    )  # batches smaller than a segment, so segments roll
+    producer = Producer(  # batches smaller than a segment, so segments roll; in order
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.size": 4096,
+            "enable.idempotence": True,
+        }
+    )
     values = [b"click-%d:" % i + b"." * 200 for i in range(400)]
     for value in values:
         producer.produce("clicks", value)

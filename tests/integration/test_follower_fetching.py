@@ -125,6 +125,7 @@ def produce(cluster: EmbeddedCluster, topic: str, count: int, start: int = 0) ->
             "acks": "all",
             "linger.ms": 5,
             "batch.size": 16384,  # batches smaller than a tiered topic's segments
+            "enable.idempotence": True,  # in order, even when a batch is retried
         }
     )
     errors = []
