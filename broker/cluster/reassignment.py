@@ -13,8 +13,9 @@ the partition state together:
   the removed replicas leave the ISR (their brokers, no longer assigned, delete their
   logs: Kafka's StopReplica with delete), and a leader that is removed, or not alive,
   hands over to the first live target replica in the ISR;
-- cancel (a null target): the target becomes the original replicas, which are all in
-  the ISR or soon will be; the added replicas are dropped.
+- cancel (a null target): back to the original replicas at once, those in the ISR
+  staying in it, and the added replicas dropped; refused while no original replica is
+  in the ISR (going back would be an unclean election).
 
 A reassignment that replaces one in progress keeps the original replicas of the first
 one: what was added and is no longer wanted is dropped at once.
