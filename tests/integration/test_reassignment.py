@@ -257,7 +257,7 @@ def test_an_empty_target_and_a_broker_that_is_not_the_controller(
         assert listed.error_code == ErrorCode.not_controller
 
 
-def test_a_new_controller_resumes_a_move(cluster: EmbeddedCluster, admin: KafkaAdminClient) -> None:
+def test_a_new_controller_resumes_a_move(cluster: EmbeddedCluster) -> None:
     controller = next(b.broker_id for b in cluster.brokers if b.controller.is_active)
     x, y, z = sorted(b.broker_id for b in cluster.brokers if b.broker_id != controller)
     topic = "failover"
@@ -265,10 +265,15 @@ def test_a_new_controller_resumes_a_move(cluster: EmbeddedCluster, admin: KafkaA
     create(cluster, f"{topic}-anchor", [[x, z]])
     held = hold_fetcher(cluster, follower=z, leader=x)
     tp = KpTopicPartition(topic, 0)
-    assert admin.alter_partition_reassignments({tp: [y, z]}) == {tp: None}
-    wait_for(lambda: state(cluster, topic, via=x)[0] == (y, z, x), "the brokers to see the move")
-    moving = {"replicas": [y, z, x], "adding_replicas": [z], "removing_replicas": [x]}
-    assert admin.list_partition_reassignments([tp]) == {tp: moving}
+    # Closed before the controller stops: kafka-python left a socket of it unclosed.
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        assert admin.alter_partition_reassignments({tp: [y, z]}) == {tp: None}
+        wait_for(lambda: state(cluster, topic, via=x)[0] == (y, z, x), "the brokers to see it")
+        moving = {"replicas": [y, z, x], "adding_replicas": [z], "removing_replicas": [x]}
+        assert admin.list_partition_reassignments([tp]) == {tp: moving}
+    finally:
+        admin.close()
 
     cluster.stop_broker(controller)
     try:
