@@ -155,7 +155,9 @@ class ReplicaManager:
         for tp, state in delta.partitions.items():
             replicas = self.cache.replicas(tp)
             if state is None or self.broker_id not in replicas:
-                self.stop_replica(tp, delete=True)
+                # Only a deleted topic takes its remote data along (Kafka's deleteRemoteLog):
+                # a replica moved to other brokers leaves the remote tier to them.
+                self.stop_replica(tp, delete=True, delete_remote=tp.topic in delta.deleted_topics)
             elif tp in self.log_manager.logs:
                 self._become(tp, state, replicas)
         for topic in delta.configs_changed:
@@ -254,11 +256,12 @@ class ReplicaManager:
                 remote.on_following(tip, partition.log)
         self.long_lived.freeze()
 
-    def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
+    def stop_replica(self, tp: TopicPartition, delete: bool, delete_remote: bool = False) -> None:
+        """Stop hosting `tp`; `delete`: its local log goes, `delete_remote`: its remote data."""
         self.fetchers.remove(tp)
         partition = self.partitions.pop(tp, None)
         if partition is not None and self.remote is not None:
-            self.remote.on_stop(TopicIdPartition(partition.topic_id, tp), delete)
+            self.remote.on_stop(TopicIdPartition(partition.topic_id, tp), delete_remote)
         if partition is not None and partition.is_leader:
             for listener in self.leadership_listeners:
                 listener(partition, False)
