@@ -202,11 +202,15 @@ class ReplicaManager:
             return
         was_leader = partition.is_leader
         if state.leader == self.broker_id:
+            known = set(partition.remote_replicas) if was_leader else set()
             if partition.make_leader(state, replicas):
                 self.fetchers.remove(tp)
                 log.debug("%s: leader in epoch %d, ISR %s", tp, state.leader_epoch, list(state.isr))
                 self._leadership_changed(partition, True)
             self._wake(tp)
+            # A replica new to the partition (a reassignment) asks for it in its next fetch.
+            for broker_id in partition.remote_replicas.keys() - known:
+                self.reader.wake_follower(broker_id, tp)
             return
         if partition.make_follower(state, replicas) or was_leader:
             self.fetchers.remove(tp)
