@@ -135,6 +135,7 @@ def _metadata_manager(
         config.remote_log_metadata_topic_replication_factor,
         replicas,
         admin,
+        brokers_may_join=config.metadata_store == "zookeeper",
     )
     return TopicBasedRemoteLogMetadataManager(topic, log_dir)
 
