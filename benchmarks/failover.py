@@ -265,11 +265,11 @@ def main() -> None:
         return f"{name:<62} median {statistics.median(values):6.2f} {unit}  {spread}"
 
     session = f"session {args.session_ms} ms"
-    name = f"tiered on S3, confluent-kafka: kill -9 ({session})"
-    print(line(f"{name}: to a new leader", [t[0] for t in tiered]))
-    print(line(f"{name}: to the new leader's first ack", [t[1] for t in tiered]))
-    print(line(f"{name}: to its first segment copied", [t[2] for t in tiered]))
-    print(line("  first segment copied / first ack, per run", [t[2] / t[1] for t in tiered], "x"))
+    print(line(f"tiered on S3: kill -9 ({session}): to a new leader", [t[0] for t in tiered]))
+    print(line("tiered on S3: kill -9: to the new leader's first ack", [t[1] for t in tiered]))
+    print(line("tiered on S3: kill -9: to its first segment copied", [t[2] for t in tiered]))
+    ratios = [t[2] / t[1] for t in tiered]
+    print(line("tiered on S3: first segment copied / first ack, per run", ratios, "x"))
     if args.tiered_only:
         return
     single = [start_up(1) for _ in range(args.repeat)]
