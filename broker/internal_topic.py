@@ -166,17 +166,27 @@ class RemoteLogMetadataTopic:
         replication_factor: int,
         replicas: ReplicaManager,
         admin: TopicAdmin,
+        brokers_may_join: bool = False,
     ) -> None:
+        """`brokers_may_join`: other processes' brokers join the cluster (a ZooKeeper
+        store), so the brokers live at start may be too few for the replication factor."""
         self.topic = InternalTopic(
             self.NAME, num_partitions, replication_factor, self.CONFIGS, replicas, admin
         )
+        self.brokers_may_join = brokers_may_join
 
     @property
     def num_partitions(self) -> int:
         return self.topic.num_partitions
 
     async def ensure_created(self) -> None:
-        await self.topic.ensure_created()
+        """Create the topic, unless brokers may still join and fewer are live than its
+        replication factor: then the first append creates it. The brokers of such a cluster
+        start one by one; the first would create it on itself alone, and the others would
+        never see its events."""
+        live = len(self.topic.admin.cache.brokers)
+        if not self.brokers_may_join or live >= self.topic.replication_factor:
+            await self.topic.ensure_created()
 
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
         return await self.topic.append_records(partition, [(key, value)])
