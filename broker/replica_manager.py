@@ -33,7 +33,6 @@ from tierbroker.broker.fetch_reader import (
     FetchRequestPartition,
     FetchResultPartition,
 )
-from tierbroker.broker.long_lived import LongLivedObjects
 from tierbroker.broker.partition import (
     DEBUGGING_CONSUMER,
     FollowerFetch,
@@ -52,11 +51,14 @@ from tierbroker.storage.log import (
 )
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
+from tierbroker.storage.long_lived import LongLivedObjects
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
+
+FREEZE_EVERY_PARTITIONS = 256  # partitions led between two freezes of the heap
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +98,7 @@ class ReplicaManager:
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()
         self.remote: RemoteLogManager | None = None
-        self.long_lived = LongLivedObjects()
+        self.long_lived = LongLivedObjects(FREEZE_EVERY_PARTITIONS)
         self.broker_epoch = -1  # the czxid of this broker's registration
         self.fenced = False  # its metadata session is gone: a successor may lead
         self.alter_partition = AlterPartitionManager(store, self._on_isr_committed)
@@ -197,7 +199,7 @@ class ReplicaManager:
                 self._is_isr_eligible,
             )
             self.partitions[tp] = partition
-            self.long_lived.partition_led()
+            self.long_lived.added()
         elif partition.is_stale(state):
             return
         was_leader = partition.is_leader
