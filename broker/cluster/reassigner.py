@@ -86,14 +86,16 @@ class Reassigner:
             try:
                 topic, version = await self._read_assignment(tp.topic)
             except NoNodeError:
-                break
+                return Rejection(
+                    ErrorCode.unknown_topic_or_partition, "The partition does not exist."
+                )
             current = ReplicaAssignment.of(topic, tp.partition)
             await ctl.refresh_state(tp)
             if target is None:
                 rejection = plan.validate_cancel(current, ctl.states[tp])
             else:
                 live = [b for b in ctl.live_brokers if ctl.is_eligible(b)]
-                rejection = plan.validate_target(target, current, live)
+                rejection = plan.validate_target(target, current, ctl.states[tp], live)
             if rejection is not None:
                 return rejection
             step = plan.start(
@@ -116,7 +118,9 @@ class Reassigner:
                 list(step.assignment.removing),
             )
             return None
-        return Rejection(ErrorCode.unknown_topic_or_partition, "The partition does not exist.")
+        return Rejection(
+            ErrorCode.request_timed_out, "The partition's state kept changing; try again."
+        )
 
     async def on_isr_change(self, tp: TopicPartition) -> None:
         """A partition being moved may complete: its ISR changed, or a broker came back."""
@@ -124,9 +128,10 @@ class Reassigner:
             return
         ctl = self.controller
         watch = None if tp in self._watched else self._watch(tp)
-        self._watched.add(tp)
         try:
             data, stat = await ctl.store.get(zk.state_path(tp.topic, tp.partition), watch)
+            # Armed only once the read succeeded: a retried event arms it again otherwise.
+            self._watched.add(tp)
             topic, version = await self._read_assignment(tp.topic)
         except NoNodeError:
             self.moving.discard(tp)  # deleted

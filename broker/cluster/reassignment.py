@@ -90,10 +90,14 @@ class Rejection:
 
 
 def validate_target(
-    target: Sequence[int], current: ReplicaAssignment, live_brokers: Collection[int]
+    target: Sequence[int],
+    current: ReplicaAssignment,
+    state: PartitionState,
+    live_brokers: Collection[int],
 ) -> Rejection | None:
     """Kafka's checks of a target replica list: not empty, no repeats, valid ids, and
-    every replica to add on a live broker."""
+    every replica to add on a live broker; and, as a cancel, a member of the ISR among
+    the replicas during the reassignment (otherwise it would need an unclean election)."""
     if not target:
         return Rejection(
             ErrorCode.invalid_replica_assignment,
@@ -108,12 +112,18 @@ def validate_target(
         return Rejection(
             ErrorCode.invalid_replica_assignment, f"Invalid broker id in replica list: {target}"
         )
-    adding = current.reassign_to(target).adding
-    if not set(adding) <= set(live_brokers):
+    reassigning = current.reassign_to(target)
+    if not set(reassigning.adding) <= set(live_brokers):
         return Rejection(
             ErrorCode.invalid_replica_assignment,
             "Replica assignment has brokers that are not alive. Replica list: "
-            f"{list(adding)}, live broker list: {sorted(live_brokers)}",
+            f"{list(reassigning.adding)}, live broker list: {sorted(live_brokers)}",
+        )
+    if not set(state.isr) & set(reassigning.replicas):
+        return Rejection(
+            ErrorCode.invalid_replica_assignment,
+            f"No replica of the ISR {list(state.isr)} is among {list(reassigning.replicas)}, "
+            "so the reassignment would require an unclean leader election.",
         )
     return None
 
@@ -152,8 +162,9 @@ def start(
     done = complete(moving, state, is_eligible, controller_epoch)
     if done is not None:
         return done
-    # Replicas added by a reassignment this one replaces, and no longer wanted, leave now.
-    isr = tuple(b for b in state.isr if b in moving.replicas) or state.isr
+    # Replicas added by a reassignment this one replaces, and no longer wanted, leave now
+    # (`validate_target` keeps one in the ISR).
+    isr = tuple(b for b in state.isr if b in moving.replicas)
     leader = state.leader
     if leader not in moving.replicas:
         leader = _first_leader(moving.replicas, isr, is_eligible)
@@ -173,14 +184,14 @@ def complete(
     not in the ISR, or while no target replica can lead."""
     target = moving.target
     leader = state.leader
-    if moving.is_being_reassigned:
-        if not set(target) <= set(state.isr):
+    if moving.is_being_reassigned and not set(target) <= set(state.isr):
+        return None
+    # A cancel too: the leader may be a replica it drops, elected while the move ran.
+    if leader not in target or not is_eligible(leader):
+        leader = _first_leader(target, state.isr, is_eligible)
+        if leader == NO_LEADER:
             return None
-        if leader not in target or not is_eligible(leader):
-            leader = _first_leader(target, state.isr, is_eligible)
-            if leader == NO_LEADER:
-                return None
-    isr = tuple(b for b in state.isr if b in target) or state.isr
+    isr = tuple(b for b in state.isr if b in target)
     finished = replace(
         state,
         leader=leader,

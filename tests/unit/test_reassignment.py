@@ -14,7 +14,7 @@ from tierbroker.broker.cluster.reassignment import (
     validate_target,
     with_partition,
 )
-from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState, TopicAssignment
+from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
 
 EPOCH = 7  # the controller's
@@ -52,12 +52,12 @@ def test_targets_are_checked_as_kafka_checks_them() -> None:
         (1, 2, 9): "brokers that are not alive",
     }
     for target, message in rejected.items():
-        rejection = validate_target(target, current, live)
+        rejection = validate_target(target, current, state(0, (0, 1, 2)), live)
         assert rejection is not None and rejection.error == ErrorCode.invalid_replica_assignment
         assert message in rejection.message
-    assert validate_target((1, 2, 3), current, live) is None
+    assert validate_target((1, 2, 3), current, state(0, (0, 1, 2)), live) is None
     # Only the replicas being added must be alive: a dead original replica may stay.
-    assert validate_target((0, 1, 3), current, [0, 1, 3]) is None
+    assert validate_target((0, 1, 3), current, state(0, (0, 1)), [0, 1, 3]) is None
 
 
 def test_starting_bumps_the_leader_epoch_and_keeps_the_leader_and_isr() -> None:
@@ -108,10 +108,21 @@ def test_a_replaced_move_drops_an_added_replica_from_the_isr_and_leadership() ->
     assert step.state.leader == 1 and step.state.isr == (0, 1)
 
 
-def test_no_live_replica_in_the_isr_leaves_a_dropped_leader_leaderless() -> None:
+def test_a_target_keeping_no_member_of_the_isr_is_refused() -> None:
+    # A move's added replica 3 alone is in sync; a new target drops it and the original 0
+    # is not in sync: the partition would need an unclean election.
     moving = ReplicaAssignment((3, 0), (3,), (0,))
-    step = start(moving, state(3, (3,)), [4], alive(3, 4), EPOCH)
-    assert step.state.leader == NO_LEADER
+    rejection = validate_target((4,), moving, state(3, (3,)), [3, 4])
+    assert rejection is not None and rejection.error == ErrorCode.invalid_replica_assignment
+    assert "unclean leader election" in rejection.message
+
+
+def test_a_cancel_takes_the_leadership_from_an_added_replica() -> None:
+    # [1, 2] -> [3, 4]; 1 died and 3, added by the move, was elected; then the cancel.
+    moving = ReplicaAssignment((3, 4, 1, 2), (3, 4), (1, 2))
+    step = start(moving, state(3, (2, 3)), moving.origin, alive(2, 3, 4), EPOCH)
+    assert step.assignment == ReplicaAssignment((1, 2))
+    assert step.state.leader == 2 and step.state.isr == (2,)
 
 
 def test_the_topic_znode_carries_adding_and_removing_per_partition() -> None:
