@@ -90,6 +90,9 @@ class FetchParams:
         return self.replica_id >= 0
 
 
+_PENDING_HORIZON_S = 60.0  # beyond any fetch's max wait
+
+
 @dataclass(frozen=True, slots=True)
 class _FollowerWake:
     """The purgatory key of a follower's parked fetches."""
@@ -131,7 +134,10 @@ class FetchReader:
         and its next ones at once until one asks for `tp`, so it starts fetching `tp` at its
         next fetch rather than after `replica.fetch.wait.max.ms`."""
         now = asyncio.get_running_loop().time()
-        self._new_to_follower.setdefault(broker_id, {})[tp] = now
+        pending = self._new_to_follower.setdefault(broker_id, {})
+        for old in [p for p, since in pending.items() if since < now - _PENDING_HORIZON_S]:
+            del pending[old]  # a follower that stopped fetching keeps no growing list
+        pending[tp] = now
         self.purgatory.notify(_FollowerWake(broker_id))
 
     def _awaits_new_partitions(

@@ -204,7 +204,7 @@ class ReplicaManager:
             return
         was_leader = partition.is_leader
         if state.leader == self.broker_id:
-            known = set(partition.remote_replicas) if was_leader else set()
+            known = set(partition.replicas)
             if partition.make_leader(state, replicas):
                 self.fetchers.remove(tp)
                 log.debug("%s: leader in epoch %d, ISR %s", tp, state.leader_epoch, list(state.isr))

@@ -241,6 +241,12 @@ class LogManager:
             self._deleting.add(removing)
             removing.add_done_callback(self._deleting.discard)
 
+    async def wait_deletions(self, timeout_s: float) -> None:
+        """Wait for deleted logs' files to be removed (a stopping broker leaves no worker
+        removing them); what is not removed in time is removed at the next start."""
+        if self._deleting:
+            await asyncio.wait(list(self._deleting), timeout=timeout_s)
+
     # Periodic work -------------------------------------------------------------------
 
     def cleanup_logs(self) -> int:
