@@ -32,13 +32,7 @@ async def handle_alter_partition_reassignments(
     try:
         outcomes = await ctx.controller.alter_reassignments(targets)
     except NotController:
-        return make(
-            m.AlterPartitionReassignmentsResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.not_controller,
-            error_message="this broker is not the controller",
-            responses=(),
-        )
+        return _not_controller(m.AlterPartitionReassignmentsResponse, responses=())
     by_topic: dict[str, list[Any]] = {}
     for tp, rejection in outcomes.items():
         by_topic.setdefault(tp.topic, []).append(
@@ -73,13 +67,7 @@ async def handle_list_partition_reassignments(
     try:
         moves = ctx.controller.list_reassignments(wanted)
     except NotController:
-        return make(
-            m.ListPartitionReassignmentsResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.not_controller,
-            error_message="this broker is not the controller",
-            topics=(),
-        )
+        return _not_controller(m.ListPartitionReassignmentsResponse, topics=())
     by_topic: dict[str, list[Any]] = {}
     for tp, move in sorted(moves.items()):
         by_topic.setdefault(tp.topic, []).append(
@@ -99,4 +87,14 @@ async def handle_list_partition_reassignments(
             m.OngoingTopicReassignment(name=topic, partitions=tuple(partitions))
             for topic, partitions in by_topic.items()
         ),
+    )
+
+
+def _not_controller(response: type, **empty: Any) -> Any:
+    return make(
+        response,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.not_controller,
+        error_message="this broker is not the controller",
+        **empty,
     )
