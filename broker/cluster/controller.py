@@ -94,7 +94,8 @@ class _ReassignRequest:
 @dataclass(frozen=True, slots=True)
 class _Event:
     # "startup", "brokers", "topics", "topic", "deletions", "shutdowns", "elect", "balance",
-    # "reassign", "reassign_isr" (the ISR of `topic`'s `partition`, being moved, changed)
+    # "reassign", "reassignment_isr_change" (the ISR of `topic`'s `partition`, being
+    # reassigned, changed)
     kind: str
     topic: str = ""
     election: _ElectionRequest | None = None
@@ -127,7 +128,7 @@ class Controller:
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         self.shutting_down: set[int] = set()
-        self.moves = Reassigner(self)
+        self.reassigner = Reassigner(self)
 
     @property
     def is_active(self) -> bool:
@@ -278,8 +279,8 @@ class Controller:
         elif event.kind == "reassign":
             assert event.reassignment is not None
             await self._on_reassign(event.reassignment)
-        elif event.kind == "reassign_isr":
-            await self.moves.on_isr_change(TopicPartition(event.topic, event.partition))
+        elif event.kind == "reassignment_isr_change":
+            await self.reassigner.on_isr_change(TopicPartition(event.topic, event.partition))
 
     def _fail_elections(self, current: _Event | None = None) -> None:
         """Answer every election asked of this controller, now resigned: NOT_CONTROLLER."""
@@ -304,7 +305,7 @@ class Controller:
             {b for state in self.states.values() for b in state.isr} - set(self.live_brokers)
         )
         await self._elect_offline(self.states)
-        self.moves.resume()
+        self.reassigner.resume()
 
     async def _read_brokers(self) -> tuple[set[int], set[int]]:
         """Refresh the live brokers; (brokers that appeared or restarted, brokers gone)."""
@@ -333,7 +334,7 @@ class Controller:
         # handled as gone, then as started (as Kafka's controller handles a bounced broker).
         await self._on_brokers_gone(gone)
         await self._elect_offline(self.states)
-        self.moves.check_all()  # a move may wait for a target replica to lead
+        self.reassigner.check_all()  # a move may wait for a target replica to lead
 
     async def _on_brokers_gone(self, gone: set[int]) -> None:
         if not gone:
@@ -420,7 +421,7 @@ class Controller:
         if assignment is not None:
             for p in assignment.partitions:
                 self.states.pop(TopicPartition(topic, p), None)
-            self.moves.forget([TopicPartition(topic, p) for p in assignment.partitions])
+            self.reassigner.forget([TopicPartition(topic, p) for p in assignment.partitions])
 
     async def _on_topic_change(self, topic: str) -> None:
         """A topic appeared or got partitions: read it, and elect its new partitions."""
@@ -607,15 +608,17 @@ class Controller:
         """The moves in progress among `partitions` (None: all of them)."""
         if not self._active:
             raise NotController()
-        return self.moves.in_progress(partitions)
+        return self.reassigner.in_progress(partitions)
 
-    def post_move_check(self, tp: TopicPartition) -> None:
+    def maybe_complete_reassignment(self, tp: TopicPartition) -> None:
         """Queue a look at the move of `tp` (it may complete)."""
         if self._active:
-            self._events.put_nowait(_Event("reassign_isr", tp.topic, partition=tp.partition))
+            self._events.put_nowait(
+                _Event("reassignment_isr_change", tp.topic, partition=tp.partition)
+            )
 
     async def _on_reassign(self, request: _ReassignRequest) -> None:
-        outcomes = {tp: await self.moves.reassign(tp, t) for tp, t in request.targets.items()}
+        outcomes = {tp: await self.reassigner.reassign(tp, t) for tp, t in request.targets.items()}
         if not request.outcome.done():
             request.outcome.set_result(outcomes)
 

@@ -55,11 +55,11 @@ class Reassigner:
     def check(self, tp: TopicPartition) -> None:
         """Look at a move again soon, in the controller's order of events."""
         self.moving.add(tp)
-        self.controller.post_move_check(tp)
+        self.controller.maybe_complete_reassignment(tp)
 
     def check_all(self) -> None:
         for tp in self.moving:
-            self.controller.post_move_check(tp)
+            self.controller.maybe_complete_reassignment(tp)
 
     def forget(self, tps: Collection[TopicPartition]) -> None:
         self.moving.difference_update(tps)
@@ -153,7 +153,7 @@ class Reassigner:
     def _watch(self, tp: TopicPartition) -> Callable[[WatchEvent, str], None]:
         def fired(_event: WatchEvent, _path: str) -> None:
             self._watched.discard(tp)
-            self.controller.post_move_check(tp)
+            self.controller.maybe_complete_reassignment(tp)
 
         return fired
 
