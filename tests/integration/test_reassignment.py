@@ -335,3 +335,93 @@ def test_a_moved_tiered_partition_keeps_its_remote_data(
             wait_for(lambda: scheduled in caplog.text, "the remote data of the deleted topic")
         finally:
             admin.close()
+
+
+@pytest.mark.slow
+def test_a_tiered_partition_moves_with_its_local_tail_only(tmp_path: Path) -> None:
+    """1 GiB in the remote tier, 16 MiB kept locally: moved to a broker that had no replica,
+    the partition's new replica fetches the leader's local tail (and rebuilds the rest of
+    its state from the remote tier), then serves every record from offset 0."""
+    value_bytes, mib = 16 * 1024, 1 << 20
+    count = 1024 * mib // value_bytes
+    with EmbeddedCluster(
+        tmp_path / "brokers",
+        brokers=2,
+        properties={
+            "remote.log.storage.system.enable": "true",
+            "rsm.config.dir": str(tmp_path / "remote"),
+            "remote.log.manager.task.interval.ms": "200",
+            "log.retention.check.interval.ms": "200",
+            "metrics.port": "-1",
+        },
+    ) as tiered:
+        topic = "big"
+        local_retention = 16 * mib
+        create(
+            tiered,
+            topic,
+            [[0]],
+            {
+                "remote.storage.enable": "true",
+                "segment.bytes": str(4 * mib),
+                "local.retention.bytes": str(local_retention),
+            },
+        )
+        producer = Producer(
+            {"bootstrap.servers": tiered.bootstrap_servers, "acks": "all", "linger.ms": 5}
+        )
+        value = bytes(range(256)) * (value_bytes // 256)
+        for i in range(count):
+            while True:
+                try:
+                    producer.produce(topic, value, key=b"%d" % i)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+        assert producer.flush(120) == 0
+        leader_log = tiered.broker(0).log_manager.logs[TopicPartition(topic, 0)]
+        wait_for(
+            lambda: (
+                leader_log.highest_offset_in_remote_storage + 1
+                == leader_log.segments[-1].base_offset
+                and leader_log.size_in_bytes - leader_log.segments[0].size < local_retention
+            ),
+            "every rolled segment tiered, and local retention done",
+            timeout_s=180,
+        )
+        tail = leader_log.size_in_bytes
+        produced = count * value_bytes
+        assert tail < produced // 32
+
+        admin = KafkaAdminClient(bootstrap_servers=tiered.bootstrap_servers)
+        try:
+            tp = KpTopicPartition(topic, 0)
+            assert admin.alter_partition_reassignments({tp: [1]}) == {tp: None}
+            wait_for(lambda: state(tiered, topic, via=1)[:2] == ((1,), 1), "the move", 120)
+        finally:
+            admin.close()
+        fetched = tiered.broker(1).replicas.fetchers.bytes_fetched[topic]
+        moved = tiered.broker(1).log_manager.logs[TopicPartition(topic, 0)]
+        assert moved.size_in_bytes == tail and moved.local_log_start_offset > 0
+        # The tail, and batches a fetch's byte limit cut again in the next fetch (counted as
+        # Kafka's ReplicationBytesIn counts them): nothing below the tail crossed over.
+        assert tail <= fetched < 2 * tail < produced // 16
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": tiered.bootstrap_servers,
+                "group.id": "after-the-move",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.assign([CkTopicPartition(topic, 0, OFFSET_BEGINNING)])
+        seen = 0
+        deadline = time.monotonic() + 120
+        while seen < count and time.monotonic() < deadline:
+            for message in consumer.consume(1000, timeout=1.0):
+                assert message.error() is None, message.error()
+                assert message.offset() == seen and message.key() == b"%d" % seen
+                seen += 1
+        consumer.close()
+        assert seen == count
