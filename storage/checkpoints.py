@@ -14,12 +14,11 @@ A crash leaves either the old or the new file, never a torn one.
 from __future__ import annotations
 
 import base64
-import os
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from tierbroker.storage.file_io import write_file
+from tierbroker.storage.file_io import replace_durably, write_file
 from tierbroker.storage.topic_partition import TopicPartition
 
 VERSION = 0
@@ -27,18 +26,7 @@ VERSION = 0
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace `path` with `text`; on an OSError the old file stays and no temp file is left."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        write_file(tmp, text.encode(), sync=True)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_durably(path, lambda tmp: write_file(tmp, text.encode(), sync=True))
 
 
 def _read_entries(path: Path, fields: int) -> list[list[str]]:

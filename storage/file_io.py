@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -36,3 +37,21 @@ def write_file(path: Path, data: bytes, *, sync: bool) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_durably(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a temp file with `write(tmp)` (which fsyncs it), put it in place of `path`
+    and fsync the directory: a crash leaves the old file or the new one whole. On an
+    OSError the old file stays and no temp file is left."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -185,24 +185,20 @@ class ProducerStateManager:
         )
         body = struct.pack(">i", len(self.producers)) + entries
         data = struct.pack(">hI", _VERSION, crc32c(body)) + body
+        self._write_snapshot(offset, data, sync)
+
+    def install_snapshot(self, offset: int, data: bytes) -> None:
+        """Write `data` (a snapshot from elsewhere, e.g. the remote tier) as the snapshot at
+        `offset`, atomically; `load` checks it as any other."""
+        self._write_snapshot(offset, data, sync=True)
+
+    def _write_snapshot(self, offset: int, data: bytes, sync: bool) -> None:
         tmp = self.snapshot_path(offset).with_suffix(".tmp")
         try:
             write_file(tmp, data, sync=sync)
             os.replace(tmp, self.snapshot_path(offset))
         except OSError:
             tmp.unlink(missing_ok=True)  # a full disk keeps no half snapshot
-            raise
-
-    def install_snapshot(self, offset: int, data: bytes) -> None:
-        """Write `data` (a snapshot from elsewhere, e.g. the remote tier) as the snapshot at
-        `offset`, atomically; `load` checks it as any other."""
-        path = self.snapshot_path(offset)
-        tmp = path.with_suffix(".tmp")
-        try:
-            write_file(tmp, data, sync=True)
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
             raise
 
     def flush_snapshot(self, offset: int) -> None:

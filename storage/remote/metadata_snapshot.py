@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from tierbroker.storage.file_io import replace_durably
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -86,22 +87,15 @@ class RestoredChunk:
 
 def write_snapshot(path: Path, state: SnapshotState) -> None:
     """Write `state` to `path` atomically; run it off the event loop."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             crc = _write_body(f, state)
             f.write(_COUNT.pack(crc))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+
+    replace_durably(path, write)
 
 
 def _write_body(f: BinaryIO, state: SnapshotState) -> int:
