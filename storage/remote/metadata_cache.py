@@ -1,18 +1,24 @@
 """`RemoteLogMetadataCache`: what the remote tier holds, per partition, in memory.
 
-Per partition it keeps every segment not yet DELETE_SEGMENT_FINISHED, an index of
-the readable (COPY_SEGMENT_FINISHED) ones by start offset, the highest remote
-offset of each leader epoch, and running byte totals keyed by each segment's
-first epoch, so `remote_log_size(tp, epoch)` sums a handful of epochs, never the
-segments (KIP-852).
+Per partition it keeps every segment not yet DELETE_SEGMENT_FINISHED and indexes of the
+readable (COPY_SEGMENT_FINISHED) ones: by start offset; per leader epoch, by the epoch's
+first offset in each segment (Kafka's `RemoteLogLeaderEpochState`), so that
+`segment_for_offset(tp, epoch, offset)` answers with a segment holding that offset *in
+that epoch*, never one of another lineage; per last epoch, by end offset, with running
+byte totals; and the highest remote offset of each epoch. Each epoch's parent and start,
+read from the segments that cross from one epoch to the next, give the lineage ending in
+an epoch (`lineage.lineage_ending_in`), and `remote_log_size(tp, epoch)` sums, per epoch
+of that lineage, the total of the segments ending in it less the few that run past the
+lineage's end of it (another lineage's): O(epochs), never a scan of the segments (KIP-852).
 
-Overlaps: a finished segment whose offsets lie wholly inside another finished
-segment (a retried copy, or a new leader copying again) is *superseded*: it is
-dropped from the readable index and the totals and left for expiration to
-delete, so it is neither read, counted twice, nor leaked. A COPY_SEGMENT_STARTED
-segment is never read nor counted.
+Overlaps: a finished segment holding every record of another finished segment (the
+other's last record, (epoch, end offset), and an earlier or equal start: a retried
+copy, or a new leader copying again) *supersedes* it: the other is dropped from the
+indexes and totals and left for expiration to delete, so it is neither read, counted
+twice, nor leaked. Segments of two lineages over the same offsets both stay readable,
+each in its own epochs. A COPY_SEGMENT_STARTED segment is never read nor counted.
 
-Memory: a segment costs about 600 bytes (its metadata object, ids and ints, and its
+Memory: a segment costs about 650 bytes (its metadata object, ids and ints, and its
 index entries); the segments of a partition share one `TopicIdPartition`, so one read
 back from the metadata topic does not carry its own copy. Every query but
 `all_segments` and the list copies is O(log n) or O(epochs). Not shared between
@@ -25,6 +31,13 @@ import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from tierbroker.storage.remote.lineage import (
+    Lineage,
+    epoch_end_in,
+    epoch_ranges,
+    learn_parents,
+    lineage_ending_in,
+)
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -37,15 +50,41 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
 @dataclass(slots=True)
+class _EpochIndex:
+    """Readable segments holding records of one epoch, by the epoch's first offset in each."""
+
+    starts: list[int] = field(default_factory=list)
+    segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class _PartitionState:
     tip: TopicIdPartition  # the one object its segments' ids refer to
     segments: dict[object, RemoteLogSegmentMetadata] = field(default_factory=dict)
     starts: list[int] = field(default_factory=list)  # readable segments, by start offset
     readable: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     superseded: set[object] = field(default_factory=set)
-    size_by_first_epoch: dict[int, int] = field(default_factory=dict)
+    by_epoch: dict[int, _EpochIndex] = field(default_factory=dict)
+    by_last_epoch: dict[int, list[RemoteLogSegmentMetadata]] = field(default_factory=dict)
+    size_by_last_epoch: dict[int, int] = field(default_factory=dict)
     highest_offset_by_epoch: dict[int, int] = field(default_factory=dict)
+    parents: dict[int, tuple[int, int]] = field(default_factory=dict)  # epoch: (parent, start)
     delete_state: RemotePartitionDeleteState | None = None
+
+
+def _end(m: RemoteLogSegmentMetadata) -> int:
+    return m.end_offset
+
+
+def _last_epoch(m: RemoteLogSegmentMetadata) -> int:
+    return m.segment_leader_epochs[-1][0]
+
+
+def _epoch_end(m: RemoteLogSegmentMetadata, epoch: int) -> int:
+    """The last offset of `epoch` in `m`, which holds some of it."""
+    end = epoch_end_in(m.segment_leader_epochs, m.end_offset, epoch)
+    assert end is not None
+    return end
 
 
 class RemoteLogMetadataCache:
@@ -100,6 +139,7 @@ class RemoteLogMetadataCache:
             return
         metadata = self._interned(state, metadata)
         state.segments[key] = metadata
+        learn_parents(metadata.segment_leader_epochs, state.parents)
         if metadata.state == FINISHED:
             self._index(state, metadata)
 
@@ -119,37 +159,73 @@ class RemoteLogMetadataCache:
         state = self._state(metadata.topic_id_partition)
         metadata = self._interned(state, metadata)
         state.segments[metadata.segment_id.id] = metadata
+        learn_parents(metadata.segment_leader_epochs, state.parents)
         if superseded:
             state.superseded.add(metadata.segment_id.id)
         elif metadata.state == FINISHED:
             self._add_readable(state, metadata)
 
+    def _covering(
+        self, state: _PartitionState, metadata: RemoteLogSegmentMetadata
+    ) -> RemoteLogSegmentMetadata | None:
+        """A readable segment holding every record of `metadata`: its last record and an
+        earlier or equal start (then the records before agree too)."""
+        epoch, first, last = epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset)[-1]
+        index = state.by_epoch.get(epoch)
+        if index is None:
+            return None
+        i = bisect.bisect_right(index.starts, first) - 1
+        for c in index.segments[max(i - 1, 0) : i + 1]:  # the floor entry or the one before
+            end = epoch_end_in(c.segment_leader_epochs, c.end_offset, epoch)
+            if c.start_offset <= metadata.start_offset and end is not None and end >= last:
+                return c
+        return None
+
     def _index(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
-        lo = bisect.bisect_left(state.starts, metadata.start_offset)
-        # Wholly inside a readable segment that starts before or at the same offset?
-        covering = [state.readable[j] for j in (lo - 1, lo) if 0 <= j < len(state.readable)]
-        if any(
-            c.start_offset <= metadata.start_offset and c.end_offset >= metadata.end_offset
-            for c in covering
-        ):
+        if self._covering(state, metadata) is not None:
             state.superseded.add(metadata.segment_id.id)
             return
-        while lo < len(state.readable) and state.readable[lo].end_offset <= metadata.end_offset:
-            inner = state.readable[lo]  # starts at or after the new one and ends within it
-            self._unindex(state, inner)
-            state.superseded.add(inner.segment_id.id)
+        # Segments whose last record this one holds, starting at or after it.
+        for epoch, first, last in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
+            index = state.by_epoch.get(epoch)
+            if index is None:
+                continue
+            lo = bisect.bisect_left(index.starts, first)
+            hi = bisect.bisect_right(index.starts, last)
+            inner = [
+                s
+                for s in index.segments[lo:hi]
+                if _last_epoch(s) == epoch
+                and s.end_offset <= last
+                and s.start_offset >= metadata.start_offset
+            ]
+            for s in inner:
+                self._unindex(state, s)
+                state.superseded.add(s.segment_id.id)
         self._add_readable(state, metadata)
 
     def _add_readable(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
-        lo = bisect.bisect_left(state.starts, metadata.start_offset)
+        lo = bisect.bisect_right(state.starts, metadata.start_offset)
         state.starts.insert(lo, metadata.start_offset)
         state.readable.insert(lo, metadata)
-        epoch = metadata.first_epoch
-        state.size_by_first_epoch[epoch] = (
-            state.size_by_first_epoch.get(epoch, 0) + metadata.segment_size_bytes
+        for epoch, first, last in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
+            index = state.by_epoch.get(epoch)
+            if index is None:
+                index = state.by_epoch[epoch] = _EpochIndex()
+            i = bisect.bisect_right(index.starts, first)
+            index.starts.insert(i, first)
+            index.segments.insert(i, metadata)
+            state.highest_offset_by_epoch[epoch] = max(
+                state.highest_offset_by_epoch.get(epoch, -1), last
+            )
+        epoch = _last_epoch(metadata)
+        ending = state.by_last_epoch.get(epoch)
+        if ending is None:
+            ending = state.by_last_epoch[epoch] = []
+        ending.insert(bisect.bisect_right(ending, metadata.end_offset, key=_end), metadata)
+        state.size_by_last_epoch[epoch] = (
+            state.size_by_last_epoch.get(epoch, 0) + metadata.segment_size_bytes
         )
-        for (e, _), end in zip(metadata.segment_leader_epochs, _epoch_ends(metadata), strict=True):
-            state.highest_offset_by_epoch[e] = max(state.highest_offset_by_epoch.get(e, -1), end)
 
     def _unindex(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
         try:
@@ -160,26 +236,28 @@ class RemoteLogMetadataCache:
             return  # superseded: never indexed
         del state.starts[i]
         del state.readable[i]
-        epoch = metadata.first_epoch
-        state.size_by_first_epoch[epoch] -= metadata.segment_size_bytes
-        if not state.size_by_first_epoch[epoch]:
-            del state.size_by_first_epoch[epoch]
-        # Epochs grow with offsets, so if this segment held an epoch's highest offset, the
-        # epoch's highest remaining offset is in the segment just before it, or nowhere.
-        previous = (
-            dict(
-                zip(state.readable[i - 1].epochs(), _epoch_ends(state.readable[i - 1]), strict=True)
-            )
-            if i > 0
-            else {}
-        )
-        for e, end in zip(metadata.epochs(), _epoch_ends(metadata), strict=True):
-            if state.highest_offset_by_epoch.get(e) != end:
-                continue
-            if e in previous:
-                state.highest_offset_by_epoch[e] = previous[e]
-            else:
-                del state.highest_offset_by_epoch[e]
+        for epoch, first, last in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
+            index = state.by_epoch[epoch]
+            j = index.segments.index(metadata, bisect.bisect_left(index.starts, first))
+            del index.starts[j]
+            del index.segments[j]
+            if not index.segments:
+                del state.by_epoch[epoch]
+                del state.highest_offset_by_epoch[epoch]
+            elif state.highest_offset_by_epoch[epoch] == last:
+                # Rare (the epoch's newest segment went): the epoch's segments are few then.
+                state.highest_offset_by_epoch[epoch] = max(
+                    _epoch_end(s, epoch) for s in index.segments
+                )
+        epoch = _last_epoch(metadata)
+        ending = state.by_last_epoch[epoch]
+        del ending[
+            ending.index(metadata, bisect.bisect_left(ending, metadata.end_offset, key=_end))
+        ]
+        state.size_by_last_epoch[epoch] -= metadata.segment_size_bytes
+        if not ending:
+            del state.by_last_epoch[epoch]
+            del state.size_by_last_epoch[epoch]
 
     def put_partition_delete(
         self, tip: TopicIdPartition, delete_state: RemotePartitionDeleteState
@@ -193,16 +271,39 @@ class RemoteLogMetadataCache:
     # Queries -------------------------------------------------------------------------
 
     def segment_for_offset(
-        self, tip: TopicIdPartition, offset: int
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        """The readable segment holding `offset`."""
+        """The readable segment holding `offset` in `leader_epoch` (Kafka's
+        `remoteLogSegmentMetadata(tp, epochForOffset, offset)`): the floor entry of the
+        epoch's index, or the one before it where two lineages' uploads overlap."""
+        state = self._partitions.get(tip)
+        index = state.by_epoch.get(leader_epoch) if state else None
+        if index is None:
+            return None
+        i = bisect.bisect_right(index.starts, offset) - 1
+        for j in (i, i - 1):
+            if j < 0:
+                break
+            c = index.segments[j]
+            end = epoch_end_in(c.segment_leader_epochs, c.end_offset, leader_epoch)
+            if end is not None and end >= offset:
+                return c
+        return None
+
+    def lineage(self, tip: TopicIdPartition, leader_epoch: int) -> list[tuple[int, int]]:
+        """The lineage ending in `leader_epoch`, as the remote tier knows it
+        (`lineage.lineage_ending_in`); empty if it holds no epoch up to it."""
         state = self._partitions.get(tip)
         if state is None:
-            return None
-        i = bisect.bisect_right(state.starts, offset) - 1
-        if i >= 0 and state.readable[i].end_offset >= offset:
-            return state.readable[i]
-        return None
+            return []
+
+        def span(epoch: int) -> tuple[int, int] | None:
+            index = state.by_epoch.get(epoch)
+            if index is None:
+                return None
+            return index.starts[0], state.highest_offset_by_epoch[epoch]
+
+        return lineage_ending_in(leader_epoch, sorted(state.by_epoch), state.parents, span)
 
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         state = self._partitions.get(tip)
@@ -243,14 +344,27 @@ class RemoteLogMetadataCache:
         state = self._partitions.get(tip)
         return state.readable[0].start_offset if state and state.readable else None
 
-    def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int) -> int:
-        """Bytes of readable segments whose data starts in an epoch <= `leader_epoch` (KIP-852)."""
+    def remote_log_size(
+        self, tip: TopicIdPartition, leader_epoch: int, lineage: Lineage | None = None
+    ) -> int:
+        """Bytes of the readable segments in the lineage ending in `leader_epoch` (KIP-852):
+        `lineage` if given (a log's own leader-epoch entries), else the one the remote tier
+        tells. Per epoch of the lineage, the segments ending in it, less those ending past
+        the lineage's end of it (none unless lineages diverged there)."""
         state = self._partitions.get(tip)
         if state is None:
             return 0
-        return sum(
-            size for epoch, size in state.size_by_first_epoch.items() if epoch <= leader_epoch
-        )
+        if lineage is None:
+            lineage = self.lineage(tip, leader_epoch)
+        total = 0
+        for i, (epoch, _) in enumerate(lineage):
+            size = state.size_by_last_epoch.get(epoch, 0)
+            if size and i + 1 < len(lineage):
+                ending = state.by_last_epoch[epoch]
+                past = bisect.bisect_right(ending, lineage[i + 1][1] - 1, key=_end)
+                size -= sum(m.segment_size_bytes for m in ending[past:])
+            total += size
+        return total
 
     def segment_count(self, tip: TopicIdPartition) -> int:
         state = self._partitions.get(tip)
@@ -262,9 +376,3 @@ class RemoteLogMetadataCache:
     def delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
         state = self._partitions.get(tip)
         return state.delete_state if state else None
-
-
-def _epoch_ends(metadata: RemoteLogSegmentMetadata) -> list[int]:
-    """The last offset of each epoch within the segment."""
-    starts = [start for _, start in metadata.segment_leader_epochs]
-    return [next_start - 1 for next_start in starts[1:]] + [metadata.end_offset]
