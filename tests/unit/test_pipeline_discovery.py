@@ -95,9 +95,7 @@ async def copy_segment(
     return metadata
 
 
-def segment(
-    start: int, end: int, epoch: int, sid: str, *epochs: tuple[int, int]
-) -> RemoteSegment:
+def segment(start: int, end: int, epoch: int, sid: str, *epochs: tuple[int, int]) -> RemoteSegment:
     """A segment of `epoch` from `start`, or of the (epoch, start) entries `epochs`."""
     leader_epochs = epochs or ((epoch, start),)
     return RemoteSegment(

@@ -96,9 +96,7 @@ def test_overlaps_are_neither_leaked_nor_counted_twice() -> None:
     inner = segment(10, 50)  # wholly inside
     cache.put(inner)
     # A new leader's copy covering both: epoch 0's records, then its own from 100.
-    wider = dataclasses.replace(
-        segment(0, 199, size=300), segment_leader_epochs=((0, 0), (1, 100))
-    )
+    wider = dataclasses.replace(segment(0, 199, size=300), segment_leader_epochs=((0, 0), (1, 100)))
     cache.put(wider)
     assert cache.remote_log_size(TIP, 1) == 300
     superseded = {m.segment_id for m in cache.superseded_segments(TIP)}
@@ -554,9 +552,7 @@ def rlmm_view(rlmm: TopicBasedRemoteLogMetadataManager) -> dict[str, object]:
             "size": [rlmm.remote_log_size(tip, e) for e in range(4)],
             "highest": [rlmm.highest_offset_for_epoch(tip, e) for e in range(4)],
             "by_offset": [
-                str(m.segment_id.id)
-                if (m := rlmm.remote_log_segment_metadata(tip, e, o))
-                else None
+                str(m.segment_id.id) if (m := rlmm.remote_log_segment_metadata(tip, e, o)) else None
                 for e in range(4)
                 for o in range(0, max(ends) + 1, 5)
             ],
