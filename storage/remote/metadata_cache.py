@@ -69,6 +69,7 @@ class _PartitionState:
     size_by_last_epoch: dict[int, int] = field(default_factory=dict)
     highest_offset_by_epoch: dict[int, int] = field(default_factory=dict)
     parents: dict[int, tuple[int, int]] = field(default_factory=dict)  # epoch: (parent, start)
+    lineages: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # until a change
     delete_state: RemotePartitionDeleteState | None = None
 
 
@@ -140,6 +141,7 @@ class RemoteLogMetadataCache:
         metadata = self._interned(state, metadata)
         state.segments[key] = metadata
         learn_parents(metadata.segment_leader_epochs, state.parents)
+        state.lineages.clear()
         if metadata.state == FINISHED:
             self._index(state, metadata)
 
@@ -160,6 +162,7 @@ class RemoteLogMetadataCache:
         metadata = self._interned(state, metadata)
         state.segments[metadata.segment_id.id] = metadata
         learn_parents(metadata.segment_leader_epochs, state.parents)
+        state.lineages.clear()
         if superseded:
             state.superseded.add(metadata.segment_id.id)
         elif metadata.state == FINISHED:
@@ -234,6 +237,7 @@ class RemoteLogMetadataCache:
             )
         except ValueError:
             return  # superseded: never indexed
+        state.lineages.clear()
         del state.starts[i]
         del state.readable[i]
         for epoch, first, last in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
@@ -296,14 +300,18 @@ class RemoteLogMetadataCache:
         state = self._partitions.get(tip)
         if state is None:
             return []
+        found = state.lineages.get(leader_epoch)
+        if found is None:
 
-        def span(epoch: int) -> tuple[int, int] | None:
-            index = state.by_epoch.get(epoch)
-            if index is None:
-                return None
-            return index.starts[0], state.highest_offset_by_epoch[epoch]
+            def span(epoch: int) -> tuple[int, int] | None:
+                index = state.by_epoch.get(epoch)
+                if index is None:
+                    return None
+                return index.starts[0], state.highest_offset_by_epoch[epoch]
 
-        return lineage_ending_in(leader_epoch, sorted(state.by_epoch), state.parents, span)
+            found = lineage_ending_in(leader_epoch, sorted(state.by_epoch), state.parents, span)
+            state.lineages[leader_epoch] = found
+        return found
 
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         state = self._partitions.get(tip)
@@ -357,9 +365,10 @@ class RemoteLogMetadataCache:
         if lineage is None:
             lineage = self.lineage(tip, leader_epoch)
         total = 0
+        highest = state.highest_offset_by_epoch
         for i, (epoch, _) in enumerate(lineage):
             size = state.size_by_last_epoch.get(epoch, 0)
-            if size and i + 1 < len(lineage):
+            if size and i + 1 < len(lineage) and highest[epoch] >= lineage[i + 1][1]:
                 ending = state.by_last_epoch[epoch]
                 past = bisect.bisect_right(ending, lineage[i + 1][1] - 1, key=_end)
                 size -= sum(m.segment_size_bytes for m in ending[past:])
