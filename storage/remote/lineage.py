@@ -48,9 +48,11 @@ def epoch_ranges(epochs: Lineage, end_offset: int) -> list[tuple[int, int, int]]
 
 def epoch_end_in(epochs: Lineage, end_offset: int, epoch: int) -> int | None:
     """The last offset of `epoch` in a segment, or None if the segment holds none of it."""
-    for e, _, last in epoch_ranges(epochs, end_offset):
+    if epochs[-1][0] == epoch:  # the common case, first: a lookup's hot path
+        return end_offset
+    for (e, _), (_, next_start) in itertools.pairwise(epochs):
         if e == epoch:
-            return last
+            return next_start - 1
     return None
 
 

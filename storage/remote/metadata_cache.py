@@ -249,7 +249,8 @@ class RemoteLogMetadataCache:
                 del state.by_epoch[epoch]
                 del state.highest_offset_by_epoch[epoch]
             elif state.highest_offset_by_epoch[epoch] == last:
-                # Rare (the epoch's newest segment went): the epoch's segments are few then.
+                # The epoch's newest segment went (its last ones expired, or an unclean
+                # truncation): rare, and O(the epoch's segments).
                 state.highest_offset_by_epoch[epoch] = max(
                     _epoch_end(s, epoch) for s in index.segments
                 )
