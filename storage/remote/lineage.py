@@ -107,7 +107,8 @@ def lineage_ending_in(
     start) from `learn_parents`; `span(e)`: the first and last remote offsets of epoch e.
     An epoch with no remote record starts from the highest known epoch below it. An
     epoch whose parent no segment names (its first segment starts where it starts) follows
-    the highest earlier epoch holding the offset before its first one.
+    the highest earlier epoch holding the offset before its first one, or else the
+    highest with records before it.
     """
     i = bisect.bisect_right(epochs, epoch) - 1
     current: int | None = epochs[i] if i >= 0 else None
@@ -153,12 +154,14 @@ def _holder(
     offset: int,
     span: Callable[[int], tuple[int, int] | None],
 ) -> int | None:
-    """The highest epoch below `below` whose remote records reach over `offset`."""
-    for j in range(bisect.bisect_left(epochs, below) - 1, -1, -1):
-        s = span(epochs[j])
-        if s is not None and s[0] <= offset <= s[1]:
-            return epochs[j]
-    return None
+    """The highest epoch below `below` whose remote records reach over `offset`, or else
+    the highest with records before it (the remote tier has a gap there)."""
+    lower = epochs[: bisect.bisect_left(epochs, below)]
+    spans = [(e, s) for e in reversed(lower) if (s := span(e)) is not None]
+    holding = next((e for e, s in spans if s[0] <= offset <= s[1]), None)
+    if holding is not None:
+        return holding
+    return next((e for e, s in spans if s[0] <= offset), None)
 
 
 def lineage_segments(

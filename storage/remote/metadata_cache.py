@@ -51,10 +51,47 @@ FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 @dataclass(slots=True)
 class _EpochIndex:
-    """Readable segments holding records of one epoch, by the epoch's first offset in each."""
+    """Readable segments holding records of one epoch, by the epoch's first offset in each,
+    and `reach[i]`, the highest offset of the epoch in segments 0..i: non-decreasing, so
+    the first segment reaching an offset is found by bisection even where uploads of two
+    lineages nest, and its last entry is the epoch's highest remote offset. An insertion
+    or removal updates `reach` from there until it is unchanged: O(1) when segments
+    come in order and go oldest first."""
 
     starts: list[int] = field(default_factory=list)
     segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    reach: list[int] = field(default_factory=list)
+
+    def insert(self, first: int, metadata: RemoteLogSegmentMetadata, epoch: int) -> None:
+        i = bisect.bisect_right(self.starts, first)
+        self.starts.insert(i, first)
+        self.segments.insert(i, metadata)
+        self.reach.insert(i, -1)
+        self._update_reach(i, epoch)
+
+    def remove(self, first: int, metadata: RemoteLogSegmentMetadata, epoch: int) -> None:
+        i = self.segments.index(metadata, bisect.bisect_left(self.starts, first))
+        del self.starts[i]
+        del self.segments[i]
+        del self.reach[i]
+        self._update_reach(i, epoch)
+
+    def _update_reach(self, i: int, epoch: int) -> None:
+        for k in range(i, len(self.reach)):
+            reach = max(self.reach[k - 1] if k else -1, _epoch_end(self.segments[k], epoch))
+            if reach == self.reach[k] and k > i:
+                return
+            self.reach[k] = reach
+
+    def holding(self, offset: int, epoch: int) -> RemoteLogSegmentMetadata | None:
+        """A segment holding `offset` of the epoch: the one starting last before it (as
+        Kafka answers), or else the first reaching it."""
+        i = bisect.bisect_right(self.starts, offset) - 1
+        if i < 0 or self.reach[i] < offset:
+            return None
+        if _epoch_end(self.segments[i], epoch) >= offset:
+            return self.segments[i]
+        return self.segments[bisect.bisect_left(self.reach, offset, 0, i)]
 
 
 @dataclass(slots=True)
@@ -67,7 +104,6 @@ class _PartitionState:
     by_epoch: dict[int, _EpochIndex] = field(default_factory=dict)
     by_last_epoch: dict[int, list[RemoteLogSegmentMetadata]] = field(default_factory=dict)
     size_by_last_epoch: dict[int, int] = field(default_factory=dict)
-    highest_offset_by_epoch: dict[int, int] = field(default_factory=dict)
     parents: dict[int, tuple[int, int]] = field(default_factory=dict)  # epoch: (parent, start)
     lineages: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # until a change
     delete_state: RemotePartitionDeleteState | None = None
@@ -172,15 +208,17 @@ class RemoteLogMetadataCache:
         self, state: _PartitionState, metadata: RemoteLogSegmentMetadata
     ) -> RemoteLogSegmentMetadata | None:
         """A readable segment holding every record of `metadata`: its last record and an
-        earlier or equal start (then the records before agree too)."""
+        earlier or equal start (then the records before agree too). Of those holding the
+        last record, the latest and the earliest starting are asked."""
         epoch, first, last = epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset)[-1]
         index = state.by_epoch.get(epoch)
         if index is None:
             return None
         i = bisect.bisect_right(index.starts, first) - 1
-        for c in index.segments[max(i - 1, 0) : i + 1]:  # the floor entry or the one before
-            end = epoch_end_in(c.segment_leader_epochs, c.end_offset, epoch)
-            if c.start_offset <= metadata.start_offset and end is not None and end >= last:
+        if i < 0 or index.reach[i] < last:
+            return None
+        for c in (index.segments[i], index.segments[bisect.bisect_left(index.reach, last, 0, i)]):
+            if c.start_offset <= metadata.start_offset and _epoch_end(c, epoch) >= last:
                 return c
         return None
 
@@ -211,16 +249,11 @@ class RemoteLogMetadataCache:
         lo = bisect.bisect_right(state.starts, metadata.start_offset)
         state.starts.insert(lo, metadata.start_offset)
         state.readable.insert(lo, metadata)
-        for epoch, first, last in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
+        for epoch, first, _ in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
             index = state.by_epoch.get(epoch)
             if index is None:
                 index = state.by_epoch[epoch] = _EpochIndex()
-            i = bisect.bisect_right(index.starts, first)
-            index.starts.insert(i, first)
-            index.segments.insert(i, metadata)
-            state.highest_offset_by_epoch[epoch] = max(
-                state.highest_offset_by_epoch.get(epoch, -1), last
-            )
+            index.insert(first, metadata, epoch)
         epoch = _last_epoch(metadata)
         ending = state.by_last_epoch.get(epoch)
         if ending is None:
@@ -240,20 +273,11 @@ class RemoteLogMetadataCache:
         state.lineages.clear()
         del state.starts[i]
         del state.readable[i]
-        for epoch, first, last in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
+        for epoch, first, _ in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
             index = state.by_epoch[epoch]
-            j = index.segments.index(metadata, bisect.bisect_left(index.starts, first))
-            del index.starts[j]
-            del index.segments[j]
+            index.remove(first, metadata, epoch)
             if not index.segments:
                 del state.by_epoch[epoch]
-                del state.highest_offset_by_epoch[epoch]
-            elif state.highest_offset_by_epoch[epoch] == last:
-                # The epoch's newest segment went (its last ones expired, or an unclean
-                # truncation): rare, and O(the epoch's segments).
-                state.highest_offset_by_epoch[epoch] = max(
-                    _epoch_end(s, epoch) for s in index.segments
-                )
         epoch = _last_epoch(metadata)
         ending = state.by_last_epoch[epoch]
         del ending[
@@ -278,22 +302,13 @@ class RemoteLogMetadataCache:
     def segment_for_offset(
         self, tip: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        """The readable segment holding `offset` in `leader_epoch` (Kafka's
-        `remoteLogSegmentMetadata(tp, epochForOffset, offset)`): the floor entry of the
-        epoch's index, or the one before it where two lineages' uploads overlap."""
+        """A readable segment holding `offset` in `leader_epoch` (Kafka's
+        `remoteLogSegmentMetadata(tp, epochForOffset, offset)`), if any: O(log n)."""
         state = self._partitions.get(tip)
         index = state.by_epoch.get(leader_epoch) if state else None
         if index is None:
             return None
-        i = bisect.bisect_right(index.starts, offset) - 1
-        for j in (i, i - 1):
-            if j < 0:
-                break
-            c = index.segments[j]
-            end = epoch_end_in(c.segment_leader_epochs, c.end_offset, leader_epoch)
-            if end is not None and end >= offset:
-                return c
-        return None
+        return index.holding(offset, leader_epoch)
 
     def lineage(self, tip: TopicIdPartition, leader_epoch: int) -> list[tuple[int, int]]:
         """The lineage ending in `leader_epoch`, as the remote tier knows it
@@ -308,7 +323,7 @@ class RemoteLogMetadataCache:
                 index = state.by_epoch.get(epoch)
                 if index is None:
                     return None
-                return index.starts[0], state.highest_offset_by_epoch[epoch]
+                return index.starts[0], index.reach[-1]
 
             found = lineage_ending_in(leader_epoch, sorted(state.by_epoch), state.parents, span)
             state.lineages[leader_epoch] = found
@@ -342,7 +357,8 @@ class RemoteLogMetadataCache:
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
         state = self._partitions.get(tip)
-        return state.highest_offset_by_epoch.get(epoch) if state else None
+        index = state.by_epoch.get(epoch) if state else None
+        return index.reach[-1] if index else None
 
     def highest_offset(self, tip: TopicIdPartition) -> int:
         """The last offset readable from the remote tier, or -1."""
@@ -366,10 +382,13 @@ class RemoteLogMetadataCache:
         if lineage is None:
             lineage = self.lineage(tip, leader_epoch)
         total = 0
-        highest = state.highest_offset_by_epoch
         for i, (epoch, _) in enumerate(lineage):
             size = state.size_by_last_epoch.get(epoch, 0)
-            if size and i + 1 < len(lineage) and highest[epoch] >= lineage[i + 1][1]:
+            if (
+                size
+                and i + 1 < len(lineage)
+                and state.by_epoch[epoch].reach[-1] >= lineage[i + 1][1]
+            ):
                 ending = state.by_last_epoch[epoch]
                 past = bisect.bisect_right(ending, lineage[i + 1][1] - 1, key=_end)
                 size -= sum(m.segment_size_bytes for m in ending[past:])

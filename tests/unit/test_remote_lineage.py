@@ -298,3 +298,73 @@ async def test_size_retention_right_after_an_unclean_failover_uses_the_new_leade
 def test_lineage_helpers_name_no_epoch_before_the_first() -> None:
     assert epoch_for_offset([(3, 10)], 9) == -1
     assert epoch_for_offset([(3, 10), (5, 20)], 25) == 5
+
+
+# ---------------------------------------------------------------------------------------
+# Random histories of clean and unclean elections, uploads and deletions.
+# ---------------------------------------------------------------------------------------
+
+
+def random_history(rng: random.Random) -> tuple[dict[int, list[tuple[int, int]]], dict[int, int]]:
+    """Each epoch's lineage and log end offset: every new leader continues the previous
+    one's log (a clean election) or a prefix of it (an unclean one)."""
+    lineages: dict[int, list[tuple[int, int]]] = {0: [(0, 0)]}
+    ends = {0: rng.randint(20, 200)}
+    for epoch in range(1, rng.randint(2, 7)):
+        before, end = lineages[epoch - 1], ends[epoch - 1]
+        start = end if rng.random() < 0.5 else rng.randint(before[-1][1] + 1, end)
+        kept = [(e, s) for e, s in before if s < start]
+        lineages[epoch] = [*kept, (epoch, start)]
+        ends[epoch] = start + rng.randint(20, 200)
+    return lineages, ends
+
+
+def random_upload(
+    rng: random.Random, lineage: list[tuple[int, int]], end: int
+) -> RemoteLogSegmentMetadata:
+    """A segment some leader of `lineage` (up to `end`) copied: its epochs clipped to it."""
+    first = rng.randint(0, end - 1)
+    last = rng.randint(first, min(end - 1, first + 80))
+    epochs = tuple(
+        (e, max(s, first))
+        for i, (e, s) in enumerate(lineage)
+        if s <= last and (i + 1 == len(lineage) or lineage[i + 1][1] > first)
+    )
+    return seg(first, last, *epochs, size=rng.randint(1, 1000))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_histories_keep_lookups_and_sizes_exact(seed: int) -> None:
+    rng = random.Random(seed)
+    lineages, ends = random_history(rng)
+    cache = RemoteLogMetadataCache()
+    uploads = []
+    for _ in range(rng.randint(5, 40)):
+        epoch = rng.choice(list(lineages))
+        uploads.append(random_upload(rng, lineages[epoch], ends[epoch]))
+        cache.put(uploads[-1])
+    for step in range(len(uploads) + 1):
+        readable = cache.readable_segments(TIP)
+        for epoch, lineage in lineages.items():
+            assert cache.remote_log_size(TIP, epoch, lineage) == lineage_bytes(cache, lineage)
+            for offset in range(0, ends[epoch], 3):
+                e = epoch_for_offset(lineage, offset)
+                found = cache.segment_for_offset(TIP, e, offset)
+                holders = [
+                    s
+                    for s in readable
+                    if epoch_for_offset(s.segment_leader_epochs, offset) == e
+                    and s.start_offset <= offset <= s.end_offset
+                ]
+                assert (found is not None) == bool(holders), (seed, step, epoch, offset)
+                assert found is None or found in holders
+        # Nothing superseded holds a record that no readable segment holds (until the
+        # holder is deleted: expiration deletes superseded segments first).
+        for s in cache.superseded_segments(TIP) if step == 0 else []:
+            for offset in range(s.start_offset, s.end_offset + 1):
+                e = epoch_for_offset(s.segment_leader_epochs, offset)
+                assert cache.segment_for_offset(TIP, e, offset) is not None, (seed, step)
+        if step < len(uploads):  # then expiration deletes one, in any order
+            gone = rng.choice([u for u in uploads if cache.contains(u)])
+            cache.put(gone.with_state(DELETE_STARTED, 1))
+            cache.put(gone.with_state(DELETE_STARTED, 1).with_state(DELETE_FINISHED, 2))
