@@ -10,10 +10,11 @@ agrees with a lineage up to the last offset where both have the same epoch
 (`agreed_end`), and is *in* the lineage when it agrees to its end.
 
 The broker reads along its own log's lineage (the epoch of an offset comes from its
-leader-epoch cache, as in Kafka). Readers with no log, and `remote_log_size(tp, epoch)`,
-which has only an epoch, use the one rule `lineage_ending_in`: **the lineage of the latest
-segment (highest epoch), followed backwards from epoch to parent**, an epoch's parent and
-start read from a segment holding the end of one and the start of the other.
+leader-epoch cache, as in Kafka). The rule for readers with no log (`latest_lineage`):
+**read the lineage of the latest segment (highest epoch), followed backwards from epoch
+to parent**, an epoch's parent and start read from a segment holding the end of one and
+the start of the other (`lineage_ending_in`, which `remote_log_size(tp, epoch)` follows
+from the epoch it is given).
 
 Pure functions over small tuples: safe to share.
 """
