@@ -157,12 +157,16 @@ def _holder(
 ) -> int | None:
     """The highest epoch below `below` whose remote records reach over `offset`, or else
     the highest with records before it (the remote tier has a gap there)."""
-    lower = epochs[: bisect.bisect_left(epochs, below)]
-    spans = [(e, s) for e in reversed(lower) if (s := span(e)) is not None]
-    holding = next((e for e, s in spans if s[0] <= offset <= s[1]), None)
-    if holding is not None:
-        return holding
-    return next((e for e, s in spans if s[0] <= offset), None)
+    fallback = None
+    for j in range(bisect.bisect_left(epochs, below) - 1, -1, -1):
+        s = span(epochs[j])
+        if s is None or s[0] > offset:
+            continue
+        if offset <= s[1]:
+            return epochs[j]  # usually the epoch just below: one step
+        if fallback is None:
+            fallback = epochs[j]
+    return fallback
 
 
 def lineage_segments(

@@ -89,8 +89,13 @@ class _EpochIndex:
         i = bisect.bisect_right(self.starts, offset) - 1
         if i < 0 or self.reach[i] < offset:
             return None
-        if _epoch_end(self.segments[i], epoch) >= offset:
-            return self.segments[i]
+        floor = self.segments[i]
+        if floor.segment_leader_epochs[-1][0] == epoch:  # the common case, inline
+            end = floor.end_offset
+        else:
+            end = _epoch_end(floor, epoch)
+        if end >= offset:
+            return floor
         return self.segments[bisect.bisect_left(self.reach, offset, 0, i)]
 
 
