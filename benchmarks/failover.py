@@ -10,9 +10,14 @@
   or after the first offset of its leader epoch, read from its `leader-epoch-checkpoint`).
   The second includes the client's own way back to the new leader. Goals: the session
   timeout plus under 1 s for kill -9, under 1 s for SIGTERM.
+- the same kill -9 with a tiered topic on S3 (moto's server; 1 KiB records, small
+  segments): also the time to the first segment the new leader copies to the remote
+  tier (its RemoteCopyRequestsPerSec counter, polled every 10 ms), against its first
+  acknowledgement in the same run.
 
-    python -m benchmarks.failover                    # about 2 minutes on 2 cores
+    python -m benchmarks.failover                    # about 3 minutes on 2 cores
     python -m benchmarks.failover --repeat 5 --session-ms 4000
+    python -m benchmarks.failover --tiered-only      # the tiered kill -9 alone
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -36,10 +42,12 @@ from kafka import KafkaProducer
 
 from benchmarks.replication import common, serving
 from benchmarks.targets import ROOT, api_versions_answered, free_port, tierbroker_command
+from benchmarks.tiering import Moto
 from tests.zookeeper import ZooKeeperServer
 from tierbroker.storage.checkpoints import read_epoch_entries
 
 TOPIC = "failover"
+TIERED_SEGMENT_BYTES = 128 * 1024  # a segment rolls about every 0.6 s at 1 KiB per 5 ms
 
 
 def start_up(brokers: int) -> float:
@@ -67,10 +75,12 @@ def start_up(brokers: int) -> float:
 
 
 class Ticker(threading.Thread):
-    """One acks=all record every 5 ms; the time and offset of every acknowledgement."""
+    """One acks=all record (`value`) every 5 ms; the time and offset of every
+    acknowledgement."""
 
-    def __init__(self) -> None:
+    def __init__(self, value: bytes) -> None:
         super().__init__(daemon=True)
+        self.value = value
         self.acked: list[float] = []
         self.offsets: list[int] = []
         self.running = True
@@ -83,8 +93,8 @@ class Ticker(threading.Thread):
 class LibrdkafkaTicker(Ticker):
     """confluent-kafka (librdkafka), reconnecting within 100 ms, otherwise as it comes."""
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__()
+    def __init__(self, bootstrap: str, value: bytes = b"tick") -> None:
+        super().__init__(value)
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -101,7 +111,7 @@ class LibrdkafkaTicker(Ticker):
 
     def run(self) -> None:
         while self.running:
-            self.producer.produce(TOPIC, b"tick", on_delivery=self._delivered)
+            self.producer.produce(TOPIC, self.value, on_delivery=self._delivered)
             self.producer.poll(0.005)
         self.producer.flush(30)
 
@@ -109,8 +119,8 @@ class LibrdkafkaTicker(Ticker):
 class KafkaPythonTicker(Ticker):
     """kafka-python, reconnecting within 100 ms, otherwise as it comes."""
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__()
+    def __init__(self, bootstrap: str, value: bytes = b"tick") -> None:
+        super().__init__(value)
         self.producer = KafkaProducer(
             bootstrap_servers=bootstrap.split(","),
             acks="all",
@@ -120,25 +130,36 @@ class KafkaPythonTicker(Ticker):
 
     def run(self) -> None:
         while self.running:
-            sent = self.producer.send(TOPIC, b"tick")
+            sent = self.producer.send(TOPIC, self.value)
             sent.add_callback(lambda record: self._acknowledged(record.offset))
             time.sleep(0.005)
         self.producer.flush(30)
         self.producer.close(5)
 
 
-CLIENTS: dict[str, Callable[[str], Ticker]] = {
+CLIENTS: dict[str, Callable[[str, bytes], Ticker]] = {
     "confluent-kafka": LibrdkafkaTicker,
     "kafka-python": KafkaPythonTicker,
 }
 
 
-def failover(sig: int, session_ms: int, client: str) -> tuple[float, float]:
+def failover(
+    sig: int, session_ms: int, client: str, tiered: Moto | None = None, task_interval_ms: int = 0
+) -> tuple[float, float, float]:
     """Seconds from `sig` to the leader to (a new leader in the metadata of the brokers
-    left, the first acknowledgement of a record that new leader appended)."""
+    left, the first acknowledgement of a record that new leader appended, its first segment
+    copied to the remote tier: 0 unless `tiered`, the S3 server of a tiered topic)."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-failover-"))
     zookeeper = ZooKeeperServer(workdir / "zk").start()
     ports = [free_port() for _ in range(3)]
+    metrics_ports = [free_port() for _ in range(3)]
+    topic_config = {"min.insync.replicas": "2"}
+    if tiered is not None:
+        topic_config |= {
+            "remote.storage.enable": "true",
+            "segment.bytes": str(TIERED_SEGMENT_BYTES),
+            "local.retention.bytes": str(4 * TIERED_SEGMENT_BYTES),
+        }
     try:
         with ExitStack() as stack:
             processes = []
@@ -150,12 +171,19 @@ def failover(sig: int, session_ms: int, client: str) -> tuple[float, float]:
                     f"zookeeper.connect={zookeeper.connect}/bench",
                     f"zookeeper.session.timeout.ms={session_ms}",
                 ]
+                if tiered is not None:
+                    settings += [
+                        "remote.log.storage.system.enable=true",
+                        f"remote.log.manager.task.interval.ms={task_interval_ms}",
+                        f"metrics.port={metrics_ports[broker_id]}",
+                        *(f"{k}={v}" for k, v in tiered.overrides().items()),
+                    ]
                 processes.append(stack.enter_context(serving(settings, workdir, f"b{broker_id}")))
             bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
             admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-            topic = NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})
+            topic = NewTopic(TOPIC, 1, 3, config=topic_config)
             admin.create_topics([topic])[TOPIC].result(30)
-            ticker = CLIENTS[client](bootstrap)
+            ticker = CLIENTS[client](bootstrap, b"tick" if tiered is None else b"t" * 1024)
             ticker.start()
             while len(ticker.acked) < 200:
                 time.sleep(0.05)
@@ -177,18 +205,32 @@ def failover(sig: int, session_ms: int, client: str) -> tuple[float, float]:
             epoch_start = epochs[-1][1]
             deadline = time.monotonic() + 60
             first: float | None = None
-            while first is None and time.monotonic() < deadline:
+            copied: float | None = None if tiered is not None else signalled
+            while (first is None or copied is None) and time.monotonic() < deadline:
                 time.sleep(0.01)
                 acked = list(zip(ticker.acked, ticker.offsets, strict=False))
-                first = next((t for t, offset in acked if offset >= epoch_start), None)
+                first = first or next((t for t, offset in acked if offset >= epoch_start), None)
+                if copied is None and _segments_copied(metrics_ports[new_leader]) > 0:
+                    copied = time.perf_counter()
             ticker.running = False
             ticker.join(60)
-            if first is None:
-                raise RuntimeError("no acknowledgement from the new leader within 60 s")
-            return elected, first - signalled
+            if first is None or copied is None:
+                raise RuntimeError("no acknowledgement or copy from the new leader within 60 s")
+            return elected, first - signalled, copied - signalled
     finally:
         zookeeper.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _segments_copied(metrics_port: int) -> float:
+    """The broker's RemoteCopyRequestsPerSec for the topic: segments it copied since it
+    started (it led nothing of the topic before)."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    prefix = f'RemoteCopyRequestsPerSec_total{{topic="{TOPIC}"}} '
+    line = next((x for x in text.splitlines() if x.startswith(prefix)), prefix + "0")
+    return float(line[len(prefix) :])
 
 
 def _epochs(workdir: Path, broker_id: int) -> list[tuple[int, int]]:
@@ -202,7 +244,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--session-ms", type=int, default=2000)
+    parser.add_argument(
+        "--task-interval-ms", type=int, default=1000, help="remote.log.manager.task.interval.ms"
+    )
+    parser.add_argument("--tiered-only", action="store_true", help="only the tiered kill -9")
     args = parser.parse_args()
+    moto = Moto()
+    try:
+        tiered = [
+            failover(
+                signal.SIGKILL, args.session_ms, "confluent-kafka", moto, args.task_interval_ms
+            )
+            for _ in range(args.repeat)
+        ]
+    finally:
+        moto.stop()
+
+    def line(name: str, values: list[float], unit: str = "s") -> str:
+        spread = f"({min(values):.2f}-{max(values):.2f})"
+        return f"{name:<62} median {statistics.median(values):6.2f} {unit}  {spread}"
+
+    session = f"session {args.session_ms} ms"
+    print(line(f"tiered on S3: kill -9 ({session}): to a new leader", [t[0] for t in tiered]))
+    print(line("tiered on S3: kill -9: to the new leader's first ack", [t[1] for t in tiered]))
+    print(line("tiered on S3: kill -9: to its first segment copied", [t[2] for t in tiered]))
+    ratios = [t[2] / t[1] for t in tiered]
+    print(line("tiered on S3: first segment copied / first ack, per run", ratios, "x"))
+    if args.tiered_only:
+        return
     single = [start_up(1) for _ in range(args.repeat)]
     three = [start_up(3) for _ in range(args.repeat)]
     runs = {
@@ -210,16 +279,10 @@ def main() -> None:
         for client in CLIENTS
         for sig in (signal.SIGKILL, signal.SIGTERM)
     }
-
-    def line(name: str, values: list[float]) -> str:
-        spread = f"({min(values):.2f}-{max(values):.2f})"
-        return f"{name:<62} median {statistics.median(values):6.2f} s  {spread}"
-
     print(line("start-up, one broker", single))
     print(line("start-up, three brokers in one process", three))
     for client in CLIENTS:
         killed, stopped = runs[client, signal.SIGKILL], runs[client, signal.SIGTERM]
-        session = f"session {args.session_ms} ms"
         print(line(f"{client}: kill -9 ({session}): to a new leader", [k[0] for k in killed]))
         print(line(f"{client}: kill -9: to the new leader's first ack", [k[1] for k in killed]))
         print(line(f"{client}: SIGTERM: to a new leader", [s[0] for s in stopped]))

@@ -15,8 +15,9 @@ Stop (idempotent, in this order, each with the shutdown timeout): a controlled s
 (the controller moves this broker's leadership to other ISR members and takes it out of
 ISRs, so producers and consumers move before it goes), stop coordinating groups, answer
 parked fetches, stop listening and finish requests in hand, stop background jobs and the
-metrics endpoint, stop fetching and resign as controller, stop the remote tier, flush and
-checkpoint every log, and close the session (the registration goes with it).
+metrics endpoint, stop fetching and resign as controller, stop the remote tier, finish
+removing deleted logs' files, flush and checkpoint every log, and close the session (the
+registration goes with it).
 
 A log dir that fails (an I/O error) goes offline and its partitions answer
 KAFKA_STORAGE_ERROR; when no log dir is left online the broker asks to be stopped
@@ -406,6 +407,7 @@ class BrokerServer:
         await self.cache.close()
         if self.remote is not None:
             await self.remote.stop(timeout_s)
+        await self.log_manager.wait_deletions(timeout_s)
         self.log_manager.shutdown()
         try:
             await self.store.close()

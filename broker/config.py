@@ -215,6 +215,11 @@ class BrokerConfig(BaseModel):
     remote_log_manager_task_retry_backoff_max_ms: int = Field(
         30_000, alias="remote.log.manager.task.retry.backoff.max.ms", ge=1
     )
+    # tierbroker's own: how long a copy may stay COPY_SEGMENT_STARTED before the leader's
+    # expiration task takes it for abandoned (a broker died mid-copy) and deletes its objects.
+    remote_log_manager_stuck_copy_timeout_ms: int = Field(
+        300_000, alias="remote.log.manager.stuck.copy.timeout.ms", ge=1
+    )
     remote_log_metadata_topic_replication_factor: int = Field(
         3, alias="remote.log.metadata.topic.replication.factor", ge=1
     )

@@ -16,14 +16,16 @@ move the high watermark). For a consumer (KIP-392):
 Offsets below the local log but within the log are read from the remote tier, on
 leaders and followers alike, concurrently, each within the byte budget left when its
 turn came. A fetch short of `min_bytes` waits in the fetch purgatory; one of a
-follower also completes when the high watermark moved past what it was last told.
+follower also completes when the high watermark moved past what it was last told, and
+when the follower became a replica of another partition led here (`wake_follower`), so
+that it asks for that partition now rather than after `replica.fetch.wait.max.ms`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
 from tierbroker.broker.cluster.metadata_cache import MetadataCache
@@ -88,6 +90,16 @@ class FetchParams:
         return self.replica_id >= 0
 
 
+_PENDING_HORIZON_S = 60.0  # beyond any fetch's max wait
+
+
+@dataclass(frozen=True, slots=True)
+class _FollowerWake:
+    """The purgatory key of a follower's parked fetches."""
+
+    broker_id: int
+
+
 @dataclass(frozen=True, slots=True)
 class _RemoteRead:
     index: int  # position in the fetch's results
@@ -113,6 +125,37 @@ class FetchReader:
         self.selector: ReplicaSelector | None = None
         self.remote: RemoteLogManager | None = None
         self.propagate_high_watermark = False
+        # Per follower: partitions it became a replica of here and has not asked for yet,
+        # with the loop time it became one.
+        self._new_to_follower: dict[int, dict[TopicPartition, float]] = {}
+
+    def wake_follower(self, broker_id: int, tp: TopicPartition) -> None:
+        """The follower became a replica of `tp`, led here: answer its parked fetches now,
+        and its next ones at once until one asks for `tp`, so it starts fetching `tp` at its
+        next fetch rather than after `replica.fetch.wait.max.ms`."""
+        now = asyncio.get_running_loop().time()
+        pending = self._new_to_follower.setdefault(broker_id, {})
+        for old in [p for p, since in pending.items() if since < now - _PENDING_HORIZON_S]:
+            del pending[old]  # a follower that stopped fetching keeps no growing list
+        pending[tp] = now
+        self.purgatory.notify(_FollowerWake(broker_id))
+
+    def _awaits_new_partitions(
+        self, params: FetchParams, requests: list[FetchRequestPartition]
+    ) -> bool:
+        """The follower has a partition here it has not asked for yet (for at most its
+        fetch's max wait: one that cannot fetch it is not answered at once for ever)."""
+        pending = self._new_to_follower.get(params.replica_id)
+        if not pending:
+            return False
+        oldest = asyncio.get_running_loop().time() - params.max_wait_ms / 1000
+        for r in requests:
+            pending.pop(r.topic_partition, None)
+        for tp in [tp for tp, since in pending.items() if since < oldest]:
+            del pending[tp]
+        if not pending:
+            del self._new_to_follower[params.replica_id]
+        return bool(pending)
 
     async def fetch_messages(
         self, params: FetchParams, requests: list[FetchRequestPartition]
@@ -127,11 +170,17 @@ class FetchReader:
             and requests
             and not self._satisfied(params, requests, results, remote)
         ):
+            keys: list[Hashable] = [r.topic_partition for r in requests]
+            if params.is_from_follower:
+                keys.append(_FollowerWake(params.replica_id))
             await self.purgatory.wait_until(
-                [r.topic_partition for r in requests],
+                keys,
                 params.max_wait_ms / 1000,
-                lambda: self._satisfied(
-                    params, requests, *self._read(params, requests, update=False)
+                lambda: (
+                    (params.is_from_follower and self._awaits_new_partitions(params, requests))
+                    or self._satisfied(
+                        params, requests, *self._read(params, requests, update=False)
+                    )
                 ),
             )
             results, remote = self._read(params, requests)

@@ -166,20 +166,42 @@ class RemoteLogMetadataTopic:
         replication_factor: int,
         replicas: ReplicaManager,
         admin: TopicAdmin,
+        brokers_may_join: bool = False,
     ) -> None:
+        """`brokers_may_join`: other processes' brokers join the cluster (a ZooKeeper
+        store), so the brokers live at start may be too few for the replication factor."""
         self.topic = InternalTopic(
             self.NAME, num_partitions, replication_factor, self.CONFIGS, replicas, admin
         )
+        self.brokers_may_join = brokers_may_join
 
     @property
     def num_partitions(self) -> int:
         return self.topic.num_partitions
 
     async def ensure_created(self) -> None:
-        await self.topic.ensure_created()
+        """Create the topic, unless brokers may still join and fewer are live than its
+        replication factor: the brokers of such a cluster start one by one, and the first
+        would create it on itself alone, where the others would never see its events."""
+        if not self._too_few_brokers():
+            await self.topic.ensure_created()
 
     async def append(self, partition: int, key: bytes, value: bytes) -> int:
+        """Append an event; until the topic can be created with its replication factor,
+        NOT_ENOUGH_REPLICAS (copies wait and retry, as Kafka's manager waits to start)."""
+        if not self.topic.exists and self._too_few_brokers():
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"{self.NAME} is created once {self.topic.replication_factor} brokers are live "
+                f"(remote.log.metadata.topic.replication.factor), "
+                f"{len(self.topic.admin.cache.brokers)} are",
+            )
+        await self.topic.ensure_created()
         return await self.topic.append_records(partition, [(key, value)])
+
+    def _too_few_brokers(self) -> bool:
+        live = len(self.topic.admin.cache.brokers)
+        return self.brokers_may_join and live < self.topic.replication_factor
 
     def read(self, partition: int, start_offset: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         return self.topic.read(partition, start_offset)

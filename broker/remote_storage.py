@@ -135,6 +135,7 @@ def _metadata_manager(
         config.remote_log_metadata_topic_replication_factor,
         replicas,
         admin,
+        brokers_may_join=config.metadata_store == "zookeeper",
     )
     return TopicBasedRemoteLogMetadataManager(topic, log_dir)
 
@@ -153,4 +154,5 @@ def _rlm_config(c: BrokerConfig) -> RemoteLogManagerConfig:
         fetch_max_wait_ms=c.remote_fetch_max_wait_ms,
         copy_max_bytes_per_second=c.remote_log_manager_copy_max_bytes_per_second,
         fetch_max_bytes_per_second=c.remote_log_manager_fetch_max_bytes_per_second,
+        stuck_copy_timeout_ms=c.remote_log_manager_stuck_copy_timeout_ms,
     )

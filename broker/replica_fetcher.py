@@ -239,8 +239,7 @@ class ReplicaFetcher:
         partition = state.partition
         error = ErrorCode(data.error_code)
         if error == ErrorCode.offset_out_of_range:
-            await self._handle_out_of_range(state)
-            return True
+            return await self._handle_out_of_range(state)
         if error == ErrorCode.offset_moved_to_tiered_storage:
             return await self._handle_offset_moved_to_tiered_storage(state, data)
         if error in _RETRIABLE:
@@ -281,14 +280,15 @@ class ReplicaFetcher:
         state.lag = max(0, int(data.high_watermark) - partition.log.log_end_offset)
         return (partition.log.log_end_offset, partition.high_watermark) != before
 
-    async def _handle_out_of_range(self, state: _FetchState) -> None:
-        """Kafka's fetchOffsetAndTruncate: follow the leader's log end or log start."""
+    async def _handle_out_of_range(self, state: _FetchState) -> bool:
+        """Kafka's fetchOffsetAndTruncate: follow the leader's log end or log start; True
+        unless the partition stopped being fetched so meanwhile."""
         partition = state.partition
         tp = partition.topic_partition
         lg = partition.log
         leader_end, _ = await self.leader.list_offset(partition, LATEST_TIMESTAMP)
         if not self._is_current(tp, state):
-            return
+            return False
         if leader_end < lg.log_end_offset:
             log.warning(
                 "%s: leader %d ends at %d, below this log's end %d: truncating",
@@ -298,9 +298,11 @@ class ReplicaFetcher:
                 lg.log_end_offset,
             )
             lg.truncate_to(leader_end)
-            return
+            return True
         leader_start, _ = await self.leader.list_offset(partition, EARLIEST_TIMESTAMP)
-        if self._is_current(tp, state) and lg.log_end_offset < leader_start:
+        if not self._is_current(tp, state):
+            return False
+        if lg.log_end_offset < leader_start:
             log.warning(
                 "%s: leader %d starts at %d, above this log's end %d: starting over there",
                 partition.topic_partition,
@@ -309,6 +311,7 @@ class ReplicaFetcher:
                 lg.log_end_offset,
             )
             lg.truncate_fully_and_start_at(leader_start)
+        return True
 
     async def _handle_offset_moved_to_tiered_storage(self, state: _FetchState, data: Any) -> bool:
         """Rebuild the log from the remote tier to start at the leader's local log; True if

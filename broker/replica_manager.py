@@ -33,7 +33,6 @@ from tierbroker.broker.fetch_reader import (
     FetchRequestPartition,
     FetchResultPartition,
 )
-from tierbroker.broker.long_lived import LongLivedObjects
 from tierbroker.broker.partition import (
     DEBUGGING_CONSUMER,
     FollowerFetch,
@@ -52,11 +51,14 @@ from tierbroker.storage.log import (
 )
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
+from tierbroker.storage.long_lived import LongLivedObjects
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
+
+FREEZE_EVERY_PARTITIONS = 256  # partitions led between two freezes of the heap
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +98,7 @@ class ReplicaManager:
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()
         self.remote: RemoteLogManager | None = None
-        self.long_lived = LongLivedObjects()
+        self.long_lived = LongLivedObjects(FREEZE_EVERY_PARTITIONS)
         self.broker_epoch = -1  # the czxid of this broker's registration
         self.fenced = False  # its metadata session is gone: a successor may lead
         self.alter_partition = AlterPartitionManager(store, self._on_isr_committed)
@@ -155,7 +157,9 @@ class ReplicaManager:
         for tp, state in delta.partitions.items():
             replicas = self.cache.replicas(tp)
             if state is None or self.broker_id not in replicas:
-                self.stop_replica(tp, delete=True)
+                # Only a deleted topic takes its remote data along (Kafka's deleteRemoteLog):
+                # a replica moved to other brokers leaves the remote tier to them.
+                self.stop_replica(tp, delete=True, delete_remote=tp.topic in delta.deleted_topics)
             elif tp in self.log_manager.logs:
                 self._become(tp, state, replicas)
         for topic in delta.configs_changed:
@@ -195,16 +199,20 @@ class ReplicaManager:
                 self._is_isr_eligible,
             )
             self.partitions[tp] = partition
-            self.long_lived.partition_led()
+            self.long_lived.added()
         elif partition.is_stale(state):
             return
         was_leader = partition.is_leader
         if state.leader == self.broker_id:
+            known = set(partition.replicas)
             if partition.make_leader(state, replicas):
                 self.fetchers.remove(tp)
                 log.debug("%s: leader in epoch %d, ISR %s", tp, state.leader_epoch, list(state.isr))
                 self._leadership_changed(partition, True)
             self._wake(tp)
+            # A replica new to the partition (a reassignment) asks for it in its next fetch.
+            for broker_id in partition.remote_replicas.keys() - known:
+                self.reader.wake_follower(broker_id, tp)
             return
         if partition.make_follower(state, replicas) or was_leader:
             self.fetchers.remove(tp)
@@ -254,11 +262,12 @@ class ReplicaManager:
                 remote.on_following(tip, partition.log)
         self.long_lived.freeze()
 
-    def stop_replica(self, tp: TopicPartition, delete: bool) -> None:
+    def stop_replica(self, tp: TopicPartition, delete: bool, delete_remote: bool = False) -> None:
+        """Stop hosting `tp`; `delete`: its local log goes, `delete_remote`: its remote data."""
         self.fetchers.remove(tp)
         partition = self.partitions.pop(tp, None)
         if partition is not None and self.remote is not None:
-            self.remote.on_stop(TopicIdPartition(partition.topic_id, tp), delete)
+            self.remote.on_stop(TopicIdPartition(partition.topic_id, tp), delete_remote)
         if partition is not None and partition.is_leader:
             for listener in self.leadership_listeners:
                 listener(partition, False)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from tierbroker.broker.leader_endpoint import LeaderEndpoint
 from tierbroker.broker.partition import Partition
+from tierbroker.protocol.errors import KafkaError
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.storage.checkpoints import parse_epoch_entries
 from tierbroker.storage.leader_epoch import check_increasing
@@ -99,7 +100,7 @@ class TierStateMachine:
         self.metrics.build_aux_state_requests.labels(topic).inc()
         try:
             return await self._build(partition, leader, leader_log_start_offset)
-        except RemoteStorageError:
+        except (RemoteStorageError, KafkaError):  # every failure, as Kafka counts them
             self.metrics.build_aux_state_errors.labels(topic).inc()
             raise
 

@@ -22,4 +22,5 @@ class RemoteLogManagerConfig:
     copy_max_bytes_per_second: int = UNLIMITED  # remote.log.manager.copy.max.bytes.per.second
     fetch_max_bytes_per_second: int = UNLIMITED  # remote.log.manager.fetch.max.bytes.per.second
     remote_call_timeout_ms: int = 60_000  # every RSM and RLMM call is bounded by this
-    stuck_copy_timeout_ms: int = 300_000  # COPY_SEGMENT_STARTED older than this is abandoned
+    # remote.log.manager.stuck.copy.timeout.ms: COPY_SEGMENT_STARTED older than this is abandoned
+    stuck_copy_timeout_ms: int = 300_000

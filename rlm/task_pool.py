@@ -25,6 +25,7 @@ import random
 from collections.abc import Hashable
 from typing import Protocol
 
+from tierbroker.protocol.errors import KafkaError
 from tierbroker.rlm.storage_health import describe
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 
@@ -38,12 +39,13 @@ class PartitionTask(Protocol):
 def is_retriable(error: BaseException) -> bool:
     if isinstance(error, RemoteStorageError):
         return error.retriable
-    return isinstance(error, TimeoutError | OSError)
+    return isinstance(error, TimeoutError | OSError | KafkaError)
 
 
 def is_expected(error: BaseException) -> bool:
-    """A failure of the remote store or of I/O, not a bug: logged without a traceback."""
-    return isinstance(error, RemoteStorageError | TimeoutError | OSError)
+    """A failure of the remote store, of I/O or of the metadata topic (its leader gone, too
+    few brokers), not a bug: logged without a traceback."""
+    return isinstance(error, RemoteStorageError | TimeoutError | OSError | KafkaError)
 
 
 class TaskPool:

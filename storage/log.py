@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -646,13 +645,6 @@ class Log:
         for segment in self.segments:
             segment.close()
         self.close_deleted(older_than_ms=now_ms() + 1)
-
-    def delete(self) -> None:
-        """Remove the partition directory and everything in it."""
-        self.close()
-        for path in self.dir.iterdir():
-            path.unlink()
-        os.rmdir(self.dir)
 
 
 def flush_segments(segments: list[LogSegment], producer_state: ProducerStateManager) -> None:

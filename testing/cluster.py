@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.replica_selector import RACK_AWARE
 from tierbroker.storage.topic_partition import TopicPartition
 from tierbroker.testing import clients
 from tierbroker.testing.clients import ProducedRecord, Record
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 ConfigValue = str | int | float | bool
-RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 TEST_SETTINGS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
 TIERING_SETTINGS = {
@@ -156,7 +156,7 @@ class TierbrokerCluster:
             else:
                 settings["rsm.config.dir"] = str(directory / "remote")
         if follower_fetching:
-            settings["replica.selector.class"] = RACK_AWARE_SELECTOR
+            settings["replica.selector.class"] = RACK_AWARE
         settings.update({k: _text(v) for k, v in (broker_config or {}).items()})
         self.tiering = tiering
         self.topic_config = {k: _text(v) for k, v in (topic_config or {}).items()}
@@ -299,7 +299,7 @@ class TierbrokerCluster:
         """Create a topic (replication factor: the brokers running, up to 3) and wait until
         every replica has it and is in the ISR."""
         configs = {**self.topic_config, **{k: _text(v) for k, v in (config or {}).items()}}
-        running = [b for b in self.embedded.brokers if b.running]
+        running = self._on_loop(lambda: [b for b in self.embedded.brokers if b.running])
         assert running, "no broker is running"
         factor = replication_factor or min(3, len(running))
         self.embedded.call(

@@ -14,7 +14,10 @@ requests, and handles each change as an event, one at a time, in its own task:
 - a leaderless partition whose ISR member returns is led by it again;
 - a deleted topic's znodes are removed (brokers delete the logs when they see it gone);
 - an ElectLeaders request, or the periodic leader-balance check, moves leadership back
-  to preferred replicas (see `leader_election`).
+  to preferred replicas (see `leader_election`);
+- an AlterPartitionReassignments request starts (or cancels) moving a partition to other
+  replicas; a watch on the state of each partition being moved tells when its new
+  replicas are in the ISR, and the move completes (see `reassignment`).
 
 Every write goes in a multi with a check of `/controller_epoch`'s version: a controller
 that was replaced (its session expired) cannot change anything, and resigns when it
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tierbroker.broker.cluster import zk_data as zk
@@ -37,6 +40,8 @@ from tierbroker.broker.cluster.leader_election import (
     elect,
     imbalanced_partitions,
 )
+from tierbroker.broker.cluster.reassigner import Reassigner
+from tierbroker.broker.cluster.reassignment import Rejection, ReplicaAssignment
 from tierbroker.broker.cluster.store import (
     BadVersionError,
     Check,
@@ -81,11 +86,20 @@ class _ElectionRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class _ReassignRequest:
+    targets: Mapping[TopicPartition, Sequence[int] | None]  # None: cancel
+    outcome: asyncio.Future[dict[TopicPartition, Rejection | None]] = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class _Event:
-    # "startup", "brokers", "topics", "topic", "deletions", "shutdowns", "elect", "balance"
+    # "startup", "brokers", "topics", "topic", "deletions", "shutdowns", "elect", "balance",
+    # "reassign", "reassign_isr" (the ISR of `topic`'s `partition`, being moved, changed)
     kind: str
     topic: str = ""
     election: _ElectionRequest | None = None
+    reassignment: _ReassignRequest | None = None
+    partition: int = -1
 
 
 class Controller:
@@ -113,6 +127,7 @@ class Controller:
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         self.shutting_down: set[int] = set()
+        self.moves = Reassigner(self)
 
     @property
     def is_active(self) -> bool:
@@ -260,6 +275,11 @@ class Controller:
             await self._on_election(event.election)
         elif event.kind == "balance":
             await self._on_balance_check()
+        elif event.kind == "reassign":
+            assert event.reassignment is not None
+            await self._on_reassign(event.reassignment)
+        elif event.kind == "reassign_isr":
+            await self.moves.on_isr_change(TopicPartition(event.topic, event.partition))
 
     def _fail_elections(self, current: _Event | None = None) -> None:
         """Answer every election asked of this controller, now resigned: NOT_CONTROLLER."""
@@ -267,8 +287,9 @@ class Controller:
         while not self._events.empty():
             pending.append(self._events.get_nowait())
         for event in pending:
-            if event.election is not None and not event.election.outcome.done():
-                event.election.outcome.set_exception(NotController())
+            for request in (event.election, event.reassignment):
+                if request is not None and not request.outcome.done():
+                    request.outcome.set_exception(NotController())
 
     async def _on_startup(self) -> None:
         self.assignments.clear()
@@ -283,6 +304,7 @@ class Controller:
             {b for state in self.states.values() for b in state.isr} - set(self.live_brokers)
         )
         await self._elect_offline(self.states)
+        self.moves.resume()
 
     async def _read_brokers(self) -> tuple[set[int], set[int]]:
         """Refresh the live brokers; (brokers that appeared or restarted, brokers gone)."""
@@ -311,6 +333,7 @@ class Controller:
         # handled as gone, then as started (as Kafka's controller handles a bounced broker).
         await self._on_brokers_gone(gone)
         await self._elect_offline(self.states)
+        self.moves.check_all()  # a move may wait for a target replica to lead
 
     async def _on_brokers_gone(self, gone: set[int]) -> None:
         if not gone:
@@ -330,7 +353,7 @@ class Controller:
         if state.leader not in brokers:
             return replace(state, isr=isr, controller_epoch=self.epoch)
         candidates = [
-            b for b in self._replicas(tp) if b in isr and self._eligible(b) and b not in brokers
+            b for b in self._replicas(tp) if b in isr and self.is_eligible(b) and b not in brokers
         ]
         if candidates:
             return PartitionState(
@@ -340,7 +363,7 @@ class Controller:
             zk.NO_LEADER, state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
         )
 
-    def _eligible(self, broker: int) -> bool:
+    def is_eligible(self, broker: int) -> bool:
         return broker in self.live_brokers and broker not in self.shutting_down
 
     def _replicas(self, tp: TopicPartition) -> tuple[int, ...]:
@@ -352,7 +375,7 @@ class Controller:
         changes: dict[TopicPartition, PartitionState] = {}
         for tp in list(among):
             state = self.states.get(tp)
-            if state is None or self._eligible(state.leader) or tp.topic not in self.assignments:
+            if state is None or self.is_eligible(state.leader) or tp.topic not in self.assignments:
                 continue
             elected = self._offline_election(tp, state)
             if elected is not None:
@@ -361,14 +384,14 @@ class Controller:
 
     def _offline_election(self, tp: TopicPartition, state: PartitionState) -> PartitionState | None:
         replicas = self._replicas(tp)
-        live_isr = [b for b in replicas if b in state.isr and self._eligible(b)]
+        live_isr = [b for b in replicas if b in state.isr and self.is_eligible(b)]
         if live_isr:
-            isr = tuple(b for b in state.isr if self._eligible(b))
+            isr = tuple(b for b in state.isr if self.is_eligible(b))
             return PartitionState(
                 live_isr[0], state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
             )
         if self.unclean_election_enabled(tp.topic):
-            live = [b for b in replicas if self._eligible(b)]
+            live = [b for b in replicas if self.is_eligible(b)]
             if live:
                 log.warning(
                     "controller: unclean election of %d for %s: records only ISR %s held are lost",
@@ -397,6 +420,7 @@ class Controller:
         if assignment is not None:
             for p in assignment.partitions:
                 self.states.pop(TopicPartition(topic, p), None)
+            self.moves.forget([TopicPartition(topic, p) for p in assignment.partitions])
 
     async def _on_topic_change(self, topic: str) -> None:
         """A topic appeared or got partitions: read it, and elect its new partitions."""
@@ -429,13 +453,13 @@ class Controller:
             ops: list[Op] = []
             created: dict[TopicPartition, PartitionState] = {}
             for tp in tps[start : start + _OPS_PER_MULTI // 3]:
-                live = [b for b in self._replicas(tp) if self._eligible(b)]
+                live = [b for b in self._replicas(tp) if self.is_eligible(b)]
                 state = PartitionState(
                     live[0] if live else zk.NO_LEADER, 0, tuple(live), self.epoch, 0
                 )
                 if not await self.store.exists(zk.partitions_path(tp.topic)):
                     try:
-                        await self._write([Create(zk.partitions_path(tp.topic))])
+                        await self.write([Create(zk.partitions_path(tp.topic))])
                     except NodeExistsError:
                         pass
                 ops += [
@@ -444,7 +468,7 @@ class Controller:
                 ]
                 created[tp] = state
             try:
-                await self._write(ops)
+                await self.write(ops)
             except (NodeExistsError, NoNodeError):
                 # Created meanwhile by an earlier controller, or the topic was deleted: reread.
                 for tp in created:
@@ -474,7 +498,7 @@ class Controller:
         ops.append(Delete(zk.delete_path(topic)))
         for start in range(0, len(ops), _OPS_PER_MULTI):
             try:
-                await self._write(ops[start : start + _OPS_PER_MULTI])
+                await self.write(ops[start : start + _OPS_PER_MULTI])
             except NoNodeError:
                 continue  # removed already (a retry after a lost connection)
         self._forget(topic)
@@ -499,7 +523,7 @@ class Controller:
             if not new & set(state.isr) and state.leader not in new:
                 continue
             others = [b for b in state.isr if b not in new]
-            if state.leader in new and not any(self._eligible(b) for b in others):
+            if state.leader in new and not any(self.is_eligible(b) for b in others):
                 continue
             changes[tp] = self._without(tp, state, new)
         await self._write_states(changes)
@@ -530,7 +554,9 @@ class Controller:
             if state is None or not replicas:
                 outcomes[tp] = Election(ErrorCode.unknown_topic_or_partition)
                 continue
-            outcomes[tp] = elect(request.election_type, replicas, state, self._eligible, self.epoch)
+            outcomes[tp] = elect(
+                request.election_type, replicas, state, self.is_eligible, self.epoch
+            )
         await self._write_states({tp: e.state for tp, e in outcomes.items() if e.state})
         if not request.outcome.done():
             request.outcome.set_result(outcomes)
@@ -543,13 +569,13 @@ class Controller:
     async def _on_balance_check(self) -> None:
         replicas = {tp: self._replicas(tp) for tp in self.states}
         chosen = imbalanced_partitions(
-            replicas, self.states, self._eligible, self.leader_balance.per_broker_percentage
+            replicas, self.states, self.is_eligible, self.leader_balance.per_broker_percentage
         )
         await self._refresh_states(chosen)
         changes = {}
         for tp in chosen:
             outcome = elect(
-                ElectionType.PREFERRED, replicas[tp], self.states[tp], self._eligible, self.epoch
+                ElectionType.PREFERRED, replicas[tp], self.states[tp], self.is_eligible, self.epoch
             )
             if outcome.state is not None:
                 changes[tp] = outcome.state
@@ -557,13 +583,49 @@ class Controller:
             log.info("controller: %d partitions return to their preferred replica", len(changes))
         await self._write_states(changes)
 
+    # Reassignments ---------------------------------------------------------------------
+
+    async def alter_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, Rejection | None]:
+        """Start moving partitions to target replicas (None: cancel the move in progress),
+        in the controller's order of events; per partition, None or why not.
+
+        Raises NotController if this broker is not, or stops being, the controller."""
+        if not self._active:
+            raise NotController()
+        outcome: asyncio.Future[dict[TopicPartition, Rejection | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        request = _ReassignRequest(targets, outcome)
+        self._events.put_nowait(_Event("reassign", reassignment=request))
+        return await outcome
+
+    def list_reassignments(
+        self, partitions: Collection[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        """The moves in progress among `partitions` (None: all of them)."""
+        if not self._active:
+            raise NotController()
+        return self.moves.in_progress(partitions)
+
+    def post_move_check(self, tp: TopicPartition) -> None:
+        """Queue a look at the move of `tp` (it may complete)."""
+        if self._active:
+            self._events.put_nowait(_Event("reassign_isr", tp.topic, partition=tp.partition))
+
+    async def _on_reassign(self, request: _ReassignRequest) -> None:
+        outcomes = {tp: await self.moves.reassign(tp, t) for tp, t in request.targets.items()}
+        if not request.outcome.done():
+            request.outcome.set_result(outcomes)
+
     async def _refresh_states(self, tps: Iterable[TopicPartition]) -> None:
         """Read again the states of partitions about to be decided on: their leaders change
         their ISRs without this controller (Kafka's controller learns of it through ISR
         change notifications; reading before deciding needs no more znodes)."""
-        await gather_bounded(self._refresh_state(tp) for tp in list(tps) if tp in self.states)
+        await gather_bounded(self.refresh_state(tp) for tp in list(tps) if tp in self.states)
 
-    async def _refresh_state(self, tp: TopicPartition) -> None:
+    async def refresh_state(self, tp: TopicPartition) -> None:
         try:
             data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition))
         except NoNodeError:
@@ -589,7 +651,7 @@ class Controller:
                 for tp, s in chunk
             ]
             try:
-                results = await self._write(ops)
+                results = await self.write(ops)
             except (BadVersionError, NoNodeError):
                 for tp, s in chunk:
                     await self._write_state_alone(tp, s)
@@ -606,7 +668,7 @@ class Controller:
         path = zk.state_path(tp.topic, tp.partition)
         for _ in range(10):
             try:
-                results = await self._write([SetData(path, state.encode(), state.partition_epoch)])
+                results = await self.write([SetData(path, state.encode(), state.partition_epoch)])
             except NoNodeError:
                 self.states.pop(tp, None)
                 return
@@ -628,17 +690,17 @@ class Controller:
         self, tp: TopicPartition, current: PartitionState, wanted: PartitionState
     ) -> PartitionState:
         """What to write over `current`, a state a leader changed after the decision."""
-        gone = {b for b in current.isr if not self._eligible(b)}
-        if current.leader != wanted.leader and not self._eligible(current.leader):
+        gone = {b for b in current.isr if not self.is_eligible(b)}
+        if current.leader != wanted.leader and not self.is_eligible(current.leader):
             gone.add(current.leader)
-        if not gone and self._eligible(current.leader):
+        if not gone and self.is_eligible(current.leader):
             return current
         decided = self._without(tp, current, gone)
         if decided.leader == zk.NO_LEADER:
             return self._offline_election(tp, decided) or decided
         return decided
 
-    async def _write(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+    async def write(self, ops: Sequence[Op]) -> list[str | Stat | None]:
         """Apply `ops` fenced by the controller epoch; raises the failing op's error, or
         ControllerMoved if this controller was replaced."""
         if not self._active:

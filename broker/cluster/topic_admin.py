@@ -228,6 +228,12 @@ class TopicAdmin:
         timeout_s: float = 30.0,
     ) -> None:
         topic = self.topic_or_error(name)
+        if topic.adding_replicas or topic.removing_replicas:
+            # As Kafka: the controller rewrites the topic's assignment while it moves one.
+            raise KafkaError(
+                ErrorCode.reassignment_in_progress,
+                f"A partition reassignment is in progress for the topic '{name}'.",
+            )
         current = len(topic.partitions)
         if count <= current:
             raise KafkaError(

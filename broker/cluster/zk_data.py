@@ -6,7 +6,8 @@
 | `/controller` | ephemeral | `{"version":1,"brokerid":N,"timestamp":ms}`: the active controller |
 | `/controller_epoch` | persistent | the controller epoch; its version fences controller writes |
 | `/brokers/ids/N` | ephemeral | the broker's registration; its czxid is the broker epoch |
-| `/brokers/topics/T` | persistent | `{"version":3,"topic_id":...,"partitions":{"0":[1,2]},...}` |
+| `/brokers/topics/T` | persistent | `{"version":3,"topic_id":...,"partitions":{"0":[1,2]},` |
+| | | `"adding_replicas":{...},"removing_replicas":{...}}`: replicas of moves in progress |
 | `/brokers/topics/T/partitions/P/state` | persistent | leader, leader epoch, ISR; version = epoch |
 | `/config/topics/T` | persistent | `{"version":1,"config":{...}}`: the topic's overrides |
 | `/admin/delete_topics/T` | persistent | a deletion the controller carries out |

@@ -30,13 +30,13 @@ from rich.live import Live
 from rich.table import Table
 
 from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.replica_selector import RACK_AWARE
 
 TOPIC = "demo-clicks"
 PARTITIONS = 3
 RACKS = ["a", "b", "c"]
 CLIENT_RACK = "b"
 RECORD_BYTES = 1024
-RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 SEGMENTS_PER_PARTITION = 8  # about, for the data produced
 WAIT_S = 40.0
 
@@ -86,7 +86,7 @@ class Demo:
             racks=RACKS,
             properties={
                 "broker.id": "1",
-                "replica.selector.class": RACK_AWARE_SELECTOR,
+                "replica.selector.class": RACK_AWARE,
                 "remote.log.storage.system.enable": "true",
                 "rsm.config.dir": str(self.remote_dir),
                 "remote.log.manager.task.interval.ms": "200",
@@ -182,7 +182,9 @@ class Demo:
                     except BufferError:
                         producer.poll(0.05)
                 producer.poll(0)
-            producer.flush(60)
+            unsent = producer.flush(60)
+            if unsent:
+                errors.append(f"{unsent} records still unsent after 60 s")
             done.set()
 
         producing = threading.Thread(target=produce, name="demo-producer", daemon=True)

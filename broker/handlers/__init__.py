@@ -23,6 +23,7 @@ from tierbroker.broker.handlers import (
     offsets,
     produce,
     producers,
+    reassignments,
 )
 from tierbroker.broker.handlers.common import CLIENT_HOST, BrokerContext
 from tierbroker.broker.request_log import log_completed, request_log
@@ -67,6 +68,8 @@ _HANDLERS: dict[int, Handler] = {
     42: groups.handle_delete_groups,
     43: elections.handle_elect_leaders,
     44: admin.handle_incremental_alter_configs,
+    45: reassignments.handle_alter_partition_reassignments,
+    46: reassignments.handle_list_partition_reassignments,
     47: group_offsets.handle_offset_delete,
     60: metadata.handle_describe_cluster,
     61: producers.handle_describe_producers,

@@ -34,7 +34,6 @@ never comes back. Not shared between tasks: the event loop serialises calls.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import time
@@ -166,10 +165,6 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self.cache.restore_partition(chunk.tip, chunk.delete_state)
                 for metadata, superseded in chunk.segments:
                     self.cache.restore(metadata, superseded)
-                # Out of the cyclic collector's reach: a full collection would walk every
-                # restored segment (seconds at a million) while the loop waits. They hold
-                # no reference cycles, so reference counting still frees them.
-                gc.freeze()
         except (OSError, ValueError) as e:
             log.warning("ignoring damaged %s: %s", self.snapshot_path, e)
             self.cache = RemoteLogMetadataCache()

@@ -462,4 +462,5 @@ def test_delete_topic_removes_every_remote_object(env: Env) -> None:
         show=lambda: sorted(env.tier.objects(TOPIC))[:5],
     )
     assert env.status() == {}
-    assert not any((env.data_dir / "logs").glob(f"{TOPIC}-*"))
+    # The local log's directory, renamed at once, is removed in a worker thread.
+    wait_for(lambda: not any((env.data_dir / "logs").glob(f"{TOPIC}-*")), "the local log to go")

@@ -20,91 +20,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from tests.integration.tiering_helpers import metric, metrics
-from tests.integration.zk_cluster import ZooKeeperCluster, wait_for
+from tests.integration.zk_cluster import (
+    AcknowledgedProducer,
+    ZooKeeperCluster,
+    read_all,
+    wait_for,
+    zookeeper,  # noqa: F401 (a fixture)
+)
 from tests.zookeeper import ZooKeeperServer
 
 MESSAGES = 50_000
 KILLS = 5
 
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZooKeeperCluster]:
+def cluster(
+    zookeeper: ZooKeeperServer,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> Iterator[ZooKeeperCluster]:
     selector = {"replica.selector.class": "RackAwareReplicaSelector"}
     running = ZooKeeperCluster(zookeeper, tmp_path, overrides=selector).start()
     yield running
     running.stop()
-
-
-class AcknowledgedProducer(threading.Thread):
-    """Produces MESSAGES sequence numbers idempotently with acks=all; remembers which the
-    brokers acknowledged."""
-
-    def __init__(self, bootstrap: str, topic: str, count: int = MESSAGES) -> None:
-        super().__init__(daemon=True)
-        self.topic = topic
-        self.count = count
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "message.timeout.ms": 120_000,
-            }
-        )
-        self.acknowledged: list[int] = []
-        self.failed: list[KafkaError] = []
-        self.sent = 0
-
-    def _delivered(self, error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            self.acknowledged.append(int(message.value()))
-        else:
-            self.failed.append(error)
-
-    def run(self) -> None:
-        for i in range(self.count):
-            while True:
-                try:
-                    self.producer.produce(self.topic, b"%d" % i, on_delivery=self._delivered)
-                    break
-                except BufferError:
-                    self.producer.poll(0.1)
-            self.sent = i + 1
-            self.producer.poll(0)
-            if i % 100 == 0:
-                time.sleep(0.15)  # about 650 a second: the produce spans every kill
-        self.producer.flush(180)
-
-
-def read_all(bootstrap: str, topic: str, count: int) -> list[int]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[int] = []
-    deadline = time.monotonic() + 120
-    while len(values) < count and time.monotonic() < deadline:
-        for message in consumer.consume(1000, 0.5):
-            if message.error() is None:
-                values.append(int(message.value()))
-    consumer.close()
-    return values
 
 
 def test_killing_leaders_loses_and_duplicates_nothing_acknowledged(
@@ -114,7 +55,7 @@ def test_killing_leaders_loses_and_duplicates_nothing_acknowledged(
     admin = cluster.admin()
     topic_config = {"min.insync.replicas": "2"}
     admin.create_topics([NewTopic(topic, 1, 3, config=topic_config)])[topic].result(30)
-    producer = AcknowledgedProducer(cluster.bootstrap, topic)
+    producer = AcknowledgedProducer(cluster.bootstrap, topic, MESSAGES)
     producer.start()
     victims: list[int] = []
     controller_killed = False

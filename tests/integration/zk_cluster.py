@@ -1,13 +1,20 @@
 """Brokers as separate processes coordinated by a real ZooKeeper, each started as a user
-starts one: `tierbroker serve` with `metadata.store=zookeeper`."""
+starts one: `tierbroker serve` with `metadata.store=zookeeper`.
+
+Fixture: `zookeeper` (one server per test module); import it into a test module to use it.
+`AcknowledgedProducer` produces numbered records while brokers die; `read_all` reads them
+back with confluent-kafka."""
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.broker_process import BrokerProcess
@@ -15,6 +22,78 @@ from tests.zookeeper import ZooKeeperServer
 
 SESSION_TIMEOUT_MS = 4000
 _chroots = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
+class AcknowledgedProducer(threading.Thread):
+    """Produces `count` sequence numbers idempotently with acks=all, each value padded with
+    `padding` spaces; remembers which the brokers acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, count: int, padding: int = 0) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.count = count
+        self.padding = b" " * padding
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 120_000,
+            }
+        )
+        self.acknowledged: list[int] = []
+        self.failed: list[KafkaError] = []
+        self.sent = 0
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            self.acknowledged.append(int(message.value()))
+        else:
+            self.failed.append(error)
+
+    def run(self) -> None:
+        for i in range(self.count):
+            while True:
+                try:
+                    self.producer.produce(
+                        self.topic, b"%d" % i + self.padding, on_delivery=self._delivered
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+            self.sent = i + 1
+            self.producer.poll(0)
+            if i % 100 == 0:
+                time.sleep(0.15)  # about 650 a second: the produce spans every kill
+        self.producer.flush(180)
+
+
+def read_all(bootstrap: str, topic: str, count: int) -> list[int]:
+    """The sequence numbers of partition 0 from offset 0, with confluent-kafka."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(values) < count and time.monotonic() < deadline:
+        for message in consumer.consume(1000, 0.5):
+            if message.error() is None:
+                values.append(int(message.value()))
+    consumer.close()
+    return values
 
 
 class ZooKeeperCluster:

@@ -1,4 +1,4 @@
-"""Leading partitions in-process freezes the heap (`broker.long_lived`): each test ends
+"""Leading partitions in-process freezes the heap (`storage.long_lived`): each test ends
 with the collector as the next one expects it, enabled and nothing frozen."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Partition state is moved out of the collector's walks once led, which is only safe
-because a deleted topic's state is freed by reference counting alone: no cycles."""
+"""Partition state once led, and remote segment metadata once stored, are moved out of the
+collector's walks, which is only safe because a deleted topic's state and a deleted
+segment are freed by reference counting alone: no cycles."""
 
 from __future__ import annotations
 
@@ -9,7 +10,18 @@ import weakref
 from pathlib import Path
 
 from tests.unit.broker import running_broker
-from tierbroker.broker.long_lived import FREEZE_EVERY_PARTITIONS
+from tests.unit.test_remote_metadata import (
+    DELETE_FINISHED,
+    DELETE_STARTED,
+    FINISHED,
+    STARTED,
+    TIP,
+    in_state,
+    segment,
+)
+from tierbroker.broker.replica_manager import FREEZE_EVERY_PARTITIONS
+from tierbroker.storage.remote.metadata_cache import FREEZE_EVERY_SEGMENTS, RemoteLogMetadataCache
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from tierbroker.storage.topic_partition import TopicPartition
 
 TIERED = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20)}
@@ -65,3 +77,37 @@ async def test_leading_partitions_freezes_them(tmp_path: Path) -> None:
         assert frozen > 0
         # the permanent generation is not in gc.get_objects(): a led partition is there
         assert not any(o is led for o in gc.get_objects())
+
+
+def segment_metadata_objects() -> int:
+    return sum(1 for o in gc.get_objects() if isinstance(o, RemoteLogSegmentMetadata))
+
+
+def test_a_deleted_remote_segment_is_freed_without_the_cyclic_collector() -> None:
+    cache = RemoteLogMetadataCache()
+    gc.collect()
+    before = segment_metadata_objects()
+    gc.disable()
+    try:
+        for start in range(0, 1000, 100):
+            started = segment(start, start + 99, state=STARTED)
+            cache.put(started)
+            cache.put(in_state(started, FINISHED))
+        assert segment_metadata_objects() >= before + 10
+        for s in cache.readable_segments(TIP):
+            cache.put(in_state(s, DELETE_STARTED))
+            cache.put(in_state(s, DELETE_FINISHED))
+        del started, s
+        assert segment_metadata_objects() == before
+    finally:
+        gc.enable()
+
+
+def test_storing_segment_states_freezes_them() -> None:
+    gc.unfreeze()
+    cache = RemoteLogMetadataCache()
+    for start in range(0, FREEZE_EVERY_SEGMENTS * 100, 100):  # a freeze's worth
+        cache.put(segment(start, start + 99, state=STARTED))
+    assert gc.get_freeze_count() > 0
+    first = next(cache.all_segments(TIP))
+    assert not any(o is first for o in gc.get_objects())  # in the permanent generation
