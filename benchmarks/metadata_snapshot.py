@@ -93,6 +93,14 @@ def tips(partitions: int) -> list[TopicIdPartition]:
     ]
 
 
+BASE_OFFSET = 1_000_000_000
+SEGMENTS_PER_EPOCH = 100  # a partition's leader changes every 100 segments
+
+
+def epoch_of(offset: int) -> int:
+    return (offset - BASE_OFFSET) // 1000 // SEGMENTS_PER_EPOCH
+
+
 def segment(tip: TopicIdPartition, start: int, i: int, state: RemoteLogSegmentState) -> Any:
     return RemoteLogSegmentMetadata(
         segment_id=RemoteLogSegmentId.generate(tip),
@@ -102,7 +110,7 @@ def segment(tip: TopicIdPartition, start: int, i: int, state: RemoteLogSegmentSt
         broker_id=0,
         event_timestamp_ms=1_700_000_000_000 + i,
         segment_size_bytes=1 << 20,
-        segment_leader_epochs=((i % 7, start),),
+        segment_leader_epochs=((epoch_of(start), start),),
         state=state,
     )
 
@@ -110,7 +118,7 @@ def segment(tip: TopicIdPartition, start: int, i: int, state: RemoteLogSegmentSt
 def build(rlmm: TopicBasedRemoteLogMetadataManager, count: int, partitions: int) -> None:
     all_tips = tips(partitions)
     for i in range(count):
-        start = 1_000_000_000 + (i // partitions) * 1000
+        start = BASE_OFFSET + (i // partitions) * 1000
         rlmm.cache.put(segment(all_tips[i % partitions], start, i, FINISHED))
     rlmm.next_offsets = {0: 0}
 
@@ -119,7 +127,7 @@ def later_events(count: int, segments: int, partitions: int) -> list[bytes]:
     """`count` events after the snapshot: new segments' copies, started then finished."""
     all_tips, events = tips(partitions), []
     for i in range(count // 2):
-        start = 1_000_000_000 + (segments // partitions + 1 + i // partitions) * 1000
+        start = BASE_OFFSET + (segments // partitions + 1 + i // partitions) * 1000
         started = segment(all_tips[i % partitions], start, i, RemoteLogSegmentState(0))
         for m in (started, started.with_state(FINISHED, 1)):
             events.append(json.dumps({"type": "segment", "metadata": m.to_json()}).encode())
@@ -236,10 +244,10 @@ def read_path_us(
     """Microseconds per call of the read paths a fetch or a metric takes, at random."""
     rng = random.Random(1)
     all_tips = rlmm.partitions()
-    top = 1_000_000_000 + (n // partitions) * 1000
-    calls = [(rng.choice(all_tips), rng.randrange(1_000_000_000, top)) for _ in range(20_000)]
+    top = BASE_OFFSET + (n // partitions) * 1000
+    calls = [(rng.choice(all_tips), rng.randrange(BASE_OFFSET, top)) for _ in range(20_000)]
     timed = {
-        "segment for offset": lambda t, o: rlmm.remote_log_segment_metadata(t, o),
+        "segment for offset": lambda t, o: rlmm.remote_log_segment_metadata(t, epoch_of(o), o),
         "remote_log_size": lambda t, o: rlmm.remote_log_size(t, 6),
         "highest offset for epoch": lambda t, o: rlmm.highest_offset_for_epoch(t, 3),
     }

@@ -413,6 +413,7 @@ class FetchReader:
             *(
                 remote.read(
                     TopicIdPartition(r.partition.topic_id, r.partition.topic_partition),
+                    r.partition.log,
                     r.offset,
                     r.max_bytes,
                 )

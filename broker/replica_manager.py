@@ -500,7 +500,7 @@ class ReplicaManager:
             tip = TopicIdPartition(partition.topic_id, tp)
             try:
                 found = await self.remote.find_offset_by_timestamp(
-                    tip, timestamp_ms, lg.log_start_offset, timeout_s
+                    tip, lg, timestamp_ms, lg.log_start_offset, timeout_s
                 )
             except TimeoutError as e:
                 raise KafkaError(ErrorCode.request_timed_out, f"{tp}: remote lookup") from e

@@ -45,16 +45,6 @@ from tierbroker.storage.remote.storage_manager import (
 log = logging.getLogger(__name__)
 
 
-def epoch_at(segment: RemoteLogSegmentMetadata, offset: int) -> int:
-    """The leader epoch `segment` wrote `offset` in (-1 if before its first epoch)."""
-    found = -1
-    for epoch, start in segment.segment_leader_epochs:
-        if start > offset:
-            break
-        found = epoch
-    return found
-
-
 @dataclass(frozen=True, slots=True)
 class RemoteLogAuxState:
     """What a follower's log needs to start after `segment`, fetched from the remote tier."""
@@ -128,8 +118,8 @@ class TierStateMachine:
             if earlier_end > target:
                 target_epoch = earlier_epoch
         tip = TopicIdPartition(partition.topic_id, tp)
-        segment = self.rlmm.remote_log_segment_metadata(tip, target)
-        if segment is None or epoch_at(segment, target) != target_epoch:
+        segment = self.rlmm.remote_log_segment_metadata(tip, target_epoch, target)
+        if segment is None:
             raise RemoteStorageError(
                 f"{tp}: no remote segment holds offset {target} in leader epoch {target_epoch} "
                 f"(leader's local log start {local_start}, log start {leader_log_start_offset})"

@@ -8,7 +8,8 @@ Discovery lists a partition's directory, keeps the segments whose manifest exist
 (the RSM writes it last: a segment without it is incomplete, or being deleted,
 whose manifest goes first), reads each manifest once (they never change) and
 resolves overlaps (`resolve_overlaps`) into an ordered list of offset ranges, each
-served by one segment.
+served by one segment of the partition's lineage, found by the broker's own rule
+(`storage.remote.lineage`).
 
 The cluster id is a path component: pass `cluster`, or discovery lists the store
 to find the clusters holding the topic. `entropy_bits` must equal the broker's
@@ -38,6 +39,7 @@ from tierbroker.storage.remote.key_layout import (
     MANIFEST_SUFFIX,
     ObjectKeyLayout,
 )
+from tierbroker.storage.remote.lineage import agreed_end, latest_lineage
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 
 log = logging.getLogger(__name__)
@@ -59,12 +61,17 @@ class RemoteSegment:
     start_offset: int
     end_offset: int  # inclusive
     max_timestamp_ms: int
-    leader_epoch: int  # the highest leader epoch of its records
+    leader_epochs: tuple[tuple[int, int], ...]  # (epoch, start offset) of its records
     event_timestamp_ms: int
     size: int
     log_key: str
     indexes_key: str | None  # every index in one object (`storage.remote.index_bundle`)
     manifest_key: str
+
+    @property
+    def leader_epoch(self) -> int:
+        """The highest leader epoch of its records."""
+        return self.leader_epochs[-1][0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +105,7 @@ def parse_manifest(cluster: str, manifest_key: str, document: bytes) -> RemoteSe
         start_offset=metadata.start_offset,
         end_offset=metadata.end_offset,
         max_timestamp_ms=metadata.max_timestamp_ms,
-        leader_epoch=max(metadata.epochs(), default=-1),
+        leader_epochs=metadata.segment_leader_epochs,
         event_timestamp_ms=metadata.event_timestamp_ms,
         size=int(log_entry["size"]) or metadata.segment_size_bytes,
         log_key=str(log_entry["key"]),
@@ -110,30 +117,38 @@ def parse_manifest(cluster: str, manifest_key: str, document: bytes) -> RemoteSe
 def resolve_overlaps(segments: Iterable[RemoteSegment]) -> list[SegmentRange]:
     """Non-overlapping ranges in offset order, each offset served by one segment.
 
-    Where segments overlap (a new leader uploaded the same offsets again), the one
-    with the higher leader epoch wins, then the later-starting one, then the later
-    upload, then the larger segment id: the same answer on every reader.
+    Only the lineage of the latest segment is read, followed backwards as the broker's
+    metadata does (`storage.remote.lineage.latest_lineage`); a segment of another lineage
+    (an unclean election, a deposed leader's late copy) serves only the offsets where it
+    agrees with it. Where segments of the lineage overlap (a new leader uploaded the same
+    offsets again) they hold the same records: the one with the higher leader epoch
+    serves them, then the later-starting one, then the later upload, then the larger
+    segment id: the same answer on every reader.
     """
+    segments = list(segments)
+    lineage = latest_lineage((s.leader_epochs, s.end_offset) for s in segments)
+    agreed = {s.segment_id: agreed_end(s.leader_epochs, s.end_offset, lineage) for s in segments}
     ranked = sorted(
-        segments,
+        (s for s in segments if agreed[s.segment_id] >= s.start_offset),
         key=lambda s: (s.leader_epoch, s.start_offset, s.event_timestamp_ms, s.segment_id),
         reverse=True,
     )
     claimed: list[tuple[int, int]] = []  # sorted, disjoint [first, last] already served
     ranges: list[SegmentRange] = []
     for segment in ranked:
+        end = agreed[segment.segment_id]
         cursor = segment.start_offset
         for first, last in claimed:
             if last < cursor:
                 continue
-            if first > segment.end_offset:
+            if first > end:
                 break
             if first > cursor:
                 ranges.append(SegmentRange(segment, cursor, first - 1))
             cursor = max(cursor, last + 1)
-        if cursor <= segment.end_offset:
-            ranges.append(SegmentRange(segment, cursor, segment.end_offset))
-        claimed = _merge([*claimed, (segment.start_offset, segment.end_offset)])
+        if cursor <= end:
+            ranges.append(SegmentRange(segment, cursor, end))
+        claimed = _merge([*claimed, (segment.start_offset, end)])
     return sorted(ranges, key=lambda r: r.first_offset)
 
 

@@ -1,5 +1,8 @@
 """`ExpirationTask`: applies retention to a leader's remote tier and deletes what it gives up.
 
+Retention walks the segments of the leader's own lineage (its leader-epoch entries,
+`storage.remote.lineage`), as Kafka's leader does, so a new leader right after a
+failover counts and expires what its log holds, not what a diverged one uploaded.
 Deleted, oldest first, through DELETE_SEGMENT_STARTED -> RSM delete ->
 DELETE_SEGMENT_FINISHED:
 - segments past `retention.ms` (by their largest timestamp);
@@ -24,6 +27,7 @@ from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.log import LogStartOffsetIncrementReason, now_ms
+from tierbroker.storage.remote.lineage import lineage_segments
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
@@ -89,15 +93,16 @@ class ExpirationTask:
     def expired_segments(self) -> list[RemoteLogSegmentMetadata]:
         p, lg = self.partition, self.partition.log
         cfg = lg.config
-        segments = self.rlmm.readable_segments(p.tip)
         if not cfg.remote_storage_enable:
-            return segments if cfg.remote_log_delete_on_disable else []
+            return self.rlmm.readable_segments(p.tip) if cfg.remote_log_delete_on_disable else []
+        lineage = lg.leader_epoch_cache.entries
+        segments = lineage_segments(self.rlmm.readable_segments(p.tip), lineage)
         now = now_ms()
         local_only = sum(
             s.size for s in lg.segments if s.base_offset > lg.highest_offset_in_remote_storage
         )
         excess = (
-            self.rlmm.remote_log_size(p.tip, lg.leader_epoch_cache.latest_epoch)
+            self.rlmm.remote_log_size(p.tip, lg.leader_epoch_cache.latest_epoch, lineage)
             + local_only
             - cfg.retention_bytes
             if cfg.retention_bytes >= 0
@@ -150,7 +155,13 @@ class ExpirationTask:
             return
         # As Kafka does, the log start moves first: no reader is sent to a segment being deleted.
         gone = {s.segment_id.id for s in expired}
-        remaining = [s for s in self.rlmm.readable_segments(p.tip) if s.segment_id.id not in gone]
+        remaining = [
+            s
+            for s in lineage_segments(
+                self.rlmm.readable_segments(p.tip), lg.leader_epoch_cache.entries
+            )
+            if s.segment_id.id not in gone
+        ]
         new_start = remaining[0].start_offset if remaining else lg.local_log_start_offset
         lg.maybe_increment_log_start_offset(
             min(new_start, lg.high_watermark), LogStartOffsetIncrementReason.SEGMENT_DELETION

@@ -35,6 +35,7 @@ from tierbroker.rlm.remote_reader import RemoteLogReader
 from tierbroker.rlm.task_pool import TaskPool
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
+from tierbroker.storage.remote.lineage import lineage_segments
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
@@ -139,7 +140,7 @@ class RemoteLogManager:
         what remote retention already deleted; reads there would find nothing."""
         if not lg.config.remote_storage_enable:
             return
-        remote = self.rlmm.readable_segments(tip)
+        remote = lineage_segments(self.rlmm.readable_segments(tip), lg.leader_epoch_cache.entries)
         earliest = remote[0].start_offset if remote else lg.local_log_start_offset
         lg.maybe_increment_log_start_offset(
             min(earliest, lg.high_watermark), LogStartOffsetIncrementReason.REMOTE_TIER_RESTORED
@@ -181,25 +182,35 @@ class RemoteLogManager:
 
     # Reads ---------------------------------------------------------------------------
 
-    async def read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> memoryview:
-        """Whole batches from `offset` in the remote tier.
+    async def read(self, tip: TopicIdPartition, lg: Log, offset: int, max_bytes: int) -> memoryview:
+        """Whole batches from `offset` in the remote tier, along `lg`'s leader-epoch lineage.
 
         Raises TimeoutError after remote.fetch.max.wait.ms (the read goes on)."""
-        return await self.reader.read(tip, offset, max_bytes, self.config.fetch_max_wait_ms / 1000)
+        return await self.reader.read(
+            tip,
+            offset,
+            max_bytes,
+            self.config.fetch_max_wait_ms / 1000,
+            lg.leader_epoch_cache.entries,
+        )
 
     async def find_offset_by_timestamp(
         self,
         tip: TopicIdPartition,
+        lg: Log,
         timestamp_ms: int,
         starting_offset: int,
         timeout_s: float | None = None,
     ) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after `timestamp_ms` in the remote tier.
+        """(offset, timestamp) of the first record at or after `timestamp_ms` in the remote
+        tier, along `lg`'s leader-epoch lineage.
 
         Raises TimeoutError after `timeout_s`, or the remote call timeout if that is shorter."""
         limit_s = self.config.remote_call_timeout_ms / 1000
         async with asyncio.timeout(limit_s if timeout_s is None else min(timeout_s, limit_s)):
-            return await self.reader.find_offset_by_timestamp(tip, timestamp_ms, starting_offset)
+            return await self.reader.find_offset_by_timestamp(
+                tip, timestamp_ms, starting_offset, lg.leader_epoch_cache.entries
+            )
 
     # Status and metrics --------------------------------------------------------------
 
@@ -242,12 +253,15 @@ class RemoteLogManager:
         self, tip: TopicIdPartition, lg: Log
     ) -> tuple[list[RemoteLogSegmentMetadata], int]:
         """The remote segments readers reach and their bytes in this log's lineage (KIP-852)."""
-        readable = self.rlmm.readable_segments(tip)
-        remote = [s for s in readable if s.end_offset >= lg.log_start_offset]
-        going_bytes = sum(
-            s.segment_size_bytes for s in readable if s.end_offset < lg.log_start_offset
-        )
-        size = self.rlmm.remote_log_size(tip, lg.leader_epoch_cache.latest_epoch)
+        lineage = lg.leader_epoch_cache.entries
+        counted = {epoch for epoch, _ in lineage}  # what remote_log_size counts
+        remote, going_bytes = [], 0
+        for s in lineage_segments(self.rlmm.readable_segments(tip), lineage):
+            if s.end_offset >= lg.log_start_offset:
+                remote.append(s)
+            elif s.segment_leader_epochs[-1][0] in counted:
+                going_bytes += s.segment_size_bytes
+        size = self.rlmm.remote_log_size(tip, lg.leader_epoch_cache.latest_epoch, lineage)
         return remote, size - going_bytes
 
     def storage_health(self) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """`RemoteLogReader`: serves fetches and timestamp lookups from the remote tier.
 
-A read finds the segment holding the offset (RLMM), turns the offset into a byte
-position with the segment's offset index (`RemoteIndexCache`), and range-reads
-only from there: whole batches, at least one, never more than the fetch's byte
-limit. Reads run in a bounded pool (`remote.log.reader.threads`, at most
+Every read follows the reading log's lineage (its leader-epoch entries): a read finds
+the segment holding the offset in the offset's epoch there (RLMM, as Kafka's
+`RemoteLogManager.read`), turns the offset into a byte position with the segment's
+offset index (`RemoteIndexCache`), and range-reads only from there: whole batches, at
+least one, never more than the fetch's byte limit, and none past the last offset where
+the segment and the lineage agree (a segment of a diverged lineage serves only its
+common part). Reads run in a bounded pool (`remote.log.reader.threads`, at most
 `remote.log.reader.max.pending.tasks` waiting) as tasks owned by the reader: a
 fetch that stops waiting (`remote.fetch.max.wait.ms`) does not cancel its read,
 whose result waits in a bounded result cache (oldest dropped first) so the
@@ -29,6 +32,7 @@ from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.index_cache import RemoteIndexCache
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.rlm.quota import ByteRateLimiter
+from tierbroker.storage.remote.lineage import Lineage, agreed_end, epoch_for_offset
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
@@ -38,7 +42,8 @@ log = logging.getLogger(__name__)
 SLACK_BYTES = 64 * 1024  # read past the index position: batches before the offset, one header
 RESULT_CACHE_BYTES = 64 * 1024 * 1024
 
-ReadKey = tuple[TopicIdPartition, int, int]  # partition, fetch offset, max bytes
+# partition, fetch offset, max bytes, the reading log's lineage
+ReadKey = tuple[TopicIdPartition, int, int, tuple[tuple[int, int], ...]]
 
 
 class RemoteLogReader:
@@ -66,14 +71,20 @@ class RemoteLogReader:
         return len(self._inflight)
 
     async def read(
-        self, tip: TopicIdPartition, offset: int, max_bytes: int, timeout_s: float
+        self,
+        tip: TopicIdPartition,
+        offset: int,
+        max_bytes: int,
+        timeout_s: float,
+        lineage: Lineage,
     ) -> memoryview:
-        """Batches from `offset`, a view into the range read (not a copy); raises
-        TimeoutError if not read within `timeout_s`."""
-        key = (tip, offset, max_bytes)
+        """Batches from `offset` of the log whose leader-epoch entries are `lineage`, a view
+        into the range read (not a copy); raises TimeoutError if not read within
+        `timeout_s`."""
+        key = (tip, offset, max_bytes, tuple(lineage))
         done = self._take(key)
         if done is not None:
-            self._read_ahead(tip, done, max_bytes)
+            self._read_ahead(key, done)
             return done
         task = self._inflight.get(key)
         if task is None:
@@ -83,10 +94,10 @@ class RemoteLogReader:
         async with asyncio.timeout(timeout_s):
             result = await asyncio.shield(task)
         self._take(key)
-        self._read_ahead(tip, result, max_bytes)
+        self._read_ahead(key, result)
         return result
 
-    def _read_ahead(self, tip: TopicIdPartition, served: memoryview, max_bytes: int) -> None:
+    def _read_ahead(self, served_key: ReadKey, served: memoryview) -> None:
         """Start the read following `served` if it is in the remote tier and threads are idle.
 
         A fetch that asks for a read ahead still in flight shares its outcome, an error
@@ -96,14 +107,16 @@ class RemoteLogReader:
         # One thread stays free for reads that a fetch is waiting on.
         if not served or len(self._inflight) >= self.config.reader_threads - 1:
             return
+        tip, _, max_bytes, lineage = served_key
         try:
             last = -1
             for batch in iter_batches(served):
                 last = batch.last_offset
-            key = (tip, last + 1, max_bytes)
+            key = (tip, last + 1, max_bytes, lineage)
             if key in self._inflight or key in self._results:
                 return
-            if self.rlmm.remote_log_segment_metadata(tip, last + 1) is not None:
+            epoch = epoch_for_offset(lineage, last + 1)
+            if self.rlmm.remote_log_segment_metadata(tip, epoch, last + 1) is not None:
                 self._start(key)
         except Exception:  # a guess never fails the fetch it follows, which was served
             log.warning("%s: no read ahead after offset %d", tip, last, exc_info=True)
@@ -131,13 +144,15 @@ class RemoteLogReader:
             self._results_bytes -= _held_bytes(data)
         return data
 
-    async def _read(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> memoryview:
+    async def _read(
+        self, tip: TopicIdPartition, offset: int, max_bytes: int, lineage: Lineage
+    ) -> memoryview:
         async with self._slots:
             try:
                 # A timeout scope, not wait_for: no extra task, so a read ahead reaches the
                 # remote tier before the loop turns to writing the response it follows.
                 async with asyncio.timeout(self.config.remote_call_timeout_ms / 1000):
-                    data = await self._read_batches(tip, offset, max_bytes)
+                    data = await self._read_batches(tip, offset, max_bytes, lineage)
             except Exception as e:
                 self.metrics.fetch_errors.labels(tip.topic_partition.topic).inc()
                 self.metrics.health.failed(e)
@@ -147,12 +162,17 @@ class RemoteLogReader:
             self.metrics.fetch_bytes.labels(tip.topic_partition.topic).inc(len(data))
             return data
 
-    async def _read_batches(self, tip: TopicIdPartition, offset: int, max_bytes: int) -> memoryview:
-        metadata = self.rlmm.remote_log_segment_metadata(tip, offset)
+    async def _read_batches(
+        self, tip: TopicIdPartition, offset: int, max_bytes: int, lineage: Lineage
+    ) -> memoryview:
+        epoch = epoch_for_offset(lineage, offset)
+        metadata = self.rlmm.remote_log_segment_metadata(tip, epoch, offset)
         if metadata is None:
             raise KafkaError(
-                ErrorCode.offset_out_of_range, f"{tip}: offset {offset} is not in the remote tier"
+                ErrorCode.offset_out_of_range,
+                f"{tip}: offset {offset} of leader epoch {epoch} is not in the remote tier",
             )
+        last_agreed = agreed_end(metadata.segment_leader_epochs, metadata.end_offset, lineage)
         # A read from the segment's first offset needs no index: it starts at position 0.
         position = (
             0
@@ -177,8 +197,11 @@ class RemoteLogReader:
             start += batch.size_in_bytes
         end = start
         while end + BATCH_HEADER_SIZE <= len(chunk):
-            size = BatchView(chunk, end).size_in_bytes
-            if end + size > len(chunk) or (end > start and end + size - start > max_bytes):
+            batch = BatchView(chunk, end)
+            size = batch.size_in_bytes
+            if end + size > len(chunk) or (
+                end > start and (end + size - start > max_bytes or batch.last_offset > last_agreed)
+            ):
                 break
             end += size
         if end == start:  # the first batch is larger than the chunk: at least one batch
@@ -195,12 +218,16 @@ class RemoteLogReader:
         return await self.rsm.fetch_log_segment(metadata, position, end)
 
     async def find_offset_by_timestamp(
-        self, tip: TopicIdPartition, timestamp_ms: int, starting_offset: int
+        self, tip: TopicIdPartition, timestamp_ms: int, starting_offset: int, lineage: Lineage
     ) -> tuple[int, int] | None:
         """(offset, timestamp) of the first remote record at or after `starting_offset` with
-        timestamp >= `timestamp_ms`, searching segments in offset order, as Kafka does."""
+        timestamp >= `timestamp_ms`, searching the segments of `lineage` in offset order, as
+        Kafka does (a segment of a diverged lineage only up to where it agrees)."""
         for metadata in self.rlmm.readable_segments(tip):
             if metadata.max_timestamp_ms < timestamp_ms or metadata.end_offset < starting_offset:
+                continue
+            last_agreed = agreed_end(metadata.segment_leader_epochs, metadata.end_offset, lineage)
+            if last_agreed < max(metadata.start_offset, starting_offset):
                 continue
             from_offset = max(
                 await self.index_cache.lookup_timestamp(metadata, timestamp_ms), starting_offset
@@ -208,6 +235,8 @@ class RemoteLogReader:
             position = await self.index_cache.lookup_offset(metadata, from_offset)
             async for batch_bytes in self._batches(metadata, position):
                 batch = BatchView(batch_bytes)
+                if batch.base_offset > last_agreed:
+                    break
                 if batch.max_timestamp < timestamp_ms or batch.last_offset < starting_offset:
                     continue
                 for record in decode_batch(batch).records:

@@ -1,18 +1,24 @@
 """`RemoteLogMetadataCache`: what the remote tier holds, per partition, in memory.
 
-Per partition it keeps every segment not yet DELETE_SEGMENT_FINISHED, an index of
-the readable (COPY_SEGMENT_FINISHED) ones by start offset, the highest remote
-offset of each leader epoch, and running byte totals keyed by each segment's
-first epoch, so `remote_log_size(tp, epoch)` sums a handful of epochs, never the
-segments (KIP-852).
+Per partition it keeps every segment not yet DELETE_SEGMENT_FINISHED and indexes of the
+readable (COPY_SEGMENT_FINISHED) ones: by start offset; per leader epoch, by the epoch's
+first offset in each segment (Kafka's `RemoteLogLeaderEpochState`), so that
+`segment_for_offset(tp, epoch, offset)` answers with a segment holding that offset *in
+that epoch*, never one of another lineage; per last epoch, by end offset, with running
+byte totals; and the highest remote offset of each epoch. Each epoch's parent and start,
+read from the segments that cross from one epoch to the next, give the lineage ending in
+an epoch (`lineage.lineage_ending_in`), and `remote_log_size(tp, epoch)` sums, per epoch
+of that lineage, the total of the segments ending in it less the few that run past the
+lineage's end of it (another lineage's): O(epochs), never a scan of the segments (KIP-852).
 
-Overlaps: a finished segment whose offsets lie wholly inside another finished
-segment (a retried copy, or a new leader copying again) is *superseded*: it is
-dropped from the readable index and the totals and left for expiration to
-delete, so it is neither read, counted twice, nor leaked. A COPY_SEGMENT_STARTED
-segment is never read nor counted.
+Overlaps: a finished segment holding every record of another finished segment (the
+other's last record, (epoch, end offset), and an earlier or equal start: a retried
+copy, or a new leader copying again) *supersedes* it: the other is dropped from the
+indexes and totals and left for expiration to delete, so it is neither read, counted
+twice, nor leaked. Segments of two lineages over the same offsets both stay readable,
+each in its own epochs. A COPY_SEGMENT_STARTED segment is never read nor counted.
 
-Memory: a segment costs about 600 bytes (its metadata object, ids and ints, and its
+Memory: a segment costs about 650 bytes (its metadata object, ids and ints, and its
 index entries); the segments of a partition share one `TopicIdPartition`, so one read
 back from the metadata topic does not carry its own copy. Every query but
 `all_segments` and the list copies is O(log n) or O(epochs). Segments stored are
@@ -28,6 +34,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from tierbroker.storage.long_lived import LongLivedObjects
+from tierbroker.storage.remote.lineage import (
+    Lineage,
+    epoch_end_in,
+    epoch_ranges,
+    learn_parents,
+    lineage_ending_in,
+)
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -41,15 +54,83 @@ FREEZE_EVERY_SEGMENTS = 20_000  # segment states stored between two freezes of t
 
 
 @dataclass(slots=True)
+class _EpochIndex:
+    """Readable segments holding records of one epoch, by the epoch's first offset in each,
+    and `reach[i]`, the highest offset of the epoch in segments 0..i: non-decreasing, so
+    the first segment reaching an offset is found by bisection even where uploads of two
+    lineages nest, and its last entry is the epoch's highest remote offset. An insertion
+    or removal updates `reach` from there until it is unchanged: O(1) when segments
+    come in order and go oldest first."""
+
+    starts: list[int] = field(default_factory=list)
+    segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    reach: list[int] = field(default_factory=list)
+
+    def insert(self, first: int, metadata: RemoteLogSegmentMetadata, epoch: int) -> None:
+        i = bisect.bisect_right(self.starts, first)
+        self.starts.insert(i, first)
+        self.segments.insert(i, metadata)
+        self.reach.insert(i, -1)
+        self._update_reach(i, epoch)
+
+    def remove(self, first: int, metadata: RemoteLogSegmentMetadata, epoch: int) -> None:
+        i = self.segments.index(metadata, bisect.bisect_left(self.starts, first))
+        del self.starts[i]
+        del self.segments[i]
+        del self.reach[i]
+        self._update_reach(i, epoch)
+
+    def _update_reach(self, i: int, epoch: int) -> None:
+        for k in range(i, len(self.reach)):
+            reach = max(self.reach[k - 1] if k else -1, _epoch_end(self.segments[k], epoch))
+            if reach == self.reach[k] and k > i:
+                return
+            self.reach[k] = reach
+
+    def holding(self, offset: int, epoch: int) -> RemoteLogSegmentMetadata | None:
+        """A segment holding `offset` of the epoch: the one starting last before it (as
+        Kafka answers), or else the first reaching it."""
+        i = bisect.bisect_right(self.starts, offset) - 1
+        if i < 0 or self.reach[i] < offset:
+            return None
+        floor = self.segments[i]
+        if floor.segment_leader_epochs[-1][0] == epoch:  # the common case, inline
+            end = floor.end_offset
+        else:
+            end = _epoch_end(floor, epoch)
+        if end >= offset:
+            return floor
+        return self.segments[bisect.bisect_left(self.reach, offset, 0, i)]
+
+
+@dataclass(slots=True)
 class _PartitionState:
     tip: TopicIdPartition  # the one object its segments' ids refer to
     segments: dict[object, RemoteLogSegmentMetadata] = field(default_factory=dict)
     starts: list[int] = field(default_factory=list)  # readable segments, by start offset
     readable: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     superseded: set[object] = field(default_factory=set)
-    size_by_first_epoch: dict[int, int] = field(default_factory=dict)
-    highest_offset_by_epoch: dict[int, int] = field(default_factory=dict)
+    by_epoch: dict[int, _EpochIndex] = field(default_factory=dict)
+    by_last_epoch: dict[int, list[RemoteLogSegmentMetadata]] = field(default_factory=dict)
+    size_by_last_epoch: dict[int, int] = field(default_factory=dict)
+    parents: dict[int, tuple[int, int]] = field(default_factory=dict)  # epoch: (parent, start)
+    lineages: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # until a change
     delete_state: RemotePartitionDeleteState | None = None
+
+
+def _end(m: RemoteLogSegmentMetadata) -> int:
+    return m.end_offset
+
+
+def _last_epoch(m: RemoteLogSegmentMetadata) -> int:
+    return m.segment_leader_epochs[-1][0]
+
+
+def _epoch_end(m: RemoteLogSegmentMetadata, epoch: int) -> int:
+    """The last offset of `epoch` in `m`, which holds some of it."""
+    end = epoch_end_in(m.segment_leader_epochs, m.end_offset, epoch)
+    assert end is not None
+    return end
 
 
 class RemoteLogMetadataCache:
@@ -105,6 +186,8 @@ class RemoteLogMetadataCache:
             return
         metadata = self._interned(state, metadata)
         state.segments[key] = metadata
+        learn_parents(metadata.segment_leader_epochs, state.parents)
+        state.lineages.clear()
         if metadata.state == FINISHED:
             self._index(state, metadata)
         self._long_lived.added()
@@ -125,38 +208,72 @@ class RemoteLogMetadataCache:
         state = self._state(metadata.topic_id_partition)
         metadata = self._interned(state, metadata)
         state.segments[metadata.segment_id.id] = metadata
+        learn_parents(metadata.segment_leader_epochs, state.parents)
+        state.lineages.clear()
         if superseded:
             state.superseded.add(metadata.segment_id.id)
         elif metadata.state == FINISHED:
             self._add_readable(state, metadata)
         self._long_lived.added()
 
+    def _covering(
+        self, state: _PartitionState, metadata: RemoteLogSegmentMetadata
+    ) -> RemoteLogSegmentMetadata | None:
+        """A readable segment holding every record of `metadata`: its last record and an
+        earlier or equal start (then the records before agree too). Of those holding the
+        last record, the latest and the earliest starting are asked."""
+        epoch, first, last = epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset)[-1]
+        index = state.by_epoch.get(epoch)
+        if index is None:
+            return None
+        i = bisect.bisect_right(index.starts, first) - 1
+        if i < 0 or index.reach[i] < last:
+            return None
+        for c in (index.segments[i], index.segments[bisect.bisect_left(index.reach, last, 0, i)]):
+            if c.start_offset <= metadata.start_offset and _epoch_end(c, epoch) >= last:
+                return c
+        return None
+
     def _index(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
-        lo = bisect.bisect_left(state.starts, metadata.start_offset)
-        # Wholly inside a readable segment that starts before or at the same offset?
-        covering = [state.readable[j] for j in (lo - 1, lo) if 0 <= j < len(state.readable)]
-        if any(
-            c.start_offset <= metadata.start_offset and c.end_offset >= metadata.end_offset
-            for c in covering
-        ):
+        if self._covering(state, metadata) is not None:
             state.superseded.add(metadata.segment_id.id)
             return
-        while lo < len(state.readable) and state.readable[lo].end_offset <= metadata.end_offset:
-            inner = state.readable[lo]  # starts at or after the new one and ends within it
-            self._unindex(state, inner)
-            state.superseded.add(inner.segment_id.id)
+        # Segments whose last record this one holds, starting at or after it.
+        for epoch, first, last in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
+            index = state.by_epoch.get(epoch)
+            if index is None:
+                continue
+            lo = bisect.bisect_left(index.starts, first)
+            hi = bisect.bisect_right(index.starts, last)
+            inner = [
+                s
+                for s in index.segments[lo:hi]
+                if _last_epoch(s) == epoch
+                and s.end_offset <= last
+                and s.start_offset >= metadata.start_offset
+            ]
+            for s in inner:
+                self._unindex(state, s)
+                state.superseded.add(s.segment_id.id)
         self._add_readable(state, metadata)
 
     def _add_readable(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
-        lo = bisect.bisect_left(state.starts, metadata.start_offset)
+        lo = bisect.bisect_right(state.starts, metadata.start_offset)
         state.starts.insert(lo, metadata.start_offset)
         state.readable.insert(lo, metadata)
-        epoch = metadata.first_epoch
-        state.size_by_first_epoch[epoch] = (
-            state.size_by_first_epoch.get(epoch, 0) + metadata.segment_size_bytes
+        for epoch, first, _ in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
+            index = state.by_epoch.get(epoch)
+            if index is None:
+                index = state.by_epoch[epoch] = _EpochIndex()
+            index.insert(first, metadata, epoch)
+        epoch = _last_epoch(metadata)
+        ending = state.by_last_epoch.get(epoch)
+        if ending is None:
+            ending = state.by_last_epoch[epoch] = []
+        ending.insert(bisect.bisect_right(ending, metadata.end_offset, key=_end), metadata)
+        state.size_by_last_epoch[epoch] = (
+            state.size_by_last_epoch.get(epoch, 0) + metadata.segment_size_bytes
         )
-        for (e, _), end in zip(metadata.segment_leader_epochs, _epoch_ends(metadata), strict=True):
-            state.highest_offset_by_epoch[e] = max(state.highest_offset_by_epoch.get(e, -1), end)
 
     def _unindex(self, state: _PartitionState, metadata: RemoteLogSegmentMetadata) -> None:
         try:
@@ -165,28 +282,23 @@ class RemoteLogMetadataCache:
             )
         except ValueError:
             return  # superseded: never indexed
+        state.lineages.clear()
         del state.starts[i]
         del state.readable[i]
-        epoch = metadata.first_epoch
-        state.size_by_first_epoch[epoch] -= metadata.segment_size_bytes
-        if not state.size_by_first_epoch[epoch]:
-            del state.size_by_first_epoch[epoch]
-        # Epochs grow with offsets, so if this segment held an epoch's highest offset, the
-        # epoch's highest remaining offset is in the segment just before it, or nowhere.
-        previous = (
-            dict(
-                zip(state.readable[i - 1].epochs(), _epoch_ends(state.readable[i - 1]), strict=True)
-            )
-            if i > 0
-            else {}
-        )
-        for e, end in zip(metadata.epochs(), _epoch_ends(metadata), strict=True):
-            if state.highest_offset_by_epoch.get(e) != end:
-                continue
-            if e in previous:
-                state.highest_offset_by_epoch[e] = previous[e]
-            else:
-                del state.highest_offset_by_epoch[e]
+        for epoch, first, _ in epoch_ranges(metadata.segment_leader_epochs, metadata.end_offset):
+            index = state.by_epoch[epoch]
+            index.remove(first, metadata, epoch)
+            if not index.segments:
+                del state.by_epoch[epoch]
+        epoch = _last_epoch(metadata)
+        ending = state.by_last_epoch[epoch]
+        del ending[
+            ending.index(metadata, bisect.bisect_left(ending, metadata.end_offset, key=_end))
+        ]
+        state.size_by_last_epoch[epoch] -= metadata.segment_size_bytes
+        if not ending:
+            del state.by_last_epoch[epoch]
+            del state.size_by_last_epoch[epoch]
 
     def put_partition_delete(
         self, tip: TopicIdPartition, delete_state: RemotePartitionDeleteState
@@ -200,16 +312,34 @@ class RemoteLogMetadataCache:
     # Queries -------------------------------------------------------------------------
 
     def segment_for_offset(
-        self, tip: TopicIdPartition, offset: int
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        """The readable segment holding `offset`."""
+        """A readable segment holding `offset` in `leader_epoch` (Kafka's
+        `remoteLogSegmentMetadata(tp, epochForOffset, offset)`), if any: O(log n)."""
+        state = self._partitions.get(tip)
+        index = state.by_epoch.get(leader_epoch) if state else None
+        if index is None:
+            return None
+        return index.holding(offset, leader_epoch)
+
+    def lineage(self, tip: TopicIdPartition, leader_epoch: int) -> list[tuple[int, int]]:
+        """The lineage ending in `leader_epoch`, as the remote tier knows it
+        (`lineage.lineage_ending_in`); empty if it holds no epoch up to it."""
         state = self._partitions.get(tip)
         if state is None:
-            return None
-        i = bisect.bisect_right(state.starts, offset) - 1
-        if i >= 0 and state.readable[i].end_offset >= offset:
-            return state.readable[i]
-        return None
+            return []
+        found = state.lineages.get(leader_epoch)
+        if found is None:
+
+            def span(epoch: int) -> tuple[int, int] | None:
+                index = state.by_epoch.get(epoch)
+                if index is None:
+                    return None
+                return index.starts[0], index.reach[-1]
+
+            found = lineage_ending_in(leader_epoch, sorted(state.by_epoch), state.parents, span)
+            state.lineages[leader_epoch] = found
+        return found
 
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         state = self._partitions.get(tip)
@@ -239,7 +369,8 @@ class RemoteLogMetadataCache:
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
         state = self._partitions.get(tip)
-        return state.highest_offset_by_epoch.get(epoch) if state else None
+        index = state.by_epoch.get(epoch) if state else None
+        return index.reach[-1] if index else None
 
     def highest_offset(self, tip: TopicIdPartition) -> int:
         """The last offset readable from the remote tier, or -1."""
@@ -250,14 +381,31 @@ class RemoteLogMetadataCache:
         state = self._partitions.get(tip)
         return state.readable[0].start_offset if state and state.readable else None
 
-    def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int) -> int:
-        """Bytes of readable segments whose data starts in an epoch <= `leader_epoch` (KIP-852)."""
+    def remote_log_size(
+        self, tip: TopicIdPartition, leader_epoch: int, lineage: Lineage | None = None
+    ) -> int:
+        """Bytes of the readable segments in the lineage ending in `leader_epoch` (KIP-852):
+        `lineage` if given (a log's own leader-epoch entries), else the one the remote tier
+        tells. Per epoch of the lineage, the segments ending in it, less those ending past
+        the lineage's end of it (none unless lineages diverged there)."""
         state = self._partitions.get(tip)
         if state is None:
             return 0
-        return sum(
-            size for epoch, size in state.size_by_first_epoch.items() if epoch <= leader_epoch
-        )
+        if lineage is None:
+            lineage = self.lineage(tip, leader_epoch)
+        total = 0
+        for i, (epoch, _) in enumerate(lineage):
+            size = state.size_by_last_epoch.get(epoch, 0)
+            if (
+                size
+                and i + 1 < len(lineage)
+                and state.by_epoch[epoch].reach[-1] >= lineage[i + 1][1]
+            ):
+                ending = state.by_last_epoch[epoch]
+                past = bisect.bisect_right(ending, lineage[i + 1][1] - 1, key=_end)
+                size -= sum(m.segment_size_bytes for m in ending[past:])
+            total += size
+        return total
 
     def segment_count(self, tip: TopicIdPartition) -> int:
         state = self._partitions.get(tip)
@@ -269,9 +417,3 @@ class RemoteLogMetadataCache:
     def delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
         state = self._partitions.get(tip)
         return state.delete_state if state else None
-
-
-def _epoch_ends(metadata: RemoteLogSegmentMetadata) -> list[int]:
-    """The last offset of each epoch within the segment."""
-    starts = [start for _, start in metadata.segment_leader_epochs]
-    return [next_start - 1 for next_start in starts[1:]] + [metadata.end_offset]

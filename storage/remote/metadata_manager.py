@@ -12,6 +12,7 @@ import abc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
+from tierbroker.storage.remote.lineage import Lineage
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemotePartitionDeleteState,
@@ -71,9 +72,11 @@ class RemoteLogMetadataManager(abc.ABC):
 
     @abc.abstractmethod
     def remote_log_segment_metadata(
-        self, tip: TopicIdPartition, offset: int
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        """The readable segment holding `offset`, if any."""
+        """The readable segment holding `offset` in `leader_epoch`, if any: the caller
+        takes the epoch of the offset from its own lineage (its leader-epoch cache), so
+        it is never given a segment of another lineage."""
 
     @abc.abstractmethod
     def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
@@ -92,8 +95,14 @@ class RemoteLogMetadataManager(abc.ABC):
         """Finished segments wholly covered by another one: to delete, never read."""
 
     @abc.abstractmethod
-    def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int) -> int:
-        """Bytes of readable segments with data of epochs <= `leader_epoch` (KIP-852)."""
+    def remote_log_size(
+        self, tip: TopicIdPartition, leader_epoch: int, lineage: Lineage | None = None
+    ) -> int:
+        """Bytes of the readable segments of the lineage ending in `leader_epoch` (KIP-852).
+
+        `lineage`: the caller's leader-epoch entries, which a new leader has before the
+        remote tier holds anything of its epoch; else the lineage the remote tier tells
+        (`storage.remote.lineage`)."""
 
     @abc.abstractmethod
     def partitions(self) -> list[TopicIdPartition]:

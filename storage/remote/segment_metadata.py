@@ -84,13 +84,6 @@ class RemoteLogSegmentMetadata:
     def topic_id_partition(self) -> TopicIdPartition:
         return self.segment_id.topic_id_partition
 
-    @property
-    def first_epoch(self) -> int:
-        return self.segment_leader_epochs[0][0]
-
-    def epochs(self) -> list[int]:
-        return [epoch for epoch, _ in self.segment_leader_epochs]
-
     def with_state(
         self, state: RemoteLogSegmentState, event_timestamp_ms: int
     ) -> RemoteLogSegmentMetadata:

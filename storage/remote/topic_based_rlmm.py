@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from tierbroker.protocol.errors import KafkaError
+from tierbroker.storage.remote.lineage import Lineage
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
 from tierbroker.storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
 from tierbroker.storage.remote.metadata_snapshot import (
@@ -241,9 +242,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     # Reads ---------------------------------------------------------------------------
 
     def remote_log_segment_metadata(
-        self, tip: TopicIdPartition, offset: int
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        return self.cache.segment_for_offset(tip, offset)
+        return self.cache.segment_for_offset(tip, leader_epoch, offset)
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
         return self.cache.highest_offset_for_epoch(tip, leader_epoch)
@@ -257,8 +258,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def superseded_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         return self.cache.superseded_segments(tip)
 
-    def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int) -> int:
-        return self.cache.remote_log_size(tip, leader_epoch)
+    def remote_log_size(
+        self, tip: TopicIdPartition, leader_epoch: int, lineage: Lineage | None = None
+    ) -> int:
+        return self.cache.remote_log_size(tip, leader_epoch, lineage)
 
     def partitions(self) -> list[TopicIdPartition]:
         return self.cache.partitions()

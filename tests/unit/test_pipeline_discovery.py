@@ -95,8 +95,12 @@ async def copy_segment(
     return metadata
 
 
-def segment(start: int, end: int, epoch: int, sid: str) -> RemoteSegment:
-    return RemoteSegment(CLUSTER, TOPIC, 0, "id", sid, start, end, 0, epoch, 0, 0, "k", None, "m")
+def segment(start: int, end: int, epoch: int, sid: str, *epochs: tuple[int, int]) -> RemoteSegment:
+    """A segment of `epoch` from `start`, or of the (epoch, start) entries `epochs`."""
+    leader_epochs = epochs or ((epoch, start),)
+    return RemoteSegment(
+        CLUSTER, TOPIC, 0, "id", sid, start, end, 0, leader_epochs, 0, 0, "k", None, "m"
+    )
 
 
 def spans(ranges: list) -> list[tuple[str, int, int]]:  # type: ignore[type-arg]
@@ -130,11 +134,11 @@ async def test_only_segments_with_a_manifest_are_found(tmp_path: Path) -> None:
 def test_overlaps_resolve_by_epoch_then_later_start_whatever_the_order() -> None:
     segments = [
         segment(0, 99, 0, "a"),
-        segment(50, 149, 1, "b"),  # a new leader re-uploaded 50..99 and went on
+        segment(50, 149, 0, "b", (0, 50), (1, 100)),  # a new leader re-uploaded 50..99, went on
         segment(120, 199, 1, "c"),  # same epoch, starts later: wins 120..149
         segment(60, 70, 0, "d"),  # entirely under higher or equal priority: never read
-        segment(300, 399, 0, "e"),  # after a gap
-        segment(320, 329, 2, "f"),  # higher epoch inside: splits e in two
+        segment(300, 399, 1, "e"),  # after a gap
+        segment(320, 329, 1, "f"),  # a retried copy inside, starting later: splits e in two
     ]
     expected = [
         ("a", 0, 49),
@@ -144,6 +148,22 @@ def test_overlaps_resolve_by_epoch_then_later_start_whatever_the_order() -> None
         ("f", 320, 329),
         ("e", 330, 399),
     ]
+    for seed in range(5):
+        random.Random(seed).shuffle(segments)
+        assert spans(resolve_overlaps(segments)) == expected
+
+
+def test_only_the_latest_lineage_is_read_and_a_diverged_segment_up_to_where_it_agrees() -> None:
+    """Epoch 2's leader (deposed, unclean election) wrote 150..249 that epoch 3's never had:
+    epoch 3's lineage is 0 from 0, 1 from 100, 3 from 150, read as the broker reads it."""
+    segments = [
+        segment(0, 99, 0, "a"),
+        segment(100, 199, 1, "b", (1, 100), (2, 150)),  # epoch 2 from 150: diverged there
+        segment(200, 249, 2, "c"),  # wholly of the dead lineage: never read
+        segment(140, 219, 1, "d", (1, 140), (3, 150)),  # the new leader's: 3 follows 1 at 150
+        segment(220, 299, 3, "e"),
+    ]
+    expected = [("a", 0, 99), ("b", 100, 139), ("d", 140, 219), ("e", 220, 299)]
     for seed in range(5):
         random.Random(seed).shuffle(segments)
         assert spans(resolve_overlaps(segments)) == expected

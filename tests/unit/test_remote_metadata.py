@@ -65,7 +65,7 @@ def test_transitions_follow_the_state_machine() -> None:
 def test_started_segments_are_never_read_nor_counted() -> None:
     cache = RemoteLogMetadataCache()
     cache.put(segment(0, 9, state=STARTED))
-    assert cache.segment_for_offset(TIP, 5) is None
+    assert cache.segment_for_offset(TIP, 0, 5) is None
     assert cache.remote_log_size(TIP, 0) == 0
     assert cache.highest_offset(TIP) == -1
 
@@ -95,12 +95,15 @@ def test_overlaps_are_neither_leaked_nor_counted_twice() -> None:
     cache.put(retried)
     inner = segment(10, 50)  # wholly inside
     cache.put(inner)
-    wider = segment(0, 199, epoch=1, size=300)  # a new leader's copy covering both
+    # A new leader's copy covering both: epoch 0's records, then its own from 100.
+    wider = dataclasses.replace(segment(0, 199, size=300), segment_leader_epochs=((0, 0), (1, 100)))
     cache.put(wider)
     assert cache.remote_log_size(TIP, 1) == 300
     superseded = {m.segment_id for m in cache.superseded_segments(TIP)}
     assert superseded == {first.segment_id, retried.segment_id, inner.segment_id}
-    assert cache.segment_for_offset(TIP, 150) == wider
+    assert cache.segment_for_offset(TIP, 1, 150) == wider
+    assert cache.segment_for_offset(TIP, 0, 50) == wider
+    assert cache.segment_for_offset(TIP, 0, 150) is None  # 150 is in epoch 1
     for m in cache.superseded_segments(TIP):  # expiration deletes them
         cache.put(m.with_state(DELETE_STARTED, 1))
         cache.put(m.with_state(DELETE_STARTED, 1).with_state(DELETE_FINISHED, 2))
@@ -303,7 +306,7 @@ async def test_a_deleted_segment_is_never_resurrected_by_a_late_event(tmp_path: 
     for m in (rlmm, replayed):
         assert m.readable_segments(TIP) == [], "a deleted segment became readable again"
         assert m.remote_log_size(TIP, 0) == 0, "a deleted segment is counted again"
-        assert m.remote_log_segment_metadata(TIP, 50) is None
+        assert m.remote_log_segment_metadata(TIP, 0, 50) is None
 
 
 async def test_a_refused_update_does_not_poison_the_metadata_topic(tmp_path: Path) -> None:
@@ -338,8 +341,8 @@ def test_copy_started_segments_are_not_read_counted_nor_ending_an_epoch() -> Non
     overlapping = segment(0, 99, size=1_000, state=STARTED)  # a retry of a finished range
     cache.put(pending)
     cache.put(overlapping)
-    assert cache.segment_for_offset(TIP, 150) is None
-    assert cache.segment_for_offset(TIP, 50) == done
+    assert cache.segment_for_offset(TIP, 0, 150) is None
+    assert cache.segment_for_offset(TIP, 0, 50) == done
     assert cache.readable_segments(TIP) == [done]
     assert cache.remote_log_size(TIP, 0) == 100
     assert cache.highest_offset(TIP) == 99
@@ -390,7 +393,7 @@ async def test_remote_log_size_of_100k_segments_through_the_rlmm_never_lists_the
         rlmm.cache.put(segment(i * 10, i * 10 + 9, epoch=epochs[i], size=sizes[i]))
     # Retention deletes the 1,000 oldest; a retried copy of a range and a contained one arrive.
     for i in range(1000):
-        m = rlmm.cache.segment_for_offset(TIP, i * 10)
+        m = rlmm.cache.segment_for_offset(TIP, epochs[i], i * 10)
         assert m is not None
         rlmm.cache.put(m.with_state(DELETE_STARTED, 1))
     rlmm.cache.put(segment(50_000, 50_009, epoch=epochs[5000], size=1))  # retry: superseded
@@ -451,7 +454,7 @@ def test_a_contained_segment_is_superseded_in_either_order(
     assert cache.readable_segments(TIP) == [kept, after]
     assert [m.segment_id for m in cache.superseded_segments(TIP)] == [dropped.segment_id]
     assert cache.remote_log_size(TIP, 0) == kept.segment_size_bytes + 20
-    assert cache.segment_for_offset(TIP, inner_range[0]) == kept
+    assert cache.segment_for_offset(TIP, 0, inner_range[0]) == kept
     assert cache.highest_offset_for_epoch(TIP, 0) == 299
     # Expiration deletes the superseded one: nothing changes for readers, nothing is left.
     cache.put(in_state(dropped, DELETE_STARTED))
@@ -467,7 +470,7 @@ def test_a_wider_copy_supersedes_every_segment_it_covers() -> None:
     tail = segment(50, 59, size=10)
     for m in (*small, tail):
         cache.put(m)
-    wide = segment(0, 49, epoch=1, size=45)  # a new leader's copy of the same offsets
+    wide = segment(0, 49, size=45)  # a new leader's copy of the same offsets
     cache.put(wide)
     assert cache.readable_segments(TIP) == [wide, tail]
     assert {m.segment_id for m in cache.superseded_segments(TIP)} == {m.segment_id for m in small}
@@ -477,7 +480,7 @@ def test_a_wider_copy_supersedes_every_segment_it_covers() -> None:
         cache.put(in_state(m, DELETE_STARTED))
         cache.put(in_state(m, DELETE_FINISHED))
     assert cache.remote_log_size(TIP, 1) == 55 and cache.segment_count(TIP) == 2
-    assert cache.segment_for_offset(TIP, 25) == wide
+    assert cache.segment_for_offset(TIP, 0, 25) == wide
 
 
 # ---------------------------------------------------------------------------------------
@@ -549,7 +552,8 @@ def rlmm_view(rlmm: TopicBasedRemoteLogMetadataManager) -> dict[str, object]:
             "size": [rlmm.remote_log_size(tip, e) for e in range(4)],
             "highest": [rlmm.highest_offset_for_epoch(tip, e) for e in range(4)],
             "by_offset": [
-                str(m.segment_id.id) if (m := rlmm.remote_log_segment_metadata(tip, o)) else None
+                str(m.segment_id.id) if (m := rlmm.remote_log_segment_metadata(tip, e, o)) else None
+                for e in range(4)
                 for o in range(0, max(ends) + 1, 5)
             ],
             "delete_state": rlmm.remote_partition_delete_state(tip),

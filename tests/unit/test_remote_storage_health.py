@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from tests.unit import virtual_time
 from tests.unit.test_remote_metadata import MemoryTopic
 from tests.unit.test_rlm_components import (
+    LINEAGE,
     TIP,
     PartialCopyThenFail,
     build_log,
@@ -191,10 +192,10 @@ async def test_remote_reads_keep_the_health_true_and_other_errors_leave_it(
     lg = build_log(tmp_path / "t-0")
     reader, copied = await tiered_reader(tmp_path, lg, local_fs(tmp_path / "remote"))
     health = reader.metrics.health
-    await reader.read(TIP, 0, 5000, 5)
+    await reader.read(TIP, 0, 5000, 5, LINEAGE)
     assert health.state is HealthState.HEALTHY
     with pytest.raises(KafkaError):  # not in the remote tier: not the store's failure
-        await reader.read(TIP, copied[-1].end_offset + 1, 5000, 5)
+        await reader.read(TIP, copied[-1].end_offset + 1, 5000, 5, LINEAGE)
     assert health.state is HealthState.HEALTHY
     unreadable = Unreadable()
     unreadable.configure({"dir": str(tmp_path / "remote")})
@@ -202,9 +203,9 @@ async def test_remote_reads_keep_the_health_true_and_other_errors_leave_it(
         reader.config, reader.rlmm, unreadable, reader.index_cache, reader.metrics
     )
     with pytest.raises(RemoteStorageError):
-        await refusing.read(TIP, 0, 5000, 5)
+        await refusing.read(TIP, 0, 5000, 5, LINEAGE)
     assert health.as_dict()["error"] == "injected: read refused"
-    await reader.read(TIP, 10, 5000, 5)
+    await reader.read(TIP, 10, 5000, 5, LINEAGE)
     assert health.state is HealthState.HEALTHY
     await reader.close()
     lg.close()

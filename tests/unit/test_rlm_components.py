@@ -44,6 +44,7 @@ from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetada
 from tierbroker.storage.topic_partition import TopicPartition
 
 TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("t", 0))
+LINEAGE = ((0, 0),)  # the leader-epoch entries of `build_log`'s logs
 
 
 def metadata(
@@ -484,14 +485,14 @@ async def test_remote_reads_are_whole_batches_from_the_one_holding_the_offset(
     offsets += [b.last for seg in table[:-1] for b in seg[:2] + seg[-2:]]
     for offset in offsets:
         for max_bytes in (1, 700, 5_000, 33_000, 1 << 20):
-            got = await reader.read(TIP, offset, max_bytes, 5)
+            got = await reader.read(TIP, offset, max_bytes, 5, LINEAGE)
             want = expected_read(table[:-1], offset, max_bytes)
             assert got == want, (offset, max_bytes, len(got), len(want))
             first = BatchView(got)
             assert first.base_offset <= offset <= first.last_offset
             assert len(got) <= max(max_bytes, first.size_in_bytes)
     with pytest.raises(KafkaError) as raised:  # not in the remote tier: the active segment
-        await reader.read(TIP, remote_end, 1000, 5)
+        await reader.read(TIP, remote_end, 1000, 5, LINEAGE)
     assert raised.value.code == ErrorCode.offset_out_of_range
     await reader.close()
     lg.close()
@@ -508,11 +509,11 @@ async def test_a_remote_batch_larger_than_the_fetch_and_the_read_chunk_comes_who
     assert len(bigs) >= 2
     for big in bigs:
         for max_bytes in (1, 1000, 100_000, 200_000, 400_000):
-            got = await reader.read(TIP, big.base, max_bytes, 5)
+            got = await reader.read(TIP, big.base, max_bytes, 5, LINEAGE)
             assert got == expected_read(table[:-1], big.base, max_bytes), (big.base, max_bytes)
             assert got[: big.size] == big.data
         before = big.base - 1  # the batch before: the big one only fits a large fetch
-        got = await reader.read(TIP, before, 100_000, 5)
+        got = await reader.read(TIP, before, 100_000, 5, LINEAGE)
         assert got == expected_read(table[:-1], before, 100_000)
     await reader.close()
     lg.close()
@@ -546,7 +547,7 @@ async def test_a_remote_read_is_a_view_into_the_range_read_not_a_copy(tmp_path: 
     table = batches_of(lg)
     rsm = SlowLocalFs(tmp_path / "remote", 0)
     reader, _ = await tiered_reader(tmp_path, lg, rsm, reader_threads=1)  # no read ahead
-    got = await reader.read(TIP, 10, 5000, 5)
+    got = await reader.read(TIP, 10, 5000, 5, LINEAGE)
     assert got == expected_read(table[:-1], 10, 5000)
     [data] = rsm.returned
     assert len(got) < len(data)  # the range read ends past the fetch's last whole batch
@@ -562,13 +563,13 @@ async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_p
     rsm.gate.clear()  # the remote read cannot finish until the test says so
     reader, _ = await tiered_reader(tmp_path, lg, rsm)
     with pytest.raises(TimeoutError):  # answered at the fetch's wait, not the read's
-        await reader.read(TIP, 10, 5000, 0.1)
+        await reader.read(TIP, 10, 5000, 0.1, LINEAGE)
     [first] = rsm.reads
     assert reader.pending == 1  # the read goes on without its fetch
     rsm.gate.set()
     await wait_until(lambda: reader.pending == 0, "the abandoned read to finish")
     rsm.gate.clear()  # a retry that read the remote tier again would now time out
-    got = await reader.read(TIP, 10, 5000, 0.1)  # the client's retry: same offset and size
+    got = await reader.read(TIP, 10, 5000, 0.1, LINEAGE)  # the client's retry: same offset and size
     assert got == expected_read(table[:-1], 10, 5000)
     assert rsm.reads.count(first) == 1, "the retry read the remote tier again"
     await reader.close()
@@ -583,7 +584,7 @@ async def test_a_served_read_starts_the_next_one_and_no_more(tmp_path: Path) -> 
     offset, served = 0, 0
     while offset <= copied[-1].end_offset:  # a consumer reading the remote tier in order
         reads = len(rsm.reads)
-        got = await reader.read(TIP, offset, 5000, 5)
+        got = await reader.read(TIP, offset, 5000, 5, LINEAGE)
         assert got == expected_read(table[:-1], offset, 5000), offset
         if served:
             assert len(rsm.reads) == reads, f"the fetch at {offset} was not read ahead"
@@ -603,11 +604,13 @@ async def test_a_read_from_a_segment_start_needs_no_index(tmp_path: Path) -> Non
         tmp_path, lg, local_fs(tmp_path / "remote"), reader_threads=1
     )
     for segment in copied:
-        got = await reader.read(TIP, segment.start_offset, 5000, 5)
+        got = await reader.read(TIP, segment.start_offset, 5000, 5, LINEAGE)
         assert got == expected_read(table[:-1], segment.start_offset, 5000)
     assert reader.index_cache.downloads == 0
     middle = copied[1].start_offset + 3
-    assert await reader.read(TIP, middle, 5000, 5) == expected_read(table[:-1], middle, 5000)
+    assert await reader.read(TIP, middle, 5000, 5, LINEAGE) == expected_read(
+        table[:-1], middle, 5000
+    )
     assert reader.index_cache.downloads == 1
     await reader.close()
     lg.close()
@@ -619,7 +622,7 @@ async def test_a_single_reader_thread_is_never_taken_by_a_read_ahead(tmp_path: P
     reader, copied = await tiered_reader(tmp_path, lg, rsm, reader_threads=1)
     offset, fetches = 0, 0
     while offset <= copied[-1].end_offset:
-        got = await reader.read(TIP, offset, 5000, 5)
+        got = await reader.read(TIP, offset, 5000, 5, LINEAGE)
         assert reader.pending == 0, f"a read ahead started after the fetch at {offset}"
         fetches += 1
         offset = list(iter_batches(got))[-1].last_offset + 1
@@ -640,7 +643,7 @@ async def test_a_read_ahead_that_fails_leaves_the_served_fetch_alone(
 
     monkeypatch.setattr("tierbroker.rlm.remote_reader.iter_batches", unreadable)
     with caplog.at_level(logging.WARNING, "tierbroker.rlm.remote_reader"):
-        assert await reader.read(TIP, 0, 5000, 5) == expected_read(table[:-1], 0, 5000)
+        assert await reader.read(TIP, 0, 5000, 5, LINEAGE) == expected_read(table[:-1], 0, 5000)
     assert "no read ahead" in caplog.text and reader.pending == 0
     await reader.close()
     lg.close()
@@ -660,18 +663,20 @@ async def test_remote_offsets_by_timestamp(tmp_path: Path) -> None:
         remote_end,
         *random.Random(3).sample(range(remote_end), 40),
     ]:
-        assert await reader.find_offset_by_timestamp(TIP, timestamp_of(k), 0) == (
+        assert await reader.find_offset_by_timestamp(TIP, timestamp_of(k), 0, LINEAGE) == (
             k,
             timestamp_of(k),
         )
         if k < remote_end:  # between two records: the next one
-            assert await reader.find_offset_by_timestamp(TIP, timestamp_of(k) + 1, 0) == (
+            assert await reader.find_offset_by_timestamp(TIP, timestamp_of(k) + 1, 0, LINEAGE) == (
                 k + 1,
                 timestamp_of(k + 1),
             )
-    assert await reader.find_offset_by_timestamp(TIP, 0, 0) == (0, TS0)
-    assert await reader.find_offset_by_timestamp(TIP, 0, 77) == (77, timestamp_of(77))
-    assert await reader.find_offset_by_timestamp(TIP, timestamp_of(remote_end) + 1, 0) is None
+    assert await reader.find_offset_by_timestamp(TIP, 0, 0, LINEAGE) == (0, TS0)
+    assert await reader.find_offset_by_timestamp(TIP, 0, 77, LINEAGE) == (77, timestamp_of(77))
+    assert (
+        await reader.find_offset_by_timestamp(TIP, timestamp_of(remote_end) + 1, 0, LINEAGE) is None
+    )
     await reader.close()
     lg.close()
 
