@@ -13,15 +13,18 @@ from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 
 
 def highest_remote_offset(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, lg: Log) -> int:
-    """The highest offset the remote tier holds in any epoch of this log's lineage; -1 if none."""
-    return max(
-        (
-            h
-            for epoch, _ in lg.leader_epoch_cache.entries
-            if (h := rlmm.highest_offset_for_epoch(tip, epoch)) is not None
-        ),
-        default=-1,
-    )
+    """The highest offset the remote tier holds of this log's lineage; -1 if none.
+
+    As Kafka's findHighestRemoteOffset: the latest epoch of the log that the remote tier
+    holds, capped below where that epoch ends in this log (after an unclean election the
+    remote tier may hold a dead lineage's offsets of the same epoch beyond it)."""
+    cache = lg.leader_epoch_cache
+    for epoch, _ in reversed(cache.entries):
+        highest = rlmm.highest_offset_for_epoch(tip, epoch)
+        if highest is not None:
+            _, end = cache.end_offset_for(epoch, lg.log_end_offset)
+            return min(highest, end - 1)
+    return -1
 
 
 class FollowerTask:

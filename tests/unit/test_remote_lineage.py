@@ -26,6 +26,7 @@ from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import iter_batches
 from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.expiration_task import ExpirationTask, SegmentDeleter
+from tierbroker.rlm.follower_task import highest_remote_offset
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.remote.lineage import (
@@ -368,3 +369,29 @@ def test_random_histories_keep_lookups_and_sizes_exact(seed: int) -> None:
             gone = rng.choice([u for u in uploads if cache.contains(u)])
             cache.put(gone.with_state(DELETE_STARTED, 1))
             cache.put(gone.with_state(DELETE_STARTED, 1).with_state(DELETE_FINISHED, 2))
+
+
+async def test_a_new_leader_resumes_copying_below_where_its_epoch_ended(tmp_path: Path) -> None:
+    """Kafka's cap on the highest remote offset: the deposed leader of epoch 1 uploaded
+    beyond where epoch 1 ends in this log (an unclean election started epoch 2 there), so
+    this log resumes after its own epoch 1, not after the dead lineage's upload."""
+    lg = build_log(tmp_path / "t-0", batches=300)
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    copied = await tier_rolled_segments(lg, local_fs(tmp_path / "remote"), rlmm)
+    n = copied[-1].end_offset + 1
+    assert lg.log_end_offset > n + 21
+    assert highest_remote_offset(rlmm, TIP, lg) == n - 1
+    dead = dataclasses.replace(
+        metadata_of(TIP, lg.segments[0]),
+        start_offset=n,
+        end_offset=n + 20,
+        segment_leader_epochs=((1, n),),
+    )
+    await rlmm.add_remote_log_segment_metadata(dead)
+    await rlmm.update_remote_log_segment_metadata(dead.with_state(FINISHED, 1))
+    lg.leader_epoch_cache.assign(1, n)
+    assert highest_remote_offset(rlmm, TIP, lg) == n + 20  # epoch 1 is this log's latest
+    lg.leader_epoch_cache.assign(2, n + 10)  # epoch 1 ended at n + 10 here
+    assert highest_remote_offset(rlmm, TIP, lg) == n + 9
+    lg.close()
