@@ -32,7 +32,7 @@ run: install
 	$(BIN)/tierbroker serve --config config/server.properties
 
 test: install-test
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 	$(BIN)/pytest -n 2 tests/plugin
 
 check: install-test
