@@ -176,11 +176,8 @@ class FetchReader:
             await self.purgatory.wait_until(
                 keys,
                 params.max_wait_ms / 1000,
-                lambda: (
-                    (params.is_from_follower and self._awaits_new_partitions(params, requests))
-                    or self._satisfied(
-                        params, requests, *self._read(params, requests, update=False)
-                    )
+                lambda: self._satisfied(
+                    params, requests, *self._read(params, requests, update=False)
                 ),
             )
             results, remote = self._read(params, requests)
@@ -204,7 +201,7 @@ class FetchReader:
     ) -> bool:
         """A delayed fetch completes on an error, a remote read, a diverging epoch or a
         preferred replica, min_bytes of data, or (a follower's) a high watermark it has
-        not been told yet."""
+        not been told yet or a partition here it has not asked for yet."""
         if remote or any(
             r.error != ErrorCode.none
             or r.diverging_epoch is not None
@@ -212,7 +209,10 @@ class FetchReader:
             for r in results
         ):
             return True
-        if params.is_from_follower and self._high_watermark_news(params.replica_id, requests):
+        if params.is_from_follower and (
+            self._high_watermark_news(params.replica_id, requests)
+            or self._awaits_new_partitions(params, requests)
+        ):
             return True
         return sum(r.size for r in results) >= params.min_bytes
 
