@@ -90,11 +90,16 @@ class ExpirationTask:
         self.deleter = deleter
         self.metrics = metrics
 
-    def expired_segments(self) -> list[RemoteLogSegmentMetadata]:
+    def expired_segments(
+        self,
+    ) -> tuple[list[RemoteLogSegmentMetadata], list[RemoteLogSegmentMetadata]]:
+        """(the segments retention gives up, oldest first; the segments of this log's
+        lineage it keeps)."""
         p, lg = self.partition, self.partition.log
         cfg = lg.config
         if not cfg.remote_storage_enable:
-            return self.rlmm.readable_segments(p.tip) if cfg.remote_log_delete_on_disable else []
+            gone = self.rlmm.readable_segments(p.tip) if cfg.remote_log_delete_on_disable else []
+            return gone, []
         lineage = lg.leader_epoch_cache.entries
         segments = lineage_segments(self.rlmm.readable_segments(p.tip), lineage)
         now = now_ms()
@@ -120,7 +125,7 @@ class ExpirationTask:
         self.metrics.delete_lag_bytes.labels(p.topic, p.tip.topic_partition.partition).set(
             sum(s.segment_size_bytes for s in expired)
         )
-        return expired
+        return expired, segments[len(expired) :]
 
     def abandoned_segments(self) -> list[RemoteLogSegmentMetadata]:
         """Copies stuck in COPY_SEGMENT_STARTED, half-deleted and superseded segments."""
@@ -150,19 +155,11 @@ class ExpirationTask:
                 segment.segment_id.id,
                 segment.state.name,
             )
-        expired = self.expired_segments()
+        expired, kept = self.expired_segments()
         if not expired:
             return
         # As Kafka does, the log start moves first: no reader is sent to a segment being deleted.
-        gone = {s.segment_id.id for s in expired}
-        remaining = [
-            s
-            for s in lineage_segments(
-                self.rlmm.readable_segments(p.tip), lg.leader_epoch_cache.entries
-            )
-            if s.segment_id.id not in gone
-        ]
-        new_start = remaining[0].start_offset if remaining else lg.local_log_start_offset
+        new_start = kept[0].start_offset if kept else lg.local_log_start_offset
         lg.maybe_increment_log_start_offset(
             min(new_start, lg.high_watermark), LogStartOffsetIncrementReason.SEGMENT_DELETION
         )
