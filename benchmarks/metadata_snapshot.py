@@ -18,7 +18,9 @@ Both ways run in the same invocation on the same segments. The probe alone (an i
 second) gives the machine's noise floor. Prints, per way, the longest and p99 stall
 and the wall time; resident memory per segment (RSS growth over N: live, and after
 each restart) and the peak RSS growth during each restart; the snapshot's bytes per
-segment; and the read paths' cost per call, which must not grow with N.
+segment; the read paths' cost per call, which must not grow with N; and, first and in
+the same invocation, the longest stall while N segments are put into a cache that freezes
+them in batches against one that does not (CPython's own full collections as they grow).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tierbroker.storage.checkpoints import write_atomically
+from tierbroker.storage.remote.metadata_cache import FREEZE_EVERY_SEGMENTS, RemoteLogMetadataCache
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -121,6 +124,24 @@ def build(rlmm: TopicBasedRemoteLogMetadataManager, count: int, partitions: int)
         start = BASE_OFFSET + (i // partitions) * 1000
         rlmm.cache.put(segment(all_tips[i % partitions], start, i, FINISHED))
     rlmm.next_offsets = {0: 0}
+
+
+def put_stalls(count: int, partitions: int, freeze_every: int) -> dict[str, float]:
+    """Put `count` segments into a fresh cache as copies do (started, then finished), with
+    the heap frozen every `freeze_every` segment states: the longest pair of puts (a
+    collection the growth set off included) and a full collection afterwards, in ms."""
+    cache = RemoteLogMetadataCache(freeze_every)
+    all_tips = tips(partitions)
+    gc.collect()
+    longest = 0.0
+    for i in range(count):
+        start = BASE_OFFSET + (i // partitions) * 1000
+        started = segment(all_tips[i % partitions], start, i, RemoteLogSegmentState(0))
+        began = time.perf_counter()
+        cache.put(started)
+        cache.put(started.with_state(FINISHED, 1))
+        longest = max(longest, time.perf_counter() - began)
+    return {"longest_put": longest * 1000, "gc": full_collection_ms()}
 
 
 def later_events(count: int, segments: int, partitions: int) -> list[bytes]:
@@ -261,6 +282,11 @@ def read_path_us(
 
 
 async def run(n: int, partitions: int, events: int) -> None:
+    # The baseline first, and alone: what it puts is freed before the frozen way runs.
+    puts = {
+        "not frozen": put_stalls(n, partitions, freeze_every=2 * n + 1),
+        f"frozen every {FREEZE_EVERY_SEGMENTS:,}": put_stalls(n, partitions, FREEZE_EVERY_SEGMENTS),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         rlmm = TopicBasedRemoteLogMetadataManager(EventsTopic(), directory)
@@ -295,6 +321,13 @@ async def run(n: int, partitions: int, events: int) -> None:
     print(
         f"a full gc.collect(): {live_gc:.0f} ms with the segments put live, "
         + ", ".join(f"{r['gc']:.0f} ms after a restart {k}" for k, r in restarts.items())
+    )
+    print(
+        "putting N segments (started, then finished): "
+        + ", ".join(
+            f"{k}: longest put {r['longest_put']:.0f} ms, then a full collection {r['gc']:.0f} ms"
+            for k, r in puts.items()
+        )
     )
     print(f"snapshot: {sizes['JSON']:.0f} bytes/segment as JSON, {sizes['binary']:.0f} binary")
     print(

@@ -134,12 +134,12 @@ def _epoch_end(m: RemoteLogSegmentMetadata, epoch: int) -> int:
 
 
 class RemoteLogMetadataCache:
-    def __init__(self) -> None:
+    def __init__(self, freeze_every: int = FREEZE_EVERY_SEGMENTS) -> None:
         self._partitions: dict[TopicIdPartition, _PartitionState] = {}
         # Called with a partition just before `put` or `put_partition_delete` changes it,
         # so a snapshot taken over several turns can copy the partition as it was.
         self.before_change: Callable[[TopicIdPartition], None] | None = None
-        self._long_lived = LongLivedObjects(FREEZE_EVERY_SEGMENTS)
+        self._long_lived = LongLivedObjects(freeze_every)
 
     def _state(self, tip: TopicIdPartition) -> _PartitionState:
         state = self._partitions.get(tip)
