@@ -100,8 +100,17 @@ def sent_record(i: int, rng: random.Random) -> Sent:
 def produce(bootstrap: str, topic: str, messages: int, partitions: int) -> dict[int, Sent]:
     """`messages` records, one producer per codec; what was sent, by index (header "i")."""
     rng = random.Random(7)
+    # Batches of at most 16 KiB keep every rolled segment just under segment.bytes; the
+    # default 1 MB batches made segment sizes depend on how the load batched them.
     producers = [
-        Producer({"bootstrap.servers": bootstrap, "compression.type": c, "linger.ms": 5})
+        Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "compression.type": c,
+                "linger.ms": 5,
+                "batch.size": 16 * 1024,
+            }
+        )
         for c in CODECS
     ]
     sent = {}
