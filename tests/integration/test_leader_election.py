@@ -62,8 +62,8 @@ def leader_and_isr(cluster: EmbeddedCluster, topic: str) -> tuple[int, int, set[
 
 
 def led_elsewhere(cluster: EmbeddedCluster, topic: str, records: int) -> int:
-    """A topic whose preferred replica has been stopped and restarted: another broker leads,
-    the preferred replica is back in the ISR. Returns the leader epoch then."""
+    """A topic whose preferred replica has been stopped and restarted, and is back in the
+    ISR. Returns the leader epoch of the leader elected while it was stopped."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     admin.create_topics(
         [NewTopic(topic, num_partitions=1, replica_assignment=[[PREFERRED, 0, 2]])]
@@ -74,10 +74,10 @@ def led_elsewhere(cluster: EmbeddedCluster, topic: str, records: int) -> int:
         producer.produce(topic, b"%d" % i)
     assert producer.flush(30) == 0
     cluster.stop_broker(PREFERRED)
+    wait_for(lambda: leader_and_isr(cluster, topic)[0] != PREFERRED, "another leader")
+    epoch = leader_and_isr(cluster, topic)[1]
     cluster.start_broker(PREFERRED)
     wait_for(lambda: PREFERRED in leader_and_isr(cluster, topic)[2], "the ISR to take it back")
-    leader, epoch, _ = leader_and_isr(cluster, topic)
-    assert leader != PREFERRED
     return epoch
 
 
@@ -99,6 +99,8 @@ def test_a_preferred_election_gives_leadership_back_and_loses_nothing(
 ) -> None:
     topic = "preferred"
     epoch = led_elsewhere(cluster, topic, 500)
+    leader, still, _ = leader_and_isr(cluster, topic)
+    assert leader != PREFERRED and still == epoch
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     tp = TopicPartition(topic, 0)
     assert admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30) == {tp: None}
