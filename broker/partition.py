@@ -384,14 +384,24 @@ class Partition:
         else:
             self.check_leader(current_leader_epoch)
         found = self.log.fetch_offset_by_timestamp(timestamp_ms)
-        if found is None:
+        if from_follower:
+            return OffsetAndEpoch(*found) if found is not None else None
+        hw = self.log.high_watermark
+        beyond_hw = timestamp_ms == LATEST_TIMESTAMP or (
+            timestamp_ms >= 0 and (found is None or found[0] >= hw)
+        )
+        # A new leader's high watermark lags the start of its epoch until its followers fetch
+        # again: until then it cannot say where the committed end is (retriable for clients).
+        if beyond_hw and self.leader_epoch_start_offset > hw:
+            raise KafkaError(
+                ErrorCode.offset_not_available,
+                f"{self.topic_partition}: high watermark {hw} lags the start of leader epoch "
+                f"{self.leader_epoch} at {self.leader_epoch_start_offset}",
+            )
+        if found is None or (timestamp_ms >= 0 and found[0] >= hw):
             return None
         offset, timestamp, epoch = found
-        if from_follower:
-            return OffsetAndEpoch(offset, timestamp, epoch)
-        if timestamp_ms >= 0 and offset >= self.log.high_watermark:
-            return None
-        return OffsetAndEpoch(min(offset, self.log.high_watermark), timestamp, epoch)
+        return OffsetAndEpoch(min(offset, hw), timestamp, epoch)
 
     def last_offset_for_leader_epoch(
         self, current_leader_epoch: int, leader_epoch: int

@@ -343,10 +343,11 @@ class TierbrokerCluster:
             self.bootstrap_servers, topic, records, partition, headers, timeout_s
         )
 
-    def end_offsets(self, topic: str) -> dict[int, int]:
-        """Each partition's high watermark, from its leader."""
+    def end_offsets(self, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+        """Each partition's high watermark, from its leader. A new leader's is taken once it
+        reaches the start of its leader epoch (before, ListOffsets answers OFFSET_NOT_AVAILABLE)."""
 
-        def read() -> dict[int, int]:
+        def read() -> dict[int, int] | None:
             ends = {}
             servers = {b.broker_id: b for b in self.embedded.brokers if b.running}
             for server in servers.values():
@@ -356,11 +357,18 @@ class TierbrokerCluster:
                     tp = TopicPartition(topic, partition)
                     leader = servers.get(self._state(tp)[0])
                     hosted = leader.replicas.partitions.get(tp) if leader else None
+                    if hosted and hosted.leader_epoch_start_offset > hosted.high_watermark:
+                        return None
                     ends[partition] = hosted.high_watermark if hosted else -1
                 return ends
             raise AssertionError("no broker is running")
 
-        return self._on_loop(read)
+        deadline = time.monotonic() + timeout_s
+        while (ends := self._on_loop(read)) is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout_s:g}s: a leader of {topic} lags")
+            time.sleep(0.02)
+        return ends
 
     def records(
         self,

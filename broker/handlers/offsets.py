@@ -45,6 +45,9 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
                 )
         except KafkaError as e:
             values["error_code"] = e.code
+            # Only v5+ knows OFFSET_NOT_AVAILABLE: Kafka answers older versions this way.
+            if e.code == ErrorCode.offset_not_available and request.api_version < 5:
+                values["error_code"] = ErrorCode.leader_not_available
         return make(m.ListOffsetsPartitionResponse, partition_index=p.partition_index, **values)
 
     topics = []
