@@ -80,7 +80,7 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 15.0) -> BrokerProcess:
+    def start(self, timeout_s: float = 60.0) -> BrokerProcess:
         args = [executable("tierbroker", "pip install -e ."), "serve", *self.serve_args]
         if self.config is not None:
             args += ["--config", str(self.config)]
@@ -126,7 +126,7 @@ class BrokerProcess:
         assert self.file_limit is not None
         resource.setrlimit(resource.RLIMIT_NOFILE, (self.file_limit, self.file_limit))
 
-    def restarted(self, timeout_s: float = 15.0) -> BrokerProcess:
+    def restarted(self, timeout_s: float = 60.0) -> BrokerProcess:
         """A new broker process on the same data dir, ports, overrides and limits, started."""
         same_ports = {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",

@@ -24,7 +24,7 @@ def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:
     started: list[BrokerProcess] = []
 
     class Factory(BrokerProcess):
-        def start(self, timeout_s: float = 15.0) -> BrokerProcess:
+        def start(self, timeout_s: float = 60.0) -> BrokerProcess:
             started.append(self)
             return super().start(timeout_s)
 

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+from tests.integration.waiting import wait_for
 from tierbroker.broker.embedded import EmbeddedCluster
 from tierbroker.broker.replica_fetcher import ReplicaFetcher
 
@@ -47,12 +48,18 @@ class HeldFetcher:
 
 
 def hold_fetcher(cluster: EmbeddedCluster, follower: int, leader: int) -> HeldFetcher:
+    def fetchers() -> list[ReplicaFetcher]:
+        registry = cluster.broker(follower).replicas.fetchers.fetchers
+        return [f for (leader_id, _, _), f in registry.items() if leader_id == leader]
+
+    async def started() -> bool:
+        return bool(fetchers())
+
+    # A follower starts its fetcher once it has created the log, after the metadata says so.
+    wait_for(lambda: cluster.call(started()), f"broker {follower} to fetch from {leader}")
+
     async def hold() -> HeldFetcher:
-        [fetcher] = [
-            f
-            for (leader_id, _, _), f in cluster.broker(follower).replicas.fetchers.fetchers.items()
-            if leader_id == leader
-        ]
+        [fetcher] = fetchers()
         held = HeldFetcher(fetcher, partition_max_bytes=1)
         await held.held.wait()  # the fetch in flight was answered; the next one waits
         return held

@@ -48,18 +48,17 @@ def batches(cluster: EmbeddedCluster, broker_id: int) -> list[tuple[int, int, in
     ]
 
 
-def read_all(cluster: EmbeddedCluster) -> list[bytes]:
+def read_all(cluster: EmbeddedCluster, count: int) -> list[bytes]:
+    """Every record from offset 0: `count` of them, and then 1 s in which no more come."""
     consumer = Consumer(
         {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "check", "log_level": 0}
     )
     consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
     values: list[bytes] = []
-    quiet_since = time.monotonic()
-    while time.monotonic() - quiet_since < 2:
-        got = [m.value() for m in consumer.consume(1000, 0.2) if m.error() is None]
-        if got:
-            values += got
-            quiet_since = time.monotonic()
+    deadline = time.monotonic() + 60
+    while len(values) < count and time.monotonic() < deadline:
+        values += [m.value() for m in consumer.consume(1000, 0.2) if m.error() is None]
+    values += [m.value() for m in consumer.consume(1000, 1) if m.error() is None]
     consumer.close()
     return values
 
@@ -88,13 +87,12 @@ def test_replicas_agree_after_successive_elections_with_lagging_followers(
         assert batches(cluster, 0)[-1][1] == 149  # broker 0 holds a and b
         for h in held:
             cluster.call(h.release())
-        new_leader = leader(cluster)
-        assert new_leader in (1, 2)
+        [new_leader] = wait_for(lambda: {leader(cluster)} & {1, 2}, "a follower to lead")
         produce(cluster, b"c", 30, "all")
         cluster.start_broker(0)  # it follows, and must truncate its b records
 
         cluster.stop_broker(new_leader)  # epoch 2, led by one of the others
-        assert leader(cluster) not in (new_leader, -1)
+        wait_for(lambda: leader(cluster) not in (new_leader, -1), "another leader")
         produce(cluster, b"d", 20, "all")
         cluster.start_broker(new_leader)
 
@@ -111,4 +109,4 @@ def test_replicas_agree_after_successive_elections_with_lagging_followers(
         expected = [
             b"%s-%d" % (p, i) for p, n in ((b"a", 100), (b"c", 30), (b"d", 20)) for i in range(n)
         ]
-        assert read_all(cluster) == expected
+        assert read_all(cluster, len(expected)) == expected

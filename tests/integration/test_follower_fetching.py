@@ -51,7 +51,7 @@ pytestmark = pytest.mark.filterwarnings(f"ignore:{LEGACY_RESOURCES}:DeprecationW
 
 RACKS = ["a", "b", "c"]
 RECORDS = 3_000
-LAG_MS = 4_000  # replica.lag.time.max.ms: how long a held follower stays in the ISR
+LAG_MS = 8_000  # replica.lag.time.max.ms: how long a held follower stays in the ISR
 
 
 @pytest.fixture(scope="module")
@@ -356,8 +356,7 @@ def test_a_lagging_follower_serves_only_committed_records_with_kafkas_answers_at
     try:
         # Five batches acknowledged by the leader alone: the held follower keeps the
         # high watermark at 500 until it leaves the ISR; the other follower has them all.
-        for i in range(5):
-            produce_acks_1(cluster, topic, 100, start=committed + 100 * i)
+        produce_acks_1(cluster, topic, batches=5, start=committed)
         end = committed + 500
         wait_for(lambda: log_of(cluster, ahead, topic).log_end_offset == end, "the other follower")
         assert isr(cluster, topic) == {0, 1, 2}  # (within replica.lag.time.max.ms)
@@ -408,14 +407,15 @@ def test_a_lagging_follower_serves_only_committed_records_with_kafkas_answers_at
     wait_for(lambda: isr(cluster, topic) == {0, 1, 2}, "the follower to rejoin the ISR")
 
 
-def produce_acks_1(cluster: EmbeddedCluster, topic: str, count: int, start: int) -> None:
-    """One batch of `count` records, acknowledged by the leader alone."""
+def produce_acks_1(cluster: EmbeddedCluster, topic: str, batches: int, start: int) -> None:
+    """`batches` batches of 100 records, acknowledged by the leader alone."""
     producer = Producer(
         {"bootstrap.servers": cluster.bootstrap_servers, "acks": 1, "linger.ms": 50}
     )
-    for i in range(start, start + count):
-        producer.produce(topic, b"%d" % i + b"." * 100)
-    assert producer.flush(30) == 0
+    for batch in range(batches):
+        for i in range(start + 100 * batch, start + 100 * (batch + 1)):
+            producer.produce(topic, b"%d" % i + b"." * 100)
+        assert producer.flush(30) == 0
 
 
 # Tiered partitions ----------------------------------------------------------------------
@@ -457,8 +457,10 @@ def test_a_consumer_in_a_followers_rack_reads_a_tiered_partition_through_that_fo
 
     # Every replica reports the size of the remote tier (KIP-852), followers included.
     wait_for(
-        lambda: (size := remote_size(leader)) is not None
-        and size > 0
-        and all(remote_size(b) == size for b in range(3)),
+        lambda: (
+            (size := remote_size(leader)) is not None
+            and size > 0
+            and all(remote_size(b) == size for b in range(3))
+        ),
         "every replica's RemoteLogSizeBytes",
     )

@@ -104,7 +104,7 @@ def test_a_preferred_election_gives_leadership_back_and_loses_nothing(
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     tp = TopicPartition(topic, 0)
     assert admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30) == {tp: None}
-    assert leader_and_isr(cluster, topic)[:2] == (PREFERRED, epoch + 1)
+    wait_for(lambda: leader_and_isr(cluster, topic)[:2] == (PREFERRED, epoch + 1), "metadata")
     assert read(cluster, topic, 500) == list(range(500))
 
     again = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)[tp]
