@@ -5,12 +5,9 @@ bumping `/controller_epoch`, in one multi) is active until its session ends. The
 controller watches the live brokers, the topics, deletion requests and controlled-shutdown
 requests, and handles each change as an event, one at a time, in its own task:
 
-- a new partition gets its first state: the first live replica of its assignment leads,
-  the live replicas are the ISR, leader epoch 0;
-- a partition whose leader died, or is shutting down, gets a new leader from its live
-  ISR (the first in assignment order) and a new leader epoch; without one it stays
-  leaderless (`unclean.leader.election.enable` lets any live replica lead, losing what
-  only the ISR had); a dead or shutting-down follower leaves the ISR, except the last;
+- a new partition gets its first state; a partition whose leader died, or is shutting
+  down, a new leader; a dead or shutting-down follower leaves the ISR (the decisions and
+  writes are `partition_state_machine`'s);
 - a leaderless partition whose ISR member returns is led by it again;
 - a deleted topic's znodes are removed (brokers delete the logs when they see it gone);
 - an ElectLeaders request, or the periodic leader-balance check, moves leadership back
@@ -21,16 +18,15 @@ requests, and handles each change as an event, one at a time, in its own task:
 
 Every write goes in a multi with a check of `/controller_epoch`'s version: a controller
 that was replaced (its session expired) cannot change anything, and resigns when it
-finds out. A partition's state is written conditionally on its version (the partition
-epoch), so a leader changing the ISR at the same time makes one of them retry.
+finds out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.leader_election import (
@@ -40,9 +36,11 @@ from tierbroker.broker.cluster.leader_election import (
     elect,
     imbalanced_partitions,
 )
+from tierbroker.broker.cluster.partition_state_machine import PartitionStateMachine
 from tierbroker.broker.cluster.reassigner import Reassigner
 from tierbroker.broker.cluster.reassignment import Rejection, ReplicaAssignment
 from tierbroker.broker.cluster.store import (
+    OPS_PER_MULTI,
     BadVersionError,
     Check,
     ConnectionLossError,
@@ -59,15 +57,12 @@ from tierbroker.broker.cluster.store import (
     Stat,
     StoreError,
     WatchEvent,
-    gather_bounded,
 )
 from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
-
-_OPS_PER_MULTI = 400  # ZooKeeper bounds one request (jute.maxbuffer, 1 MiB)
 
 
 class ControllerMoved(Exception):
@@ -126,13 +121,17 @@ class Controller:
         # The active controller's view, read at election and kept up to date by its events.
         self.live_brokers: dict[int, int] = {}  # id -> broker epoch
         self.assignments: dict[str, TopicAssignment] = {}
-        self.states: dict[TopicPartition, PartitionState] = {}
+        self.partition_states = PartitionStateMachine(self)
         self.shutting_down: set[int] = set()
         self.reassigner = Reassigner(self)
 
     @property
     def is_active(self) -> bool:
         return self._active
+
+    @property
+    def states(self) -> dict[TopicPartition, PartitionState]:
+        return self.partition_states.states
 
     async def start(self) -> None:
         self.store.add_state_listener(self._on_session_state)
@@ -304,7 +303,7 @@ class Controller:
         await self._on_brokers_gone(
             {b for state in self.states.values() for b in state.isr} - set(self.live_brokers)
         )
-        await self._elect_offline(self.states)
+        await self.partition_states.elect_offline(self.states)
         self.reassigner.resume()
 
     async def _read_brokers(self) -> tuple[set[int], set[int]]:
@@ -333,81 +332,25 @@ class Controller:
         # A broker that restarted (a new broker epoch) lost what it held in memory: it is
         # handled as gone, then as started (as Kafka's controller handles a bounced broker).
         await self._on_brokers_gone(gone)
-        await self._elect_offline(self.states)
+        await self.partition_states.elect_offline(self.states)
         self.reassigner.check_all()  # a move may wait for a target replica to lead
 
     async def _on_brokers_gone(self, gone: set[int]) -> None:
         if not gone:
             return
-        await self._refresh_states(self._hosted_on(gone))
+        await self.partition_states.refresh(self.partition_states.hosted_on(gone))
         changes: dict[TopicPartition, PartitionState] = {}
         for tp, state in self.states.items():
             if state.leader in gone or gone & set(state.isr):
-                changes[tp] = self._without(tp, state, gone)
-        await self._write_states(changes)
-
-    def _without(
-        self, tp: TopicPartition, state: PartitionState, brokers: set[int]
-    ) -> PartitionState:
-        """`state` with `brokers` out of leadership and the ISR (keeping the last ISR member)."""
-        isr = tuple(b for b in state.isr if b not in brokers) or state.isr[-1:]
-        if state.leader not in brokers:
-            return replace(state, isr=isr, controller_epoch=self.epoch)
-        candidates = [
-            b for b in self._replicas(tp) if b in isr and self.is_eligible(b) and b not in brokers
-        ]
-        if candidates:
-            return PartitionState(
-                candidates[0], state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
-            )
-        return PartitionState(
-            zk.NO_LEADER, state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
-        )
+                changes[tp] = self.partition_states.without(tp, state, gone)
+        await self.partition_states.apply(changes)
 
     def is_eligible(self, broker: int) -> bool:
         return broker in self.live_brokers and broker not in self.shutting_down
 
-    def _replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+    def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         assignment = self.assignments.get(tp.topic)
         return assignment.partitions.get(tp.partition, ()) if assignment else ()
-
-    async def _elect_offline(self, among: Iterable[TopicPartition]) -> None:
-        """Lead every leaderless partition (or one led by a broker gone) that can be led."""
-        changes: dict[TopicPartition, PartitionState] = {}
-        for tp in list(among):
-            state = self.states.get(tp)
-            if state is None or self.is_eligible(state.leader) or tp.topic not in self.assignments:
-                continue
-            elected = self._offline_election(tp, state)
-            if elected is not None:
-                changes[tp] = elected
-        await self._write_states(changes)
-
-    def _offline_election(self, tp: TopicPartition, state: PartitionState) -> PartitionState | None:
-        replicas = self._replicas(tp)
-        live_isr = [b for b in replicas if b in state.isr and self.is_eligible(b)]
-        if live_isr:
-            isr = tuple(b for b in state.isr if self.is_eligible(b))
-            return PartitionState(
-                live_isr[0], state.leader_epoch + 1, isr, self.epoch, state.partition_epoch
-            )
-        if self.unclean_election_enabled(tp.topic):
-            live = [b for b in replicas if self.is_eligible(b)]
-            if live:
-                log.warning(
-                    "controller: unclean election of %d for %s: records only ISR %s held are lost",
-                    live[0],
-                    tp,
-                    list(state.isr),
-                )
-                return PartitionState(
-                    live[0], state.leader_epoch + 1, (live[0],), self.epoch, state.partition_epoch
-                )
-        if state.leader != zk.NO_LEADER:
-            return PartitionState(
-                zk.NO_LEADER, state.leader_epoch + 1, state.isr, self.epoch, state.partition_epoch
-            )
-        return None
 
     async def _on_topics_change(self) -> None:
         names = set(await self.store.children(zk.TOPICS, self._watch("topics")))
@@ -445,37 +388,8 @@ class Controller:
                 self.states[tp] = PartitionState.decode(data, stat.version)
             except NoNodeError:
                 new.append(tp)
-        await self._create_states(new)
-
-    async def _create_states(self, tps: list[TopicPartition]) -> None:
-        """First states of new partitions: the first live replica leads, live replicas are the
-        ISR (Kafka's NewPartition -> OnlinePartition)."""
-        for start in range(0, len(tps), _OPS_PER_MULTI // 3):
-            ops: list[Op] = []
-            created: dict[TopicPartition, PartitionState] = {}
-            for tp in tps[start : start + _OPS_PER_MULTI // 3]:
-                live = [b for b in self._replicas(tp) if self.is_eligible(b)]
-                state = PartitionState(
-                    live[0] if live else zk.NO_LEADER, 0, tuple(live), self.epoch, 0
-                )
-                if not await self.store.exists(zk.partitions_path(tp.topic)):
-                    try:
-                        await self.write([Create(zk.partitions_path(tp.topic))])
-                    except NodeExistsError:
-                        pass
-                ops += [
-                    Create(zk.partition_path(tp.topic, tp.partition)),
-                    Create(zk.state_path(tp.topic, tp.partition), state.encode()),
-                ]
-                created[tp] = state
-            try:
-                await self.write(ops)
-            except (NodeExistsError, NoNodeError):
-                # Created meanwhile by an earlier controller, or the topic was deleted: reread.
-                for tp in created:
-                    await self._on_topic_change(tp.topic)
-                continue
-            self.states.update(created)
+        for reread in sorted(await self.partition_states.create(new)):
+            await self._on_topic_change(reread)
 
     async def _on_deletions(self) -> None:
         topics = await self.store.children(zk.DELETE_TOPICS, self._watch("deletions"))
@@ -497,9 +411,9 @@ class Controller:
         if await self.store.exists(zk.config_path(topic)) is not None:
             ops.append(Delete(zk.config_path(topic)))
         ops.append(Delete(zk.delete_path(topic)))
-        for start in range(0, len(ops), _OPS_PER_MULTI):
+        for start in range(0, len(ops), OPS_PER_MULTI):
             try:
-                await self.write(ops[start : start + _OPS_PER_MULTI])
+                await self.write(ops[start : start + OPS_PER_MULTI])
             except NoNodeError:
                 continue  # removed already (a retry after a lost connection)
         self._forget(topic)
@@ -516,7 +430,7 @@ class Controller:
         if not new:
             return
         log.info("controller: controlled shutdown of brokers %s", sorted(new))
-        await self._refresh_states(self._hosted_on(new))
+        await self.partition_states.refresh(self.partition_states.hosted_on(new))
         # Leadership moves only to another live ISR member: a partition no one else can lead
         # keeps its leader until the broker is gone (Kafka skips it the same way).
         changes: dict[TopicPartition, PartitionState] = {}
@@ -526,8 +440,8 @@ class Controller:
             others = [b for b in state.isr if b not in new]
             if state.leader in new and not any(self.is_eligible(b) for b in others):
                 continue
-            changes[tp] = self._without(tp, state, new)
-        await self._write_states(changes)
+            changes[tp] = self.partition_states.without(tp, state, new)
+        await self.partition_states.apply(changes)
 
     # Elections asked for, and the leader balance ---------------------------------------
 
@@ -548,17 +462,17 @@ class Controller:
 
     async def _on_election(self, request: _ElectionRequest) -> None:
         wanted = list(self.states) if request.partitions is None else request.partitions
-        await self._refresh_states(wanted)
+        await self.partition_states.refresh(wanted)
         outcomes: dict[TopicPartition, Election] = {}
         for tp in wanted:
-            state, replicas = self.states.get(tp), self._replicas(tp)
+            state, replicas = self.states.get(tp), self.replicas(tp)
             if state is None or not replicas:
                 outcomes[tp] = Election(ErrorCode.unknown_topic_or_partition)
                 continue
             outcomes[tp] = elect(
                 request.election_type, replicas, state, self.is_eligible, self.epoch
             )
-        await self._write_states({tp: e.state for tp, e in outcomes.items() if e.state})
+        await self.partition_states.apply({tp: e.state for tp, e in outcomes.items() if e.state})
         if not request.outcome.done():
             request.outcome.set_result(outcomes)
 
@@ -568,11 +482,11 @@ class Controller:
             self._events.put_nowait(_Event("balance"))
 
     async def _on_balance_check(self) -> None:
-        replicas = {tp: self._replicas(tp) for tp in self.states}
+        replicas = {tp: self.replicas(tp) for tp in self.states}
         chosen = imbalanced_partitions(
             replicas, self.states, self.is_eligible, self.leader_balance.per_broker_percentage
         )
-        await self._refresh_states(chosen)
+        await self.partition_states.refresh(chosen)
         changes = {}
         for tp in chosen:
             outcome = elect(
@@ -582,7 +496,7 @@ class Controller:
                 changes[tp] = outcome.state
         if changes:
             log.info("controller: %d partitions return to their preferred replica", len(changes))
-        await self._write_states(changes)
+        await self.partition_states.apply(changes)
 
     # Reassignments ---------------------------------------------------------------------
 
@@ -621,87 +535,6 @@ class Controller:
         outcomes = {tp: await self.reassigner.reassign(tp, t) for tp, t in request.targets.items()}
         if not request.outcome.done():
             request.outcome.set_result(outcomes)
-
-    async def _refresh_states(self, tps: Iterable[TopicPartition]) -> None:
-        """Read again the states of partitions about to be decided on: their leaders change
-        their ISRs without this controller (Kafka's controller learns of it through ISR
-        change notifications; reading before deciding needs no more znodes)."""
-        await gather_bounded(self.refresh_state(tp) for tp in list(tps) if tp in self.states)
-
-    async def refresh_state(self, tp: TopicPartition) -> None:
-        try:
-            data, stat = await self.store.get(zk.state_path(tp.topic, tp.partition))
-        except NoNodeError:
-            return  # being deleted: the deletion event forgets it
-        self.states[tp] = PartitionState.decode(data, stat.version)
-
-    def _hosted_on(self, brokers: set[int]) -> list[TopicPartition]:
-        return [tp for tp in self.states if brokers & set(self._replicas(tp))]
-
-    # Writes --------------------------------------------------------------------------
-
-    async def _write_states(self, changes: dict[TopicPartition, PartitionState]) -> None:
-        """Write new partition states, each conditional on the version it replaces; a state
-        changed meanwhile (a leader's ISR write) is read again and decided again."""
-        items = [(tp, s) for tp, s in changes.items() if s != self.states.get(tp)]
-        moved = sum(1 for tp, s in items if s.leader != self._leader_of(tp))
-        if moved:
-            log.info("controller: %d partitions get a new leader", moved)
-        for start in range(0, len(items), _OPS_PER_MULTI - 1):
-            chunk = items[start : start + _OPS_PER_MULTI - 1]
-            ops: list[Op] = [
-                SetData(zk.state_path(tp.topic, tp.partition), s.encode(), s.partition_epoch)
-                for tp, s in chunk
-            ]
-            try:
-                results = await self.write(ops)
-            except (BadVersionError, NoNodeError):
-                for tp, s in chunk:
-                    await self._write_state_alone(tp, s)
-                continue
-            for (tp, s), stat in zip(chunk, results[1:], strict=True):
-                assert stat is not None and not isinstance(stat, str)
-                self.states[tp] = replace(s, partition_epoch=stat.version)
-
-    def _leader_of(self, tp: TopicPartition) -> int:
-        state = self.states.get(tp)
-        return state.leader if state is not None else zk.NO_LEADER
-
-    async def _write_state_alone(self, tp: TopicPartition, state: PartitionState) -> None:
-        path = zk.state_path(tp.topic, tp.partition)
-        for _ in range(10):
-            try:
-                results = await self.write([SetData(path, state.encode(), state.partition_epoch)])
-            except NoNodeError:
-                self.states.pop(tp, None)
-                return
-            except BadVersionError:
-                data, stat = await self.store.get(path)
-                current = PartitionState.decode(data, stat.version)
-                self.states[tp] = current
-                state = self._decide_again(tp, current, state)
-                if state == current:
-                    return
-                continue
-            written = results[1]
-            assert isinstance(written, Stat)
-            self.states[tp] = replace(state, partition_epoch=written.version)
-            return
-        log.warning("controller: gave up changing %s after repeated conflicts", tp)
-
-    def _decide_again(
-        self, tp: TopicPartition, current: PartitionState, wanted: PartitionState
-    ) -> PartitionState:
-        """What to write over `current`, a state a leader changed after the decision."""
-        gone = {b for b in current.isr if not self.is_eligible(b)}
-        if current.leader != wanted.leader and not self.is_eligible(current.leader):
-            gone.add(current.leader)
-        if not gone and self.is_eligible(current.leader):
-            return current
-        decided = self._without(tp, current, gone)
-        if decided.leader == zk.NO_LEADER:
-            return self._offline_election(tp, decided) or decided
-        return decided
 
     async def write(self, ops: Sequence[Op]) -> list[str | Stat | None]:
         """Apply `ops` fenced by the controller epoch; raises the failing op's error, or

@@ -90,7 +90,7 @@ class Reassigner:
                     ErrorCode.unknown_topic_or_partition, "The partition does not exist."
                 )
             current = ReplicaAssignment.of(topic, tp.partition)
-            await ctl.refresh_state(tp)
+            await ctl.partition_states.refresh([tp])
             if target is None:
                 rejection = plan.validate_cancel(current, ctl.states[tp])
             else:

@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 READ_CONCURRENCY = 256  # znode reads in flight at once
+OPS_PER_MULTI = 400  # ZooKeeper bounds one request (jute.maxbuffer, 1 MiB)
 
 
 class StoreError(Exception):
