@@ -181,7 +181,9 @@ class Log:
         """The newest snapshot, then the batch headers after it up to the log end offset.
 
         Batches below a log start offset inside the first segment are still on disk and
-        replayed, so a snapshot and the replay after it never leave a gap.
+        replayed, so a snapshot and the replay after it never leave a gap. A rolled segment
+        whose snapshot a crash lost gets it again here: the copy to the remote tier uploads
+        it, and a replica rebuilt from the remote tier loads it.
         """
         first = self.segments[0].base_offset
         snapshot = self.producer_state.load(first, self.log_end_offset)
@@ -193,6 +195,9 @@ class Log:
             for _, batch in segment.headers_from(position):
                 if batch.has_producer_id and batch.base_offset >= start:
                     self.producer_state.update(batch)
+            rolled = segment is not self.active_segment
+            if rolled and not self.producer_state.snapshot_path(segment.next_offset).exists():
+                self.producer_state.take_snapshot(segment.next_offset, sync=False)
 
     def take_producer_snapshot(self) -> None:
         """Snapshot producer state at the log end offset (clean shutdown)."""

@@ -441,6 +441,40 @@ def test_log_snapshot_at_roll_and_replay_of_later_batches(tmp_path: Path) -> Non
         log_.close()
 
 
+def test_a_reopened_log_takes_again_the_roll_snapshots_a_crash_lost(tmp_path: Path) -> None:
+    """Each rolled segment keeps the producer state at its end: the copy to the remote tier
+    uploads it, and a replica rebuilt from there loads it."""
+    directory, topic_id = tmp_path / "idem-0", uuid.uuid4()
+    log_ = open_log(directory, topic_id)
+    log_.append_as_leader(bytearray(batch_bytes(0, 2, pid=1)), 0)
+    log_.roll()  # a snapshot at offset 2
+    log_.append_as_leader(bytearray(batch_bytes(0, 3, pid=2)), 0)
+    log_.roll()  # a snapshot at offset 5
+    log_.append_as_leader(bytearray(batch_bytes(2, 1, pid=1)), 0)
+    log_.flush()
+    log_.close()
+    for offset in (2, 5):  # lost in the crash
+        log_.producer_state.snapshot_path(offset).unlink()
+
+    log_ = open_log(directory, topic_id)
+    try:
+        assert log_.producer_state.snapshot_offsets() == [2, 5]
+
+        def producers_at(offset: int) -> set[int]:
+            elsewhere = ProducerStateManager(tmp_path / f"at-{offset}", TP)
+            elsewhere.dir.mkdir()
+            elsewhere.install_snapshot(
+                offset, log_.producer_state.snapshot_path(offset).read_bytes()
+            )
+            assert elsewhere.load(0, offset) == offset
+            return set(elsewhere.producers)
+
+        assert producers_at(2) == {1}
+        assert producers_at(5) == {1, 2}
+    finally:
+        log_.close()
+
+
 def test_log_flush_fsyncs_the_snapshots_of_the_rolls_it_covers(
     tmp_path: Path, synced: list[str]
 ) -> None:
