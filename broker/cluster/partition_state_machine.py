@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.store import (
+    CONFLICT_ATTEMPTS,
     OPS_PER_MULTI,
     BadVersionError,
     Create,
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
     from tierbroker.broker.cluster.controller import Controller
 
 log = logging.getLogger(__name__)
-
-_ATTEMPTS = 10  # reads and decisions again after a concurrent change
 
 
 class PartitionStateMachine:
@@ -187,7 +186,7 @@ class PartitionStateMachine:
     async def _write_state_alone(self, tp: TopicPartition, state: PartitionState) -> None:
         ctl = self.controller
         path = zk.state_path(tp.topic, tp.partition)
-        for _ in range(_ATTEMPTS):
+        for _ in range(CONFLICT_ATTEMPTS):
             try:
                 results = await ctl.write([SetData(path, state.encode(), state.partition_epoch)])
             except NoNodeError:

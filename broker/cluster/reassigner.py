@@ -19,6 +19,7 @@ from tierbroker.broker.cluster import reassignment as plan
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.reassignment import Rejection, ReplicaAssignment
 from tierbroker.broker.cluster.store import (
+    CONFLICT_ATTEMPTS,
     BadVersionError,
     NoNodeError,
     SetData,
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
     from tierbroker.broker.cluster.controller import Controller
 
 log = logging.getLogger(__name__)
-
-_ATTEMPTS = 10  # reads and decisions again after a concurrent change
 
 
 class Reassigner:
@@ -82,7 +81,7 @@ class Reassigner:
         ctl = self.controller
         if tp not in ctl.states or await ctl.store.exists(zk.delete_path(tp.topic)):
             return Rejection(ErrorCode.unknown_topic_or_partition, "The partition does not exist.")
-        for _ in range(_ATTEMPTS):
+        for _ in range(CONFLICT_ATTEMPTS):
             try:
                 topic, version = await self._read_assignment(tp.topic)
             except NoNodeError:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 READ_CONCURRENCY = 256  # znode reads in flight at once
 OPS_PER_MULTI = 400  # ZooKeeper bounds one request (jute.maxbuffer, 1 MiB)
+CONFLICT_ATTEMPTS = 10  # reads and decisions again after a concurrent change of a znode
 
 
 class StoreError(Exception):
