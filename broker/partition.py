@@ -387,18 +387,17 @@ class Partition:
         if from_follower:
             return OffsetAndEpoch(*found) if found is not None else None
         hw = self.log.high_watermark
-        beyond_hw = timestamp_ms == LATEST_TIMESTAMP or (
-            timestamp_ms >= 0 and (found is None or found[0] >= hw)
-        )
+        # A timestamp lookup that finds nothing below the high watermark.
+        past_hw = timestamp_ms >= 0 and (found is None or found[0] >= hw)
         # A new leader's high watermark lags the start of its epoch until its followers fetch
         # again: until then it cannot say where the committed end is (retriable for clients).
-        if beyond_hw and self.leader_epoch_start_offset > hw:
+        if self.leader_epoch_start_offset > hw and (timestamp_ms == LATEST_TIMESTAMP or past_hw):
             raise KafkaError(
                 ErrorCode.offset_not_available,
                 f"{self.topic_partition}: high watermark {hw} lags the start of leader epoch "
                 f"{self.leader_epoch} at {self.leader_epoch_start_offset}",
             )
-        if found is None or (timestamp_ms >= 0 and found[0] >= hw):
+        if found is None or past_hw:
             return None
         offset, timestamp, epoch = found
         return OffsetAndEpoch(min(offset, hw), timestamp, epoch)
