@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -93,6 +93,15 @@ class EmbeddedCluster:
             raise RuntimeError("the cluster is not running")
         future: Future[T] = asyncio.run_coroutine_threadsafe(work, self._loop)
         return future.result(timeout_s)
+
+    def read(self, read: Callable[[], T], timeout_s: float = 30.0) -> T:
+        """`read()` run on the cluster's event loop, where the brokers' state may be read
+        safely (nothing changes it while it runs), and its result."""
+
+        async def run() -> T:
+            return read()
+
+        return self.call(run(), timeout_s)
 
     # Where it is ---------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from tierbroker.broker.embedded import EmbeddedCluster
 from tierbroker.broker.replica_selector import RACK_AWARE
@@ -34,7 +34,6 @@ from tierbroker.testing.outage import CLASS_NAME, DELEGATE, GATE, drop_gate, gat
 if TYPE_CHECKING:
     from tierbroker.testing.aio import AsyncTierbrokerCluster
 
-T = TypeVar("T")
 ConfigValue = str | int | float | bool
 
 TEST_SETTINGS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
@@ -190,14 +189,6 @@ class TierbrokerCluster:
 
         return AsyncTierbrokerCluster(self)
 
-    def _on_loop(self, read: Callable[[], T], timeout_s: float = 30.0) -> T:
-        """`read()` run on the brokers' event loop, where their state may be read safely."""
-
-        async def run() -> T:
-            return read()
-
-        return self.embedded.call(run(), timeout_s)
-
     def wait_for(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
         """Poll `condition()` (which may use the helpers) until it holds; AssertionError
         naming `what` after `timeout_s`."""
@@ -235,7 +226,7 @@ class TierbrokerCluster:
                 )
             return infos
 
-        return self._on_loop(read)
+        return self.embedded.read(read)
 
     def broker(self, broker_id: int) -> BrokerInfo:
         return next(b for b in self.brokers if b.broker_id == broker_id)
@@ -251,14 +242,14 @@ class TierbrokerCluster:
             running = [b for b in self.embedded.brokers if b.running]
             return running[0].cache.controller_id if running else -1
 
-        return self._on_loop(read)
+        return self.embedded.read(read)
 
     def leader(self, topic: str, partition: int = 0) -> int:
         """The partition's leader (-1: none), as the controller last decided."""
-        return self._on_loop(lambda: self._state(TopicPartition(topic, partition))[0])
+        return self.embedded.read(lambda: self._state(TopicPartition(topic, partition))[0])
 
     def isr(self, topic: str, partition: int = 0) -> set[int]:
-        return self._on_loop(lambda: set(self._state(TopicPartition(topic, partition))[1]))
+        return self.embedded.read(lambda: set(self._state(TopicPartition(topic, partition))[1]))
 
     def _state(self, tp: TopicPartition) -> tuple[int, tuple[int, ...]]:
         for server in self.embedded.brokers:
@@ -284,7 +275,7 @@ class TierbrokerCluster:
                             total += sample.value
             return total
 
-        return self._on_loop(read)
+        return self.embedded.read(read)
 
     # Topics and records --------------------------------------------------------------
 
@@ -299,14 +290,14 @@ class TierbrokerCluster:
         """Create a topic (replication factor: the brokers running, up to 3) and wait until
         every replica has it and is in the ISR."""
         configs = {**self.topic_config, **{k: _text(v) for k, v in (config or {}).items()}}
-        running = self._on_loop(lambda: [b for b in self.embedded.brokers if b.running])
+        running = self.embedded.read(lambda: [b for b in self.embedded.brokers if b.running])
         assert running, "no broker is running"
         factor = replication_factor or min(3, len(running))
         self.embedded.call(
             running[0].admin.create_topic(name, partitions, factor, configs), timeout_s
         )
         self.wait_for(
-            lambda: self._on_loop(lambda: self._topic_ready(name)),
+            lambda: self.embedded.read(lambda: self._topic_ready(name)),
             f"every replica of {name} in its ISR",
             timeout_s,
         )
@@ -363,12 +354,15 @@ class TierbrokerCluster:
                 return ends
             raise AssertionError("no broker is running")
 
-        deadline = time.monotonic() + timeout_s
-        while (ends := self._on_loop(read)) is None:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s:g}s: a leader of {topic} lags")
-            time.sleep(0.02)
-        return ends
+        found: dict[int, int] = {}
+
+        def known() -> bool:
+            ends = self.embedded.read(read)
+            found.update(ends or {})
+            return ends is not None
+
+        self.wait_for(known, f"the leaders of {topic} to know their high watermarks", timeout_s)
+        return found
 
     def records(
         self,
@@ -442,7 +436,7 @@ class TierbrokerCluster:
                         rows[row["partition"]] = PartitionTier(leader=server.broker_id, **fields)
             return dict(sorted(rows.items()))
 
-        return self._on_loop(read)
+        return self.embedded.read(read)
 
     def wait_tiered(self, topic: str, timeout_s: float = 30.0) -> dict[int, PartitionTier]:
         """Wait until every rolled segment of every partition is in the remote tier (the
@@ -508,7 +502,7 @@ class TierbrokerCluster:
             return wrong
 
         deadline = time.monotonic() + timeout_s
-        while wrong := self._on_loop(unseen):
+        while wrong := self.embedded.read(unseen):
             if time.monotonic() > deadline:
                 gone = "gone" if not live else "back"
                 raise AssertionError(

@@ -283,7 +283,7 @@ class Demo:
     # What the brokers say ----------------------------------------------------------------
 
     def _tier_rows(self) -> list[dict[str, Any]]:
-        async def read() -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
             return [
                 {**row, "leader": b.broker_id}
                 for b in self.cluster.brokers
@@ -292,7 +292,7 @@ class Demo:
                 if row["topic"] == TOPIC
             ]
 
-        return sorted(self.cluster.call(read()), key=lambda r: r["partition"])
+        return sorted(self.cluster.read(read), key=lambda r: r["partition"])
 
     def _fill(self, report: DemoReport) -> None:
         rows = self._tier_rows()
@@ -300,7 +300,7 @@ class Demo:
         report.remote_segments = sum(r["remote_segments"] for r in rows)
         leads = {b: sum(1 for r in rows if r["leader"] == b) for b in (1, 2, 3)}
 
-        async def read() -> list[BrokerUse]:
+        def read() -> list[BrokerUse]:
             uses = []
             for b in self.cluster.brokers:
                 samples = [
@@ -328,7 +328,7 @@ class Demo:
                 )
             return uses
 
-        report.brokers = self.cluster.call(read())
+        report.brokers = self.cluster.read(read)
 
     # Display -------------------------------------------------------------------------
 

@@ -52,11 +52,8 @@ def hold_fetcher(cluster: EmbeddedCluster, follower: int, leader: int) -> HeldFe
         registry = cluster.broker(follower).replicas.fetchers.fetchers
         return [f for (leader_id, _, _), f in registry.items() if leader_id == leader]
 
-    async def started() -> bool:
-        return bool(fetchers())
-
     # A follower starts its fetcher once it has created the log, after the metadata says so.
-    wait_for(lambda: cluster.call(started()), f"broker {follower} to fetch from {leader}")
+    wait_for(lambda: cluster.read(fetchers), f"broker {follower} to fetch from {leader}")
 
     async def hold() -> HeldFetcher:
         [fetcher] = fetchers()

@@ -13,7 +13,6 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -309,10 +308,7 @@ def test_a_tiered_topic_keeps_tiering_across_a_failover(cluster: EmbeddedCluster
         remote = cluster.broker(broker_id).remote
         assert remote is not None
 
-        async def status() -> list[dict[str, Any]]:  # on the loop that changes it
-            return remote.status()
-
-        rows = [r for r in cluster.call(status()) if r["topic"] == topic]
+        rows = [r for r in cluster.read(remote.status) if r["topic"] == topic]
         return int(rows[0]["remote_log_end_offset"]) if rows else -1
 
     produce_all(values[:500])
@@ -329,11 +325,11 @@ def test_a_tiered_topic_keeps_tiering_across_a_failover(cluster: EmbeddedCluster
     wait_for(lambda: remote_end(new_leader) > max(tiered_before, 700), "the new leader to tier")
     rlmm = cluster.broker(new_leader).remote.rlmm  # type: ignore[union-attr]
 
-    async def readable() -> list[tuple[int, int]]:
+    def readable() -> list[tuple[int, int]]:
         partition = next(t for t in rlmm.partitions() if t.topic_partition.topic == topic)
         return [(m.start_offset, m.end_offset) for m in rlmm.readable_segments(partition)]
 
-    segments = cluster.call(readable())
+    segments = cluster.read(readable)
     assert segments == sorted(segments)
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(segments))  # no gap, no overlap
     cluster.start_broker(first_leader)

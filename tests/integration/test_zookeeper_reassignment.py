@@ -72,7 +72,7 @@ def test_a_partition_moves_over_zookeeper(
 
         # (a follower may drop out of the ISR for a moment on a loaded machine)
         wait_for(
-            lambda: state()["leader"] in (1, 2) and sorted(state()["isr"]) == [1, 2],
+            lambda: (s := state())["leader"] in (1, 2) and sorted(s["isr"]) == [1, 2],
             "the new replicas to lead and be the ISR",
         )
     finally:
