@@ -2,8 +2,15 @@
 
 `max.connections` bounds the broker's connections: at the limit the acceptor stops
 accepting until one closes, and clients wait in the listen backlog, as Kafka's
-acceptor does. `max.connections.per.ip` (and its per-address overrides) bounds one
-address: a connection over it is accepted and closed at once, with a log line.
+acceptor does. So does the open file limit: connections may use only the descriptors
+that the logs (the log file cache's share), indexes, checkpoints, the remote tier and
+the broker's own connections do not need (`connections_within_file_limit`, taken at
+start); this is also `max.connections`' default. Anyone able to connect can then not
+starve the logs of descriptors, which would fail a segment roll. The acceptor says
+once when it stops at that bound (again at most once a minute).
+
+`max.connections.per.ip` (and its per-address overrides) bounds one address: a
+connection over it is accepted and closed at once, with a log line.
 
 When `accept` fails for want of file descriptors (EMFILE, ENFILE) or memory, the
 waiting connection stays in the backlog: the acceptor retries after a pause and
@@ -28,18 +35,34 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tierbroker.storage.file_cache import LOG_FILES, soft_file_limit
+
 log = logging.getLogger(__name__)
 
 ACCEPT_RETRY_DELAY_S = 0.1
 ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# Descriptors besides the log file cache's: index files opened by rolls and loading,
+# snapshots, checkpoints, the remote tier's copies and reads, sockets to other brokers
+# and ZooKeeper, the interpreter's own files.
+RESERVED_FILES = 128
+MIN_CONNECTIONS_WITHIN_FILE_LIMIT = 16
+FILE_LIMIT_LOG_INTERVAL_S = 60.0
+
+
+def connections_within_file_limit() -> int:
+    """The connections the open file limit leaves once the logs and the rest have theirs."""
+    reserve = LOG_FILES.capacity + RESERVED_FILES
+    return max(MIN_CONNECTIONS_WITHIN_FILE_LIMIT, soft_file_limit() - reserve)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionLimits:
-    """Kafka's connection quotas and idle timeout; Kafka's defaults."""
+    """Kafka's connection quotas and idle timeout; Kafka's defaults, but for
+    `max.connections` (what the open file limit leaves, as `max_connections_by_file_limit`)."""
 
     max_connections: int = 2**31 - 1
+    max_connections_by_file_limit: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
     max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
     connections_max_idle_ms: int = 600_000
@@ -67,6 +90,7 @@ class ConnectionQuotas:
         self.total = 0
         self.per_ip: Counter[str] = Counter()
         self._slot_freed = asyncio.Event()
+        self._file_limit_logged_at = float("-inf")
 
     def try_add(self, ip: str) -> bool:
         """Count a new connection from `ip`; False if `ip` already has its maximum."""
@@ -84,10 +108,27 @@ class ConnectionQuotas:
         self._slot_freed.set()
 
     async def wait_for_slot(self) -> None:
-        """Return once fewer than `max.connections` are open."""
-        while self.total >= self.limits.max_connections:
+        """Return once fewer than `max.connections` (and the open file limit's share) are open."""
+        limits = self.limits
+        while self.total >= min(limits.max_connections, limits.max_connections_by_file_limit):
+            if self.total >= limits.max_connections_by_file_limit:
+                self._maybe_log_file_limit()
             self._slot_freed.clear()
             await self._slot_freed.wait()
+
+    def _maybe_log_file_limit(self) -> None:
+        now = time.monotonic()
+        if now - self._file_limit_logged_at < FILE_LIMIT_LOG_INTERVAL_S:
+            return
+        self._file_limit_logged_at = now
+        log.warning(
+            "not accepting connections: %d are open, as many as the open file limit allows "
+            "(RLIMIT_NOFILE %d, less %d descriptors kept for logs, indexes and the remote "
+            "tier); accepting again when one closes (raise the limit, ulimit -n, for more)",
+            self.total,
+            soft_file_limit(),
+            soft_file_limit() - self.limits.max_connections_by_file_limit,
+        )
 
 
 class Acceptor:

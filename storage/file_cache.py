@@ -29,6 +29,12 @@ OPEN_LOG_FILES_SHARE = 0.5  # of the soft RLIMIT_NOFILE; sockets and indexes nee
 HELD_LOG_FILES_SHARE = 0.5  # of the capacity: evicted files still held by responses
 
 
+def soft_file_limit() -> int:
+    """The process's soft RLIMIT_NOFILE (65,536 standing for unlimited)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1 << 16 if soft == resource.RLIM_INFINITY else soft
+
+
 def _open_for_append(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_APPEND)
 
@@ -73,10 +79,7 @@ class LogFileCache:
 
     @classmethod
     def sized_from_rlimit(cls) -> LogFileCache:
-        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY:
-            soft = 1 << 16
-        return cls(max(MIN_OPEN_LOG_FILES, int(soft * OPEN_LOG_FILES_SHARE)))
+        return cls(max(MIN_OPEN_LOG_FILES, int(soft_file_limit() * OPEN_LOG_FILES_SHARE)))
 
     def __len__(self) -> int:
         return len(self._files)

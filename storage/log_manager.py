@@ -72,22 +72,30 @@ class LogManager:
         )
 
     @contextmanager
-    def _io_guard(self, log_dir: Path, action: str) -> Iterator[None]:
-        """Take `log_dir` offline on an OSError in the block, and carry on (the error is logged)."""
+    def _io_guard(self, log_dir: Path, action: str, *, loading: bool = False) -> Iterator[None]:
+        """Take `log_dir` offline on an OSError in the block (out of file descriptors: only
+        while `loading`), and carry on (the error is logged)."""
         try:
             yield
         except OSError as e:
-            self.failure_channel.maybe_add_offline_log_dir(log_dir, e, action)
+            self.failure_channel.maybe_add_offline_log_dir(log_dir, e, action, loading=loading)
 
     def storage_error(
         self, log_dir: Path, tp: TopicPartition, error: OSError, action: str
     ) -> KafkaError:
         """Take `log_dir` offline after `error` while `action` on `tp`; the
-        KAFKA_STORAGE_ERROR the client gets."""
-        self.failure_channel.maybe_add_offline_log_dir(log_dir, error, action)
+        KAFKA_STORAGE_ERROR the client gets. Out of file descriptors, the dir stays online
+        and the client, told the same, retries."""
+        if self.failure_channel.maybe_add_offline_log_dir(log_dir, error, action):
+            return KafkaError(
+                ErrorCode.kafka_storage_error,
+                f"{tp}: log dir {log_dir} is offline: {describe(error)}",
+            )
+        # Retriable in stock clients (Java's KafkaStorageException, librdkafka), and it
+        # says what happened: nothing was written, for want of a file.
         return KafkaError(
             ErrorCode.kafka_storage_error,
-            f"{tp}: log dir {log_dir} is offline: {describe(error)}",
+            f"{tp}: {action} failed with {describe(error)}; nothing was written, retry",
         )
 
     def load_logs(
@@ -99,7 +107,7 @@ class LogManager:
         while the broker was down) are removed.
         """
         for log_dir in self.log_dirs:
-            with self._io_guard(log_dir, "loading its logs"):
+            with self._io_guard(log_dir, "loading its logs", loading=True):
                 self._load_dir(log_dir, config_for)
                 self._loaded_dirs.add(log_dir)
 

@@ -15,10 +15,15 @@ import struct
 import time
 from pathlib import Path
 
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
 from tests.integration.broker_process import BrokerProcess, api_versions_answered
+from tests.integration.waiting import wait_for
 from tests.integration.wire import ConnectionClosed, WireClient
 
 API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
+FILE_LIMIT = 512  # RLIMIT_NOFILE of the broker in the descriptor tests
 
 
 def answered(client: WireClient) -> bool:
@@ -101,6 +106,66 @@ def test_out_of_file_descriptors_the_broker_logs_little_and_recovers(
     finally:
         for client in clients:
             client.close()
+    assert api_versions_answered(broker.port, timeout_s=10)
+    assert broker.stop() == 0
+    assert "Traceback" not in broker.log(), broker.log()
+
+
+def idle_connections(port: int, count: int) -> list[socket.socket]:
+    """`count` connections begun without waiting: those the broker does not accept wait in
+    its listen backlog (or in the SYN queue past it)."""
+    held = []
+    for _ in range(count):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        held.append(s)
+    return held
+
+
+def test_idle_connections_leave_the_logs_their_file_descriptors(
+    broker_factory: type[BrokerProcess], tmp_path: Path
+) -> None:
+    """Under `ulimit -n 512`, 500 idle connections: the acceptor stops short of the limit
+    and says so once; segments still roll, the log dir stays online, every record sent is
+    acknowledged; and the connections waiting are accepted once others close."""
+    broker = broker_factory(tmp_path, {"log.segment.bytes": "16384"}, file_limit=FILE_LIMIT).start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("rolling", 1, 1)])["rolling"].result(15)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    acked: list[int] = []
+    errors: list[KafkaError] = []
+
+    def produce(count: int) -> None:
+        for _ in range(count):
+            producer.produce(
+                "rolling",
+                b"x" * 1000,
+                on_delivery=lambda e, m: errors.append(e) if e else acked.append(m.offset()),
+            )
+            producer.poll(0)
+        assert producer.flush(60) == 0
+
+    produce(10)  # the producer's connections are open before the idle ones come
+    held = idle_connections(broker.port, 500)
+    try:
+        assert broker.process is not None
+        wait_for(
+            lambda: "accepting connections" in broker.log() or broker.process.poll() is not None,
+            "the acceptor to stop",
+        )
+        assert broker.process.poll() is None, broker.log()
+        produce(500)  # about 30 segment rolls
+        assert errors == [] and sorted(acked) == list(range(510))
+        assert broker.process.poll() is None, broker.log()
+        log = broker.log()
+        assert "is offline" not in log, log
+        stopped = [line for line in log.splitlines() if "not accepting connections" in line]
+        assert len(stopped) == 1 and "open file limit" in stopped[0], stopped
+        assert "cannot accept connections" not in log, log
+    finally:
+        for s in held:
+            s.close()
     assert api_versions_answered(broker.port, timeout_s=10)
     assert broker.stop() == 0
     assert "Traceback" not in broker.log(), broker.log()

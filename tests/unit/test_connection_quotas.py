@@ -1,5 +1,6 @@
 """`max.connections` holds new connections in the listen backlog until one closes, as Kafka's
-acceptor does; the overrides string of `max.connections.per.ip.overrides` is parsed strictly."""
+acceptor does, and so does the open file limit less what the logs need; the overrides string
+of `max.connections.per.ip.overrides` is parsed strictly."""
 
 from __future__ import annotations
 
@@ -8,8 +9,14 @@ import struct
 
 import pytest
 
-from tierbroker.broker.acceptor import ConnectionLimits, parse_per_ip_overrides
+from tierbroker.broker.acceptor import (
+    ConnectionLimits,
+    connections_within_file_limit,
+    parse_per_ip_overrides,
+)
+from tierbroker.broker.config import load_config
 from tierbroker.broker.server import SocketServer
+from tierbroker.storage.file_cache import LOG_FILES, soft_file_limit
 
 
 async def pong(frame: bytes | memoryview, peer: str) -> list[bytes]:
@@ -47,3 +54,34 @@ def test_per_ip_overrides_are_address_count_pairs() -> None:
     assert parse_per_ip_overrides("127.0.0.1:5, [::1]:2,") == {"127.0.0.1": 5, "::1": 2}
     with pytest.raises(ValueError, match="address:count"):
         parse_per_ip_overrides("127.0.0.1")
+
+
+async def test_short_of_the_file_limit_the_broker_stops_accepting_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    limits = ConnectionLimits(max_connections=10, max_connections_by_file_limit=1)
+    server = SocketServer(pong, 1024, 1 << 20, limits)
+    server.listen("127.0.0.1", 0)
+    await server.start()
+    try:
+        first, second, third = [
+            await asyncio.open_connection("127.0.0.1", server.port) for _ in range(3)
+        ]
+        assert await ping(*first, wait_s=10)
+        assert not await ping(*second, wait_s=0.5)  # connected in the backlog, not accepted
+        first[1].close()
+        assert await asyncio.wait_for(second[0].readexactly(8), 10) == b"\0\0\0\4pong"
+        second[1].close()
+        assert await ping(*third, wait_s=10)
+        third[1].close()
+    finally:
+        await server.stop(1)
+    said = [r.getMessage() for r in caplog.records if "not accepting" in r.getMessage()]
+    assert len(said) == 1 and "open file limit" in said[0], said
+
+
+def test_max_connections_defaults_below_the_open_file_limit() -> None:
+    limits = load_config(None, []).connection_limits
+    assert limits.max_connections == limits.max_connections_by_file_limit
+    assert limits.max_connections == connections_within_file_limit()
+    assert limits.max_connections <= soft_file_limit() - LOG_FILES.capacity
