@@ -98,7 +98,9 @@ class BrokerServer:
         self.ports = ports
         self.endpoints: BrokerEndpoints = broker_endpoints(config, ports.port, ports.metrics_port)
         self.cache = MetadataCache(store)
-        self.log_manager = LogManager(config.log_dir_paths)
+        self.log_manager = LogManager(
+            config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
+        )
         self.admin = TopicAdmin(
             config.broker_id,
             store,

@@ -141,6 +141,10 @@ class BrokerConfig(BaseModel):
     max_connections_per_ip: int = Field(2**31 - 1, alias="max.connections.per.ip", ge=0)
     max_connections_per_ip_overrides: str = Field("", alias="max.connections.per.ip.overrides")
     connections_max_idle_ms: int = Field(600_000, alias="connections.max.idle.ms", ge=1)
+    # tierbroker's own: below this much free space on its filesystem, a log dir refuses
+    # produce (KAFKA_STORAGE_ERROR) until space is freed. None: the larger of 1 GiB and 5%
+    # of the filesystem; 0: no floor (a full disk takes the dir offline, as in Kafka).
+    log_dir_min_free_bytes: int | None = Field(None, alias="log.dir.min.free.bytes", ge=0)
     log_retention_check_interval_ms: int = Field(
         300_000, alias="log.retention.check.interval.ms", ge=1
     )

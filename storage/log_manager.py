@@ -7,7 +7,8 @@ watermarks). A clean shutdown leaves `.kafka_cleanshutdown`, written only for a
 log dir that was loaded whole, then flushed and checkpointed whole; without it,
 logs are recovered from their recovery points on the next start. An I/O error in
 a log dir takes it offline (`LogDirFailureChannel`): its logs are not written,
-flushed or checkpointed again by this process, and no log is created there. Not
+flushed or checkpointed again by this process, and no log is created there. A log
+dir short of free space refuses produce until space is freed (`FreeSpaceGuard`). Not
 shared between tasks: the broker calls it from the event loop (loading runs in one
 thread before that); only the files of new logs are written in worker threads
 (`create_logs`), and the loop registers the logs they return. A deleted log's
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
+from tierbroker.storage.free_space import FreeSpaceGuard
 from tierbroker.storage.log import Log, flush_segments, now_ms
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_dir_failure import LogDirFailureChannel, describe
@@ -50,10 +52,12 @@ DELETED_DIR_SUFFIX = "-delete"
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path]) -> None:
+    def __init__(self, log_dirs: list[Path], *, min_free_bytes: int | None = 0) -> None:
+        """`min_free_bytes`: `log.dir.min.free.bytes` (None: its default; 0: no floor)."""
         self.log_dirs = log_dirs
         self.logs: dict[TopicPartition, Log] = {}
         self.failure_channel = LogDirFailureChannel()
+        self.free_space = FreeSpaceGuard(min_free_bytes)
         self._loaded_dirs: set[Path] = set()  # log dirs whose every partition was loaded
         self._logs_per_dir: Counter[Path] = Counter()
         self._creation_pool: ThreadPoolExecutor | None = None

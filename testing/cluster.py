@@ -36,7 +36,12 @@ if TYPE_CHECKING:
 
 ConfigValue = str | int | float | bool
 
-TEST_SETTINGS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
+# No free-space floor: a CI runner's small tmpfs would be below the default 1 GiB.
+TEST_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "5",
+    "log.dir.min.free.bytes": "0",
+}
 TIERING_SETTINGS = {
     "remote.log.manager.task.interval.ms": "100",
     "remote.log.manager.task.retry.backoff.ms": "100",

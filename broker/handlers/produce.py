@@ -1,4 +1,8 @@
-"""Produce: records in, offsets out. Records are handed on as received, never decoded."""
+"""Produce: records in, offsets out. Records are handed on as received, never decoded.
+
+A partition whose log dir is below its free-space floor (`FreeSpaceGuard`) is answered
+KAFKA_STORAGE_ERROR without an append.
+"""
 
 from __future__ import annotations
 
@@ -47,6 +51,9 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
             else:
                 entries[tp] = p.records or b""
         keys.append((topic.topic_id if by_id else topic.name, partitions))
+    for tp, reason in _short_of_space(ctx, entries).items():
+        del entries[tp]
+        results[tp] = ProduceResult(ErrorCode.kafka_storage_error, error_message=reason)
     appended = await ctx.replicas.append_records(
         entries, body.acks, int(body.timeout.total_seconds() * 1000)
     )
@@ -71,6 +78,21 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
         ),
         throttle_time=NO_THROTTLE,
     )
+
+
+def _short_of_space(
+    ctx: BrokerContext, entries: dict[TopicPartition, bytes]
+) -> dict[TopicPartition, str]:
+    """Partitions whose log dir is below `log.dir.min.free.bytes`, and why they are refused."""
+    refused: dict[TopicPartition, str] = {}
+    for tp, records in entries.items():
+        partition = ctx.replicas.partitions.get(tp)
+        if partition is None:
+            continue  # the replica manager answers why
+        reason = ctx.replicas.log_manager.free_space.refusal(partition.log.dir.parent, len(records))
+        if reason is not None:
+            refused[tp] = reason
+    return refused
 
 
 def _topic_error(name: str, known: bool, by_id: bool) -> ErrorCode | None:

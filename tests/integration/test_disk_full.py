@@ -1,7 +1,9 @@
 """A log dir on a small filesystem that fills up, as an operator meets it: a real broker,
 a confluent-kafka producer with acks=all producing until errors arrive, space given back,
 a restart; then every acknowledged record is there exactly once, in order, and no offset
-was handed out twice. The filesystem is a tmpfs mounted by the test (root needed)."""
+was handed out twice. With a free-space floor (`log.dir.min.free.bytes`) the broker
+refuses produce below it instead, serves reads, and accepts produce again once space is
+freed, without a restart. The filesystem is a tmpfs mounted by the test (root needed)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.waiting import wait_for
 
-SMALL_SEGMENTS = {"log.segment.bytes": "262144"}  # rolls (new files) happen before it is full
+# Rolls (new files) happen before it is full; no floor: the disk fills up, as in Kafka.
+SMALL_SEGMENTS = {"log.segment.bytes": "262144", "log.dir.min.free.bytes": "0"}
+FLOOR_BYTES = 768 << 10  # on the 2 MiB filesystem
 VALUE_BYTES = 1000
 
 Acked = dict[int, bytes]  # offset -> value, partition 0
@@ -228,3 +232,62 @@ def test_delete_topic_frees_a_full_disk(
     assert set(admin.list_topics(timeout=10).topics) >= {"other"}
     assert "full" not in admin.list_topics(timeout=10).topics
     assert_exactly_acked(read_all(broker.bootstrap, "other"), other.acked)
+
+
+def floor_lines(log: str, log_dir: Path) -> list[str]:
+    return [
+        line
+        for line in log.splitlines()
+        if f"log dir {log_dir} has" in line and "below log.dir.min.free.bytes" in line
+    ]
+
+
+def test_below_the_free_space_floor_produce_is_refused_until_space_is_freed(
+    broker_factory: type[BrokerProcess], tmp_path: Path, small_fs: Path
+) -> None:
+    """Below `log.dir.min.free.bytes` every partition of the dir answers produce with
+    KAFKA_STORAGE_ERROR and one log line says why; consumers read everything acknowledged;
+    DeleteTopics frees space and produce goes on, without a restart or an offline dir."""
+    log_dir = small_fs / "logs"
+    broker = broker_factory(
+        tmp_path,
+        {
+            **SMALL_SEGMENTS,
+            "log.dirs": str(log_dir),
+            "log.dir.min.free.bytes": str(FLOOR_BYTES),
+            "offsets.topic.num.partitions": "1",  # its logs, made by read_all, take space too
+        },
+    ).start()
+    create_topic(broker.bootstrap, "full")
+    create_topic(broker.bootstrap, "kept")
+    producer = AckingProducer(broker.bootstrap, "full")
+    producer.produce_until_errors()
+    producer.produce(50)
+    kept = AckingProducer(broker.bootstrap, "kept")
+    kept.produce(10)
+    assert set(producer.errors) == set(kept.errors) == {KafkaError.KAFKA_STORAGE_ERROR}
+    assert len(producer.acked) > 200 and kept.acked == {}
+    assert os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize > 0
+    assert_exactly_acked(read_all(broker.bootstrap, "full"), producer.acked)
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics(["full"])["full"].result(15)
+    # A stock producer retries KAFKA_STORAGE_ERROR: it gets through once space is freed.
+    retrying = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 60_000})
+    delivered: list[int] = []
+    for seq in range(100):
+        retrying.produce(
+            "kept",
+            value_of(seq),
+            on_delivery=lambda err, msg: delivered.append(err or msg.offset()),
+        )
+    assert retrying.flush(90) == 0
+    assert sorted(delivered) == list(range(100)), (delivered[:3], broker.log())
+    assert [v for _, v in read_all(broker.bootstrap, "kept")] == [value_of(s) for s in range(100)]
+
+    assert broker.process is not None and broker.process.poll() is None
+    log = broker.log()
+    assert offline_lines(log, log_dir) == [], log
+    assert len(floor_lines(log, log_dir)) == 1, floor_lines(log, log_dir)
+    assert f"log dir {log_dir} has" in log and "accepting produce again" in log, log
+    assert broker.stop() == 0
