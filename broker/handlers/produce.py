@@ -87,7 +87,7 @@ def _short_of_space(
     refused: dict[TopicPartition, str] = {}
     for tp, records in entries.items():
         partition = ctx.replicas.partitions.get(tp)
-        if partition is None:
+        if partition is None or not partition.is_leader:
             continue  # the replica manager answers why
         reason = ctx.replicas.log_manager.free_space.refusal(partition.log.dir.parent, len(records))
         if reason is not None:

@@ -2,8 +2,10 @@
 
 `max.connections.per.ip` (with its per-address overrides) closes a connection over
 the limit at once; `connections.max.idle.ms` closes connections that stay silent;
-and a broker out of file descriptors logs a bounded number of lines about accepting,
-then accepts again once connections close.
+a broker out of file descriptors logs a bounded number of lines about accepting,
+then accepts again once connections close; connections stop short of the open file
+limit, so idle ones cannot starve the logs; and a segment roll out of descriptors is
+retried, never a reason to take the log dir offline.
 """
 
 from __future__ import annotations
@@ -169,3 +171,48 @@ def test_idle_connections_leave_the_logs_their_file_descriptors(
     assert api_versions_answered(broker.port, timeout_s=10)
     assert broker.stop() == 0
     assert "Traceback" not in broker.log(), broker.log()
+
+
+def test_a_roll_out_of_file_descriptors_is_retried_not_a_disk_failure(
+    broker_factory: type[BrokerProcess], tmp_path: Path
+) -> None:
+    """With no descriptor left, a produce that rolls a segment is answered a retriable
+    KAFKA_STORAGE_ERROR and the log dir stays online; once descriptors are back, produce
+    goes on at the next offset."""
+    broker = broker_factory(tmp_path, {"log.segment.bytes": "16384"}).start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("rolling", 1, 1)])["rolling"].result(15)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "retries": 0, "acks": "all"}
+    )
+    acked: list[int] = []
+    errors: list[int] = []
+
+    def produce(count: int) -> None:
+        for _ in range(count):
+            producer.produce(
+                "rolling",
+                b"x" * 1000,
+                on_delivery=lambda e, m: errors.append(e.code()) if e else acked.append(m.offset()),
+            )
+            producer.poll(0)
+        assert producer.flush(60) == 0
+
+    produce(10)
+    assert broker.process is not None
+    pid = broker.process.pid
+    limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    open_fds = len(os.listdir(f"/proc/{pid}/fd"))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_fds, limits[1]))
+    try:
+        produce(100)  # several rolls due: each fails
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+    assert errors and set(errors) == {KafkaError.KAFKA_STORAGE_ERROR}, errors
+    produce(100)
+    assert sorted(acked) == list(range(len(acked))) and len(acked) >= 110
+    assert broker.process.poll() is None, broker.log()
+    log = broker.log()
+    assert "is offline" not in log, log
+    assert "stays online" in log and "EMFILE" in log, log
+    assert broker.stop() == 0
