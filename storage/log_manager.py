@@ -169,18 +169,6 @@ class LogManager:
         counts = self._logs_per_dir if planned is None else planned
         return min(online, key=lambda d: counts[d])
 
-    def get_or_create_log(self, tp: TopicPartition, topic_id: uuid.UUID, config: LogConfig) -> Log:
-        existing = self.logs.get(tp)
-        if existing is not None:
-            return existing
-        log_dir = self._log_dir_for_new(tp)
-        try:
-            created = Log(log_dir / str(tp), tp, config, topic_id)
-        except OSError as e:
-            raise self.storage_error(log_dir, tp, e, f"creating {tp}") from e
-        self._register(created)
-        return created
-
     async def create_logs(
         self,
         tps: list[TopicPartition],
