@@ -136,8 +136,10 @@ class BrokerConfig(BaseModel):
     delete_topic_enable: KafkaBool = Field(True, alias="delete.topic.enable")
     socket_request_max_bytes: int = Field(104_857_600, alias="socket.request.max.bytes", ge=1)
     queued_max_request_bytes: int = Field(104_857_600, alias="queued.max.request.bytes", ge=1)
-    # None: what the open file limit leaves for connections (`connections_within_file_limit`).
-    max_connections: int | None = Field(None, alias="max.connections", ge=0)
+    # By default what the open file limit leaves for connections, found at start.
+    max_connections: int = Field(
+        default_factory=connections_within_file_limit, alias="max.connections", ge=0
+    )
     max_connections_per_ip: int = Field(2**31 - 1, alias="max.connections.per.ip", ge=0)
     max_connections_per_ip_overrides: str = Field("", alias="max.connections.per.ip.overrides")
     connections_max_idle_ms: int = Field(600_000, alias="connections.max.idle.ms", ge=1)
@@ -328,10 +330,9 @@ class BrokerConfig(BaseModel):
 
     @property
     def connection_limits(self) -> ConnectionLimits:
-        by_file_limit = connections_within_file_limit()
         return ConnectionLimits(
-            max_connections=by_file_limit if self.max_connections is None else self.max_connections,
-            max_connections_by_file_limit=by_file_limit,
+            max_connections=self.max_connections,
+            max_connections_by_file_limit=connections_within_file_limit(),
             max_connections_per_ip=self.max_connections_per_ip,
             max_connections_per_ip_overrides=parse_per_ip_overrides(
                 self.max_connections_per_ip_overrides
