@@ -17,6 +17,10 @@ offset and last fetched epoch. Per partition of the answer:
 - leadership errors (NOT_LEADER_OR_FOLLOWER, FENCED / UNKNOWN_LEADER_EPOCH, ...): back off
   `replica.fetch.backoff.ms`; the metadata cache will move the partition to its new leader.
 
+Records for a log dir below `log.dir.min.free.bytes` are not appended: the partition is
+fetched again after the backoff, until space is freed, rather than filling the disk
+until an ENOSPC takes the dir offline.
+
 A partition removed while its fetch (or its rebuild) is in flight, or whose leader
 epoch changed, has the answer dropped. Record bytes fetched are counted per topic
 (`bytes_fetched`, Kafka's ReplicationBytesInPerSec). Connection failures back off and
@@ -45,6 +49,7 @@ from tierbroker.broker.tier_state_machine import TierStateMachine
 from tierbroker.broker.truncation import truncation_for
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
+from tierbroker.storage.free_space import FreeSpaceGuard
 from tierbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -94,9 +99,11 @@ class ReplicaFetcher:
         config: FetcherConfig,
         on_appended: Callable[[list[Partition]], None],
         bytes_fetched: dict[str, int],
+        free_space: FreeSpaceGuard | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
+        self.free_space = free_space
         self.leader_id = leader_id
         self.client = client
         self.leader = LeaderEndpoint(broker_id, leader_id, client)
@@ -268,6 +275,9 @@ class ReplicaFetcher:
             return True
         before = (partition.log.log_end_offset, partition.high_watermark)
         records = data.records or b""
+        if records and self._short_of_space(partition, len(records)):
+            self._delay([state])  # the guard logs why, once a minute
+            return False
         try:
             partition.append_records_to_follower(
                 records, int(data.high_watermark), int(data.log_start_offset)
@@ -342,6 +352,10 @@ class ReplicaFetcher:
         state.lag = max(0, int(data.high_watermark) - partition.log.log_end_offset)
         return True
 
+    def _short_of_space(self, partition: Partition, size_bytes: int) -> bool:
+        guard = self.free_space
+        return guard is not None and guard.refusal(partition.log.dir.parent, size_bytes) is not None
+
     def _delay(self, states: Any) -> None:
         until = time.monotonic() + self.config.backoff_ms / 1000
         for state in states:
@@ -357,11 +371,13 @@ class ReplicaFetcherManager:
         broker_epoch: Callable[[], int],
         config: FetcherConfig,
         on_appended: Callable[[list[Partition]], None],
+        free_space: FreeSpaceGuard | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.config = config
         self.on_appended = on_appended
+        self.free_space = free_space
         self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
         self._following: dict[TopicPartition, tuple[int, str, int]] = {}
         self.bytes_fetched: dict[str, int] = {}  # record bytes appended, by topic
@@ -384,6 +400,7 @@ class ReplicaFetcherManager:
                 self.config,
                 self.on_appended,
                 self.bytes_fetched,
+                self.free_space,
             )
             fetcher.tier_state_machine = self.tier_state_machine
             self.fetchers[key] = fetcher

@@ -103,7 +103,11 @@ class ReplicaManager:
         self.fenced = False  # its metadata session is gone: a successor may lead
         self.alter_partition = AlterPartitionManager(store, self._on_isr_committed)
         self.fetchers = ReplicaFetcherManager(
-            broker_id, lambda: self.broker_epoch, self.config.fetcher, self._on_follower_appended
+            broker_id,
+            lambda: self.broker_epoch,
+            self.config.fetcher,
+            self._on_follower_appended,
+            log_manager.free_space,
         )
         self.reader = FetchReader(
             self.partition_or_error,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,8 +25,8 @@ class FakeFilesystem:
         self.free_bytes = total_bytes
         self.reads = 0
         self.now = 1000.0
-        monkeypatch.setattr(free_space.os, "statvfs", self._statvfs)
-        monkeypatch.setattr(free_space.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(free_space, "os", SimpleNamespace(statvfs=self._statvfs))
+        monkeypatch.setattr(free_space, "time", SimpleNamespace(monotonic=lambda: self.now))
 
     def _statvfs(self, path: Path) -> os.statvfs_result:
         self.reads += 1
