@@ -26,6 +26,8 @@ from tests.integration.wire import ConnectionClosed, WireClient
 
 API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
 FILE_LIMIT = 512  # RLIMIT_NOFILE of the broker in the descriptor tests
+# Records of 1000 bytes, one a batch: a 16 KiB segment rolls every 15 or so.
+ONE_RECORD_PER_BATCH = {"linger.ms": 5, "batch.size": 1500}
 
 
 def answered(client: WireClient) -> bool:
@@ -134,7 +136,7 @@ def test_idle_connections_leave_the_logs_their_file_descriptors(
     broker = broker_factory(tmp_path, {"log.segment.bytes": "16384"}, file_limit=FILE_LIMIT).start()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("rolling", 1, 1)])["rolling"].result(15)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, **ONE_RECORD_PER_BATCH})
     acked: list[int] = []
     errors: list[KafkaError] = []
 
@@ -183,7 +185,7 @@ def test_a_roll_out_of_file_descriptors_is_retried_not_a_disk_failure(
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("rolling", 1, 1)])["rolling"].result(15)
     producer = Producer(
-        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "retries": 0, "acks": "all"}
+        {"bootstrap.servers": broker.bootstrap, **ONE_RECORD_PER_BATCH, "retries": 0, "acks": "all"}
     )
     acked: list[int] = []
     errors: list[int] = []
