@@ -13,7 +13,10 @@ A crash leaves either the old or the new file, never a torn one.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,6 +25,8 @@ from tierbroker.storage.file_io import replace_durably, write_file
 from tierbroker.storage.topic_partition import TopicPartition
 
 VERSION = 0
+
+log = logging.getLogger(__name__)
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -86,7 +91,80 @@ def parse_epoch_entries(text: str, source: str) -> list[tuple[int, int]]:
 
 
 def write_epoch_entries(path: Path, entries: Iterable[tuple[int, int]]) -> None:
-    write_atomically(path, _format(f"{epoch} {offset}" for epoch, offset in entries))
+    write_atomically(path, format_epoch_entries(entries))
+
+
+class CheckpointWriter:
+    """The one writer of a checkpoint file whose writes leave the event loop.
+
+    `submit(text)` records the latest content and, on a running loop, writes it in the
+    default executor (temp file, fsync, rename, fsync of the directory): a failover
+    making 1,000 partitions leaders costs the loop no fsync. `flush()` writes the latest
+    content now, in the calling thread. Invariant: the file ends with the content of
+    the latest `submit`: each write takes the lock and writes the latest content, so a
+    write queued earlier that runs later cannot put back older content. A failed write
+    in the executor logs one line and is retried by the next `submit` or `flush`.
+    `submit` is called from the loop only; `flush` from any thread.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._latest: tuple[int, str] | None = None  # (version, text), set by submit
+        self._written_version = 0
+        self._pending: asyncio.Future[None] | None = None
+
+    def submit(self, text: str) -> None:
+        version = (self._latest[0] if self._latest else 0) + 1
+        self._latest = (version, text)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()  # loading or a tool: no loop to keep free
+            return
+        if self._pending is None or self._pending.done():
+            self._start_write(loop)
+
+    def _start_write(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._latest is not None
+        attempted = self._latest[0]
+        self._pending = loop.run_in_executor(None, self._flush_logged)
+        self._pending.add_done_callback(lambda _: self._after_write(attempted, loop))
+
+    def _after_write(self, attempted: int, loop: asyncio.AbstractEventLoop) -> None:
+        """Content submitted while a write ran gets a write of its own."""
+        if self._latest is not None and self._latest[0] > attempted and not loop.is_closed():
+            self._start_write(loop)
+
+    async def wait_written(self) -> None:
+        """Wait until the writes started so far have ended (written, or failed and logged)."""
+        while self._pending is not None and not self._pending.done():
+            await asyncio.shield(self._pending)
+
+    @property
+    def is_pending(self) -> bool:
+        """True while submitted content is not yet in the file."""
+        latest = self._latest
+        return latest is not None and latest[0] > self._written_version
+
+    def flush(self) -> None:
+        """Write the latest submitted content unless the file has it; raises the OSError."""
+        with self._lock:
+            latest = self._latest
+            if latest is None or latest[0] <= self._written_version:
+                return
+            write_atomically(self.path, latest[1])
+            self._written_version = latest[0]
+
+    def _flush_logged(self) -> None:
+        try:
+            self.flush()
+        except OSError as e:
+            log.error("%s: checkpoint write failed (retried at the next change): %s", self.path, e)
+
+
+def format_epoch_entries(entries: Iterable[tuple[int, int]]) -> str:
+    return _format(f"{epoch} {offset}" for epoch, offset in entries)
 
 
 def topic_id_to_str(topic_id: uuid.UUID) -> str:

@@ -144,7 +144,7 @@ class Log:
                 not had_clean_shutdown
                 and base >= self._segment_base_for(self.recovery_point, bases)
             ):
-                truncated = segment.recover()
+                truncated = segment.recover(self.leader_epoch_cache)
                 if truncated:
                     log.warning(
                         "%s: truncated %d invalid bytes at the end of %s",
@@ -613,23 +613,27 @@ class Log:
         return max(self.log_start_offset, self.segments[0].base_offset)
 
     def _remove_segments(self, segments: list[LogSegment]) -> None:
-        """Unlink segment files; their open files are closed by `close_deleted` later."""
+        """Rename segment files to `.deleted`; `take_deleted` hands them over for removal
+        after file.delete.delay.ms (in a worker: `delete_segment_files`)."""
         for segment in segments:
             i = self.segments.index(segment)
             del self.segments[i]
             del self._bases[i]
-            segment.unlink()
+            segment.rename_to_deleted()
             self.deleted_segments.append((now_ms(), segment))
 
-    def close_deleted(self, older_than_ms: int) -> None:
-        """Close files of segments removed more than file.delete.delay.ms ago."""
-        keep = []
-        for removed_ms, segment in self.deleted_segments:
-            if removed_ms <= older_than_ms:
-                segment.close()
-            else:
-                keep.append((removed_ms, segment))
-        self.deleted_segments = keep
+    def take_deleted(self, older_than_ms: int) -> list[LogSegment]:
+        """Forget the segments removed at or before `older_than_ms` and return them, for
+        `delete_segment_files` to unlink off the event loop."""
+        taken = [
+            segment for removed_ms, segment in self.deleted_segments if removed_ms <= older_than_ms
+        ]
+        self.deleted_segments = [
+            (removed_ms, segment)
+            for removed_ms, segment in self.deleted_segments
+            if removed_ms > older_than_ms
+        ]
+        return taken
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -643,17 +647,40 @@ class Log:
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync segments holding offsets below `up_to_offset`; advance the recovery point."""
         target = self.log_end_offset if up_to_offset is None else up_to_offset
-        flush_segments(self.segments_to_flush(target), self.producer_state)
+        flush_segments(self.segments_to_flush(target), self.producer_state, self.leader_epoch_cache)
         self.recovery_point = max(self.recovery_point, target)
 
     def close(self) -> None:
         for segment in self.segments:
             segment.close()
-        self.close_deleted(older_than_ms=now_ms() + 1)
+        delete_segment_files(self.take_deleted(older_than_ms=now_ms() + 1))
+        try:
+            self.leader_epoch_cache.flush()
+        except OSError as e:
+            log.error("%s: leader-epoch-checkpoint not written at close: %s", self.dir, e)
 
 
-def flush_segments(segments: list[LogSegment], producer_state: ProducerStateManager) -> None:
-    """fsync each segment and the producer snapshot its roll took (the active one has none)."""
+def flush_segments(
+    segments: list[LogSegment],
+    producer_state: ProducerStateManager,
+    leader_epoch_cache: LeaderEpochCache,
+) -> None:
+    """fsync each segment and the producer snapshot its roll took (the active one has none).
+
+    The leader-epoch checkpoint is written first: the recovery point moves past these
+    segments afterwards, and load rebuilds epochs only above the recovery point.
+    """
+    leader_epoch_cache.flush()
     for segment in segments:
         segment.flush()
         producer_state.flush_snapshot(segment.next_offset)
+
+
+def delete_segment_files(segments: list[LogSegment]) -> None:
+    """Unlink the `.deleted` files of removed segments and close them: the slow part of
+    retention, for a worker thread. A failure is logged; the next load removes the rest."""
+    for segment in segments:
+        try:
+            segment.delete_files()
+        except OSError as e:
+            log.error("%s: not deleted (removed at the next start): %s", segment.log_path, e)
