@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -97,12 +99,13 @@ def write_epoch_entries(path: Path, entries: Iterable[tuple[int, int]]) -> None:
 class CheckpointWriter:
     """The one writer of a checkpoint file whose writes leave the event loop.
 
-    `submit(text)` records the latest content and, on a running loop, writes it in the
-    default executor (temp file, fsync, rename, fsync of the directory): a failover
-    making 1,000 partitions leaders costs the loop no fsync. `flush()` writes the latest
-    content now, in the calling thread. Invariant: the file ends with the content of
-    the latest `submit`: each write takes the lock and writes the latest content, so a
-    write queued earlier that runs later cannot put back older content. A failed write
+    `submit(text)` records the latest content and, on a running loop, queues the file
+    for the loop's `_WriteQueue`, whose one executor job writes the queued files (temp
+    file, fsync, rename, fsync of the directory): a failover making 1,000 partitions
+    leaders costs the loop no fsync and one executor hand-off. `flush()` writes the
+    latest content now, in the calling thread. Invariant: the file ends with the
+    content of the latest `submit`: each write takes the lock and writes the latest
+    content, so a write that runs late cannot put back older content. A failed write
     in the executor logs one line and is retried by the next `submit` or `flush`.
     `submit` is called from the loop only; `flush` from any thread.
     """
@@ -112,7 +115,6 @@ class CheckpointWriter:
         self._lock = threading.Lock()
         self._latest: tuple[int, str] | None = None  # (version, text), set by submit
         self._written_version = 0
-        self._pending: asyncio.Future[None] | None = None
 
     def submit(self, text: str) -> None:
         version = (self._latest[0] if self._latest else 0) + 1
@@ -122,30 +124,12 @@ class CheckpointWriter:
         except RuntimeError:
             self.flush()  # loading or a tool: no loop to keep free
             return
-        if self._pending is None or self._pending.done():
-            self._start_write(loop)
-
-    def _start_write(self, loop: asyncio.AbstractEventLoop) -> None:
-        assert self._latest is not None
-        attempted = self._latest[0]
-        self._pending = loop.run_in_executor(None, self._flush_logged)
-        self._pending.add_done_callback(lambda _: self._after_write(attempted, loop))
-
-    def _after_write(self, attempted: int, loop: asyncio.AbstractEventLoop) -> None:
-        """Content submitted while a write ran gets a write of its own."""
-        if self._latest is not None and self._latest[0] > attempted and not loop.is_closed():
-            self._start_write(loop)
+        _WriteQueue.of(loop).add(self)
 
     async def wait_written(self) -> None:
-        """Wait until the writes started so far have ended (written, or failed and logged)."""
-        while self._pending is not None and not self._pending.done():
-            await asyncio.shield(self._pending)
-
-    @property
-    def is_pending(self) -> bool:
-        """True while submitted content is not yet in the file."""
-        latest = self._latest
-        return latest is not None and latest[0] > self._written_version
+        """Wait until the writes queued so far on this loop have ended (written, or
+        failed and logged)."""
+        await _WriteQueue.of(asyncio.get_running_loop()).wait_idle()
 
     def flush(self) -> None:
         """Write the latest submitted content unless the file has it; raises the OSError."""
@@ -156,11 +140,60 @@ class CheckpointWriter:
             write_atomically(self.path, latest[1])
             self._written_version = latest[0]
 
-    def _flush_logged(self) -> None:
+    def flush_logged(self) -> None:
         try:
             self.flush()
         except OSError as e:
             log.error("%s: checkpoint write failed (retried at the next change): %s", self.path, e)
+
+
+class _WriteQueue:
+    """The checkpoint files of one event loop waiting for a write, and the one executor
+    job that writes them in order. Invariant: while the deque is not empty, a job runs
+    or its done callback (on the loop) starts the next one."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._writers: collections.deque[CheckpointWriter] = collections.deque()
+        self._job: asyncio.Future[None] | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _WriteQueue:
+        queue = _WRITE_QUEUES.get(loop)
+        if queue is None:
+            queue = _WRITE_QUEUES[loop] = cls(loop)
+        return queue
+
+    def add(self, writer: CheckpointWriter) -> None:
+        self._writers.append(writer)
+        if self._job is None:
+            self._start()
+
+    def _start(self) -> None:
+        self._job = self._loop.run_in_executor(None, self._drain)
+        self._job.add_done_callback(self._after_drain)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                writer = self._writers.popleft()
+            except IndexError:
+                return
+            writer.flush_logged()
+
+    def _after_drain(self, _: asyncio.Future[None]) -> None:
+        self._job = None
+        if self._writers and not self._loop.is_closed():
+            self._start()  # added after the job found the deque empty
+
+    async def wait_idle(self) -> None:
+        while self._job is not None:
+            await asyncio.shield(self._job)
+
+
+_WRITE_QUEUES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _WriteQueue] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def format_epoch_entries(entries: Iterable[tuple[int, int]]) -> str:
