@@ -27,6 +27,7 @@ from tierbroker.protocol.records import BatchView, iter_batches, whole_batches_s
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_offset_metadata import LogOffsetMetadata
 from tierbroker.storage.log_validator import validate_batches
 from tierbroker.storage.producer_state import BatchMetadata, ProducerStateManager
 from tierbroker.storage.segment import FileSlice, LogSegment, file_name
@@ -107,6 +108,9 @@ class Log:
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.deleted_segments: list[tuple[int, LogSegment]] = []  # (removed at ms, segment)
+        # The high watermark's segment and position, found once per high watermark.
+        self._high_watermark = 0
+        self._high_watermark_position: tuple[LogSegment, LogOffsetMetadata] | None = None
         self.recovery_point = recovery_point
         self._load(had_clean_shutdown, log_start_offset)
         # With a remote tier, the log may start below the first local segment.
@@ -412,7 +416,11 @@ class Log:
         if offset >= max_offset:
             return FetchDataInfo(None)
         i = self._segment_for(offset)
-        end_segment, end_position = self._position_of(max_offset)
+        end_segment, end_position = (
+            self._high_watermark_segment()
+            if max_offset == self.high_watermark
+            else self._position_of(max_offset)
+        )
         while i < len(self.segments):
             segment = self.segments[i]
             limit = end_position if segment is end_segment else segment.size
@@ -421,6 +429,52 @@ class Log:
                 return FetchDataInfo(records)
             i += 1
         return FetchDataInfo(None)
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        if offset != self._high_watermark:
+            self._high_watermark = offset
+            self._high_watermark_position = None
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        active = self.active_segment
+        return LogOffsetMetadata(
+            message_offset=self.log_end_offset,
+            segment_base_offset=active.base_offset,
+            relative_position_in_segment=active.size,
+        )
+
+    @property
+    def high_watermark_metadata(self) -> LogOffsetMetadata:
+        """Where the high watermark's batch starts; read from batch headers once per
+        high watermark (none when it is the log end), as Kafka's highWatermarkMetadata."""
+        return self._high_watermark_segment_metadata()[1]
+
+    def _high_watermark_segment(self) -> tuple[LogSegment, int]:
+        segment, metadata = self._high_watermark_segment_metadata()
+        return segment, metadata.relative_position_in_segment
+
+    def _high_watermark_segment_metadata(self) -> tuple[LogSegment, LogOffsetMetadata]:
+        known = self._high_watermark_position
+        # Valid while the high watermark stays and its segment is still in the log.
+        if known is not None and known[0] is self.segments[self._segment_for(known[0].base_offset)]:
+            return known
+        if self.high_watermark >= self.log_end_offset:
+            segment, metadata = self.active_segment, self.log_end_offset_metadata
+        else:
+            segment, position = self._position_of(self.high_watermark)
+            metadata = LogOffsetMetadata(
+                message_offset=self.high_watermark,
+                segment_base_offset=segment.base_offset,
+                relative_position_in_segment=position,
+            )
+        self._high_watermark_position = (segment, metadata)
+        return segment, metadata
 
     def _position_of(self, offset: int) -> tuple[LogSegment, int]:
         """The segment holding `offset` and the position where its batch starts (end if LEO)."""

@@ -18,6 +18,7 @@ from tierbroker.storage.checkpoints import read_epoch_entries
 from tierbroker.storage.log import Log
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
+from tierbroker.storage.segment import BatchLocation, LogSegment
 from tierbroker.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("offload", 0)
@@ -149,3 +150,28 @@ def test_retention_renames_on_the_loop_and_unlinks_in_a_worker(
     assert set(deleted_logs) <= set(unlinked_by)
     assert all(unlinked_by[name] != loop_thread for name in deleted_logs)
     assert not list(tmp_path.glob("*/*.deleted"))
+
+
+def test_reads_up_to_the_high_watermark_find_its_position_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = new_log(tmp_path / "offload-0")
+    append(log, 0, count=60)  # several segments
+    log.update_high_watermark(45)
+    translated: list[int] = []
+    translate = LogSegment.translate_offset
+
+    def counting(segment: LogSegment, offset: int, start_position: int = 0) -> BatchLocation | None:
+        translated.append(offset)
+        return translate(segment, offset, start_position)
+
+    monkeypatch.setattr(LogSegment, "translate_offset", counting)
+    first = log.read(40, 1 << 20, log.high_watermark, True).records
+    again = log.read(40, 1 << 20, log.high_watermark, True).records  # a delayed fetch's wake
+    assert first is not None and again is not None and first.read() == again.read()
+    assert translated.count(45) == 1
+    assert log.high_watermark_metadata.message_offset == 45
+    log.update_high_watermark(log.log_end_offset)
+    assert log.high_watermark_metadata == log.log_end_offset_metadata
+    log.read(40, 1 << 20, log.high_watermark, True)
+    assert translated.count(log.log_end_offset) == 0
