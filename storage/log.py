@@ -7,7 +7,7 @@ Invariants: segments are ordered by base offset and contiguous; only the last on
 (the active segment) is appended to; log start offset <= high watermark <= log end
 offset; the recovery point is an offset below which everything was flushed. After
 a crash, segments from the recovery point on are re-read and cut at the first torn
-or corrupt batch. Not shared between tasks: all calls come from the event loop, and
+or corrupt batch (`LogLoader`). Not shared between tasks: all calls come from the event loop, and
 appends are serialised by the caller (`Partition`).
 """
 
@@ -27,6 +27,7 @@ from tierbroker.protocol.records import BatchView, iter_batches, whole_batches_s
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_loader import LogLoader
 from tierbroker.storage.log_offset_metadata import LogOffsetMetadata
 from tierbroker.storage.log_validator import validate_batches
 from tierbroker.storage.producer_state import BatchMetadata, ProducerStateManager
@@ -137,49 +138,16 @@ class Log:
         )
 
     def _load(self, had_clean_shutdown: bool, log_start_offset: int) -> None:
-        for stale in list(self.dir.glob("*.tmp")) + list(self.dir.glob("*.deleted")):
-            stale.unlink()
-        bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
-        for base in bases:
-            mtime_ms = int((self.dir / f"{base:020d}.log").stat().st_mtime * 1000)
-            segment = self._new_segment(base, mtime_ms)
-            missing_index = segment.size > 0 and not segment.offset_index.entries
-            if missing_index or (
-                not had_clean_shutdown
-                and base >= self._segment_base_for(self.recovery_point, bases)
-            ):
-                truncated = segment.recover(self.leader_epoch_cache)
-                if truncated:
-                    log.warning(
-                        "%s: truncated %d invalid bytes at the end of %s",
-                        self.topic_partition,
-                        truncated,
-                        segment.log_path,
-                    )
-            else:
-                segment.load_state()
-            if self.segments and segment.base_offset < self.segments[-1].next_offset:
-                raise ValueError(f"{segment.log_path}: overlaps the segment before it")
+        loader = LogLoader(
+            self.dir,
+            self.topic_partition,
+            recovery_point=self.recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            leader_epoch_cache=self.leader_epoch_cache,
+            new_segment=self._new_segment,
+        )
+        for segment in loader.load(log_start_offset):
             self._add(segment)
-        # A truncated segment can leave later ones orphaned: drop everything after a gap.
-        for i in range(1, len(self.segments)):
-            if (
-                self.segments[i].base_offset != self.segments[i - 1].next_offset
-                and not self.segments[i - 1].is_empty
-            ):
-                for orphan in self.segments[i:]:
-                    log.warning(
-                        "%s: removing %s after a gap in the log",
-                        self.topic_partition,
-                        orphan.log_path,
-                    )
-                    orphan.close()
-                    orphan.unlink()
-                del self.segments[i:]
-                del self._bases[i:]
-                break
-        if not self.segments:
-            self._add(self._new_segment(log_start_offset))
 
     def _load_producer_state(self) -> None:
         """The newest snapshot, then the batch headers after it up to the log end offset.
@@ -206,11 +174,6 @@ class Log:
     def take_producer_snapshot(self) -> None:
         """Snapshot producer state at the log end offset (clean shutdown)."""
         self.producer_state.take_snapshot(self.log_end_offset)
-
-    @staticmethod
-    def _segment_base_for(offset: int, bases: list[int]) -> int:
-        i = bisect.bisect_right(bases, offset) - 1
-        return bases[i] if i >= 0 else 0
 
     def _add(self, segment: LogSegment) -> None:
         self.segments.append(segment)
