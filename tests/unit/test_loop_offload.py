@@ -5,15 +5,18 @@ retention renames segments to `.deleted` on the loop and unlinks them in a worke
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tierbroker.protocol.records import build_batch
+from tierbroker.storage import checkpoints
 from tierbroker.storage.checkpoints import read_epoch_entries
 from tierbroker.storage.log import Log
 from tierbroker.storage.log_config import LogConfig
@@ -175,3 +178,27 @@ def test_reads_up_to_the_high_watermark_find_its_position_once(
     assert log.high_watermark_metadata == log.log_end_offset_metadata
     log.read(40, 1 << 20, log.high_watermark, True)
     assert translated.count(log.log_end_offset) == 0
+
+
+async def test_a_failed_checkpoint_write_is_logged_and_retried_by_the_next_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = new_log(tmp_path / "offload-0")
+    replace_durably = checkpoints.replace_durably
+    failures = [OSError(errno.ENOSPC, "No space left on device")]
+
+    def failing_once(path: Path, write: Callable[[Path], None]) -> None:
+        if failures:
+            raise failures.pop()
+        replace_durably(path, write)
+
+    monkeypatch.setattr(checkpoints, "replace_durably", failing_once)
+    log.leader_epoch_cache.assign(1, 0)
+    await log.leader_epoch_cache.writer.wait_written()
+    assert read_epoch_entries(log.leader_epoch_cache.path) == []
+    assert [r.levelname for r in caplog.records if "checkpoint write failed" in r.message] == [
+        "ERROR"
+    ]
+    log.leader_epoch_cache.assign(2, 0)
+    await log.leader_epoch_cache.writer.wait_written()
+    assert read_epoch_entries(log.leader_epoch_cache.path) == [(2, 0)]
