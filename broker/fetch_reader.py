@@ -41,7 +41,8 @@ from tierbroker.broker.replica_selector import (
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.file_cache import LOG_FILES
-from tierbroker.storage.log import OffsetMovedToTieredStorage, now_ms
+from tierbroker.storage.log import Log, OffsetMovedToTieredStorage, now_ms
+from tierbroker.storage.log_offset_metadata import LogOffsetMetadata
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.segment import FileSlice
 from tierbroker.storage.topic_partition import TopicPartition
@@ -106,6 +107,37 @@ class _RemoteRead:
     partition: Partition
     offset: int
     max_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _WaitingAt:
+    """Where a delayed fetch waits on one partition: the end it read up to (the high
+    watermark, or a follower's log end) when that was its fetch offset, as Kafka's
+    DelayedFetch keeps the fetch offset's LogOffsetMetadata. Valid while the partition,
+    its log, its leader and its leader epoch are those of the first read."""
+
+    partition: Partition
+    log: Log
+    leader_id: int
+    leader_epoch: int
+    max_bytes: int
+    start: LogOffsetMetadata
+
+    def bytes_or_newer_segment(self, from_follower: bool) -> int | None:
+        """The bytes appended past `start`, up to `max_bytes`; None when the end is on
+        another segment or below `start` (the fetch completes and reads, as in Kafka)."""
+        end = (
+            self.log.log_end_offset_metadata if from_follower else self.log.high_watermark_metadata
+        )
+        if (
+            end.segment_base_offset != self.start.segment_base_offset
+            or end.message_offset < self.start.message_offset
+        ):
+            return None
+        return min(
+            self.max_bytes,
+            end.relative_position_in_segment - self.start.relative_position_in_segment,
+        )
 
 
 class FetchReader:
@@ -173,12 +205,11 @@ class FetchReader:
             keys: list[Hashable] = [r.topic_partition for r in requests]
             if params.is_from_follower:
                 keys.append(_FollowerWake(params.replica_id))
+            waiting_at = self._waiting_at(params, requests, results)
             await self.purgatory.wait_until(
                 keys,
                 params.max_wait_ms / 1000,
-                lambda: self._satisfied(
-                    params, requests, *self._read(params, requests, update=False)
-                ),
+                lambda: self._satisfied_on_wake(params, requests, waiting_at),
             )
             results, remote = self._read(params, requests)
         if remote:
@@ -215,6 +246,68 @@ class FetchReader:
         ):
             return True
         return sum(r.size for r in results) >= params.min_bytes
+
+    def _waiting_at(
+        self,
+        params: FetchParams,
+        requests: list[FetchRequestPartition],
+        results: list[FetchResultPartition],
+    ) -> list[_WaitingAt] | None:
+        """Where the fetch waits on each partition, if it read nothing from each because
+        its fetch offset was the end; None otherwise (each wake then reads again)."""
+        waiting_at = []
+        for request, result in zip(requests, results, strict=True):
+            partition = self.partitions.get(request.topic_partition)
+            if partition is None or result.records is not None or result.not_available:
+                return None
+            lg = partition.log
+            end = (
+                lg.log_end_offset_metadata
+                if params.is_from_follower
+                else lg.high_watermark_metadata
+            )
+            if request.fetch_offset != end.message_offset:
+                return None
+            waiting_at.append(
+                _WaitingAt(
+                    partition=partition,
+                    log=lg,
+                    leader_id=partition.leader_id,
+                    leader_epoch=partition.leader_epoch,
+                    max_bytes=request.max_bytes,
+                    start=end,
+                )
+            )
+        return waiting_at
+
+    def _satisfied_on_wake(
+        self,
+        params: FetchParams,
+        requests: list[FetchRequestPartition],
+        waiting_at: list[_WaitingAt] | None,
+    ) -> bool:
+        """A woken delayed fetch: from the positions it waits at when every partition
+        is as it was (no read, no batch header), else by reading again."""
+        if waiting_at is None or any(
+            self.partitions.get(w.partition.topic_partition) is not w.partition
+            or w.partition.log is not w.log
+            or w.partition.leader_id != w.leader_id
+            or w.partition.leader_epoch != w.leader_epoch
+            for w in waiting_at
+        ):
+            return self._satisfied(params, requests, *self._read(params, requests, update=False))
+        if params.is_from_follower and (
+            self._high_watermark_news(params.replica_id, requests)
+            or self._awaits_new_partitions(params, requests)
+        ):
+            return True
+        accumulated = 0
+        for w in waiting_at:
+            available = w.bytes_or_newer_segment(params.is_from_follower)
+            if available is None:
+                return True
+            accumulated += available
+        return accumulated >= params.min_bytes
 
     def _high_watermark_news(self, replica_id: int, requests: list[FetchRequestPartition]) -> bool:
         """The follower was last told a lower high watermark than a partition now has

@@ -13,8 +13,13 @@ A crash leaves either the old or the new file, never a torn one.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import collections
+import logging
+import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -22,6 +27,8 @@ from tierbroker.storage.file_io import replace_durably, write_file
 from tierbroker.storage.topic_partition import TopicPartition
 
 VERSION = 0
+
+log = logging.getLogger(__name__)
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -86,7 +93,111 @@ def parse_epoch_entries(text: str, source: str) -> list[tuple[int, int]]:
 
 
 def write_epoch_entries(path: Path, entries: Iterable[tuple[int, int]]) -> None:
-    write_atomically(path, _format(f"{epoch} {offset}" for epoch, offset in entries))
+    write_atomically(path, format_epoch_entries(entries))
+
+
+class CheckpointWriter:
+    """The one writer of a checkpoint file whose writes leave the event loop.
+
+    `submit(text)` records the latest content and, on a running loop, queues the file
+    for the loop's `_WriteQueue`, whose one executor job writes the queued files (temp
+    file, fsync, rename, fsync of the directory): a failover making 1,000 partitions
+    leaders costs the loop no fsync and one executor hand-off. `flush()` writes the
+    latest content now, in the calling thread. Invariant: the file ends with the
+    content of the latest `submit`: each write takes the lock and writes the latest
+    content, so a write that runs late cannot put back older content. A failed write
+    in the executor logs one line and is retried by the next `submit` or `flush`.
+    `submit` is called from the loop only; `flush` from any thread.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._latest: tuple[int, str] | None = None  # (version, text), set by submit
+        self._written_version = 0
+
+    def submit(self, text: str) -> None:
+        version = (self._latest[0] if self._latest else 0) + 1
+        self._latest = (version, text)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()  # loading or a tool: no loop to keep free
+            return
+        _WriteQueue.of(loop).add(self)
+
+    async def wait_written(self) -> None:
+        """Wait until the writes queued so far on this loop have ended (written, or
+        failed and logged)."""
+        await _WriteQueue.of(asyncio.get_running_loop()).wait_idle()
+
+    def flush(self) -> None:
+        """Write the latest submitted content unless the file has it; raises the OSError."""
+        with self._lock:
+            latest = self._latest
+            if latest is None or latest[0] <= self._written_version:
+                return
+            write_atomically(self.path, latest[1])
+            self._written_version = latest[0]
+
+    def flush_logged(self) -> None:
+        try:
+            self.flush()
+        except OSError as e:
+            log.error("%s: checkpoint write failed (retried at the next change): %s", self.path, e)
+
+
+class _WriteQueue:
+    """The checkpoint files of one event loop waiting for a write, and the one executor
+    job that writes them in order. Invariant: while the deque is not empty, a job runs
+    or its done callback (on the loop) starts the next one."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._writers: collections.deque[CheckpointWriter] = collections.deque()
+        self._job: asyncio.Future[None] | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _WriteQueue:
+        queue = _WRITE_QUEUES.get(loop)
+        if queue is None:
+            queue = _WRITE_QUEUES[loop] = cls(loop)
+        return queue
+
+    def add(self, writer: CheckpointWriter) -> None:
+        self._writers.append(writer)
+        if self._job is None:
+            self._start()
+
+    def _start(self) -> None:
+        self._job = self._loop.run_in_executor(None, self._drain)
+        self._job.add_done_callback(self._after_drain)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                writer = self._writers.popleft()
+            except IndexError:
+                return
+            writer.flush_logged()
+
+    def _after_drain(self, _: asyncio.Future[None]) -> None:
+        self._job = None
+        if self._writers and not self._loop.is_closed():
+            self._start()  # added after the job found the deque empty
+
+    async def wait_idle(self) -> None:
+        while self._job is not None:
+            await asyncio.shield(self._job)
+
+
+_WRITE_QUEUES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _WriteQueue] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def format_epoch_entries(entries: Iterable[tuple[int, int]]) -> str:
+    return _format(f"{epoch} {offset}" for epoch, offset in entries)
 
 
 def topic_id_to_str(topic_id: uuid.UUID) -> str:

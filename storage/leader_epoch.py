@@ -3,14 +3,21 @@
 Entries (epoch, start offset) strictly increase in both fields. It answers
 OffsetsForLeaderEpoch: the end offset of an epoch is the start offset of the next
 higher epoch, or the log end offset for the latest. Persisted to
-`leader-epoch-checkpoint` on every change (rare: once per leader change), so after
-a crash it is at least as new as the log, and `truncate_from_end` trims it back to
-the recovered log end. That trim at load is written by the next `assign` (as Kafka
-flushes it asynchronously), which the broker makes for every log before serving: a
-crash before then leaves entries the next load trims again, and a leader that
-re-assigns the trimmed entry writes nothing, so an empty partition loads and is
-led without a write. Not shared between tasks: the owning log
-serialises access.
+`leader-epoch-checkpoint` on every change (rare: once per leader change) through a
+`CheckpointWriter`: the entries held answer at once, the file follows in a worker
+thread (temp file, fsync, rename), so a failover of many partitions does not fsync
+on the event loop (as Kafka flushes it asynchronously, KAFKA-15046).
+
+Crash behaviour: the file lags the entries held by at most the writes in flight.
+What must be durable before what: an entry is in the file before the log's recovery
+point passes its start offset (`flush`, called by the segment flush before the
+recovery point moves); entries starting above the recovery point are rebuilt at
+load from the batches that recovery re-reads (as Kafka's `LogSegment.recover`). So
+after a crash the entries cover every batch the log keeps, and `truncate_from_end`
+trims entries the log lost. That trim at load, and the entries recovery rebuilds,
+are written by the next change or `assign` (the broker assigns every log it leads
+before serving): a crash before then loads the same state again. Not shared between
+tasks: the owning log serialises access; only `flush` may run in a worker thread.
 """
 
 from __future__ import annotations
@@ -19,7 +26,11 @@ import bisect
 import itertools
 from pathlib import Path
 
-from tierbroker.storage.checkpoints import read_epoch_entries, write_epoch_entries
+from tierbroker.storage.checkpoints import (
+    CheckpointWriter,
+    format_epoch_entries,
+    read_epoch_entries,
+)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -29,7 +40,8 @@ class LeaderEpochCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._entries = read_epoch_entries(path)
-        self._written = list(self._entries)  # what the file holds
+        self._written = list(self._entries)  # what the file holds or the writer will write
+        self.writer = CheckpointWriter(path)
 
     @property
     def entries(self) -> list[tuple[int, int]]:
@@ -39,14 +51,19 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1][0] if self._entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that `epoch` starts at `start_offset` (no-op unless it is a new, higher epoch)."""
+    def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> None:
+        """Record that `epoch` starts at `start_offset` (no-op unless it is a new, higher
+        epoch); `flush=False` (recovery at load) leaves the write to the next change."""
         if self._entries and epoch <= self._entries[-1][0]:
-            self._flush()  # a trim deferred at load is written now, by the leader's assign
+            if flush:
+                self._replace(self._entries)  # a change deferred at load is written now
             return
         # Entries of older epochs starting at or after this offset were never written.
         kept = [e for e in self._entries if e[1] < start_offset]
-        self._replace([*kept, (epoch, start_offset)])
+        if flush:
+            self._replace([*kept, (epoch, start_offset)])
+        else:
+            self._entries = [*kept, (epoch, start_offset)]
 
     def restore(self, entries: list[tuple[int, int]]) -> None:
         """Replace every entry with `entries`, in one write (a log rebuilt from the remote
@@ -97,15 +114,15 @@ class LeaderEpochCache:
     def clear(self) -> None:
         self._replace([])
 
-    def _flush(self) -> None:
-        """Write the entries held if the file differs (a trim deferred at load)."""
-        self._replace(self._entries)
+    def flush(self) -> None:
+        """Make the entries submitted so far durable, in the calling thread (a worker's
+        segment flush, or close); raises the OSError of a failed write."""
+        self.writer.flush()
 
     def _replace(self, entries: list[tuple[int, int]]) -> None:
-        """Hold `entries`, written first unless the file has them already: a failed
-        write (OSError) changes nothing."""
+        """Hold `entries`, and have them written unless the file has or gets them already."""
         if entries != self._written:
-            write_epoch_entries(self.path, entries)
+            self.writer.submit(format_epoch_entries(entries))
             self._written = list(entries)
         self._entries = entries
 

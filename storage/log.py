@@ -7,7 +7,7 @@ Invariants: segments are ordered by base offset and contiguous; only the last on
 (the active segment) is appended to; log start offset <= high watermark <= log end
 offset; the recovery point is an offset below which everything was flushed. After
 a crash, segments from the recovery point on are re-read and cut at the first torn
-or corrupt batch. Not shared between tasks: all calls come from the event loop, and
+or corrupt batch (`LogLoader`). Not shared between tasks: all calls come from the event loop, and
 appends are serialised by the caller (`Partition`).
 """
 
@@ -27,6 +27,8 @@ from tierbroker.protocol.records import BatchView, iter_batches, whole_batches_s
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_loader import LogLoader
+from tierbroker.storage.log_offset_metadata import LogOffsetMetadata
 from tierbroker.storage.log_validator import validate_batches
 from tierbroker.storage.producer_state import BatchMetadata, ProducerStateManager
 from tierbroker.storage.segment import FileSlice, LogSegment, file_name
@@ -107,6 +109,9 @@ class Log:
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.deleted_segments: list[tuple[int, LogSegment]] = []  # (removed at ms, segment)
+        # The high watermark's segment and position, found once per high watermark.
+        self._high_watermark = 0
+        self._high_watermark_position: tuple[LogSegment, LogOffsetMetadata] | None = None
         self.recovery_point = recovery_point
         self._load(had_clean_shutdown, log_start_offset)
         # With a remote tier, the log may start below the first local segment.
@@ -133,49 +138,16 @@ class Log:
         )
 
     def _load(self, had_clean_shutdown: bool, log_start_offset: int) -> None:
-        for stale in list(self.dir.glob("*.tmp")) + list(self.dir.glob("*.deleted")):
-            stale.unlink()
-        bases = sorted(int(p.name[:20]) for p in self.dir.glob("*.log") if p.name[:20].isdigit())
-        for base in bases:
-            mtime_ms = int((self.dir / f"{base:020d}.log").stat().st_mtime * 1000)
-            segment = self._new_segment(base, mtime_ms)
-            missing_index = segment.size > 0 and not segment.offset_index.entries
-            if missing_index or (
-                not had_clean_shutdown
-                and base >= self._segment_base_for(self.recovery_point, bases)
-            ):
-                truncated = segment.recover()
-                if truncated:
-                    log.warning(
-                        "%s: truncated %d invalid bytes at the end of %s",
-                        self.topic_partition,
-                        truncated,
-                        segment.log_path,
-                    )
-            else:
-                segment.load_state()
-            if self.segments and segment.base_offset < self.segments[-1].next_offset:
-                raise ValueError(f"{segment.log_path}: overlaps the segment before it")
+        loader = LogLoader(
+            self.dir,
+            self.topic_partition,
+            recovery_point=self.recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            leader_epoch_cache=self.leader_epoch_cache,
+            new_segment=self._new_segment,
+        )
+        for segment in loader.load(log_start_offset):
             self._add(segment)
-        # A truncated segment can leave later ones orphaned: drop everything after a gap.
-        for i in range(1, len(self.segments)):
-            if (
-                self.segments[i].base_offset != self.segments[i - 1].next_offset
-                and not self.segments[i - 1].is_empty
-            ):
-                for orphan in self.segments[i:]:
-                    log.warning(
-                        "%s: removing %s after a gap in the log",
-                        self.topic_partition,
-                        orphan.log_path,
-                    )
-                    orphan.close()
-                    orphan.unlink()
-                del self.segments[i:]
-                del self._bases[i:]
-                break
-        if not self.segments:
-            self._add(self._new_segment(log_start_offset))
 
     def _load_producer_state(self) -> None:
         """The newest snapshot, then the batch headers after it up to the log end offset.
@@ -202,11 +174,6 @@ class Log:
     def take_producer_snapshot(self) -> None:
         """Snapshot producer state at the log end offset (clean shutdown)."""
         self.producer_state.take_snapshot(self.log_end_offset)
-
-    @staticmethod
-    def _segment_base_for(offset: int, bases: list[int]) -> int:
-        i = bisect.bisect_right(bases, offset) - 1
-        return bases[i] if i >= 0 else 0
 
     def _add(self, segment: LogSegment) -> None:
         self.segments.append(segment)
@@ -412,7 +379,11 @@ class Log:
         if offset >= max_offset:
             return FetchDataInfo(None)
         i = self._segment_for(offset)
-        end_segment, end_position = self._position_of(max_offset)
+        end_segment, end_position = (
+            self._high_watermark_segment()
+            if max_offset == self.high_watermark
+            else self._position_of(max_offset)
+        )
         while i < len(self.segments):
             segment = self.segments[i]
             limit = end_position if segment is end_segment else segment.size
@@ -421,6 +392,52 @@ class Log:
                 return FetchDataInfo(records)
             i += 1
         return FetchDataInfo(None)
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        if offset != self._high_watermark:
+            self._high_watermark = offset
+            self._high_watermark_position = None
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        active = self.active_segment
+        return LogOffsetMetadata(
+            message_offset=self.log_end_offset,
+            segment_base_offset=active.base_offset,
+            relative_position_in_segment=active.size,
+        )
+
+    @property
+    def high_watermark_metadata(self) -> LogOffsetMetadata:
+        """Where the high watermark's batch starts; read from batch headers once per
+        high watermark (none when it is the log end), as Kafka's highWatermarkMetadata."""
+        return self._high_watermark_segment_metadata()[1]
+
+    def _high_watermark_segment(self) -> tuple[LogSegment, int]:
+        segment, metadata = self._high_watermark_segment_metadata()
+        return segment, metadata.relative_position_in_segment
+
+    def _high_watermark_segment_metadata(self) -> tuple[LogSegment, LogOffsetMetadata]:
+        known = self._high_watermark_position
+        # Valid while the high watermark stays and its segment is still in the log.
+        if known is not None and known[0] is self.segments[self._segment_for(known[0].base_offset)]:
+            return known
+        if self.high_watermark >= self.log_end_offset:
+            segment, metadata = self.active_segment, self.log_end_offset_metadata
+        else:
+            segment, position = self._position_of(self.high_watermark)
+            metadata = LogOffsetMetadata(
+                message_offset=self.high_watermark,
+                segment_base_offset=segment.base_offset,
+                relative_position_in_segment=position,
+            )
+        self._high_watermark_position = (segment, metadata)
+        return segment, metadata
 
     def _position_of(self, offset: int) -> tuple[LogSegment, int]:
         """The segment holding `offset` and the position where its batch starts (end if LEO)."""
@@ -613,23 +630,27 @@ class Log:
         return max(self.log_start_offset, self.segments[0].base_offset)
 
     def _remove_segments(self, segments: list[LogSegment]) -> None:
-        """Unlink segment files; their open files are closed by `close_deleted` later."""
+        """Rename segment files to `.deleted`; `take_deleted` hands them over for removal
+        after file.delete.delay.ms (in a worker: `delete_segment_files`)."""
         for segment in segments:
             i = self.segments.index(segment)
             del self.segments[i]
             del self._bases[i]
-            segment.unlink()
+            segment.rename_to_deleted()
             self.deleted_segments.append((now_ms(), segment))
 
-    def close_deleted(self, older_than_ms: int) -> None:
-        """Close files of segments removed more than file.delete.delay.ms ago."""
-        keep = []
-        for removed_ms, segment in self.deleted_segments:
-            if removed_ms <= older_than_ms:
-                segment.close()
-            else:
-                keep.append((removed_ms, segment))
-        self.deleted_segments = keep
+    def take_deleted(self, older_than_ms: int) -> list[LogSegment]:
+        """Forget the segments removed at or before `older_than_ms` and return them, for
+        `delete_segment_files` to unlink off the event loop."""
+        taken = [
+            segment for removed_ms, segment in self.deleted_segments if removed_ms <= older_than_ms
+        ]
+        self.deleted_segments = [
+            (removed_ms, segment)
+            for removed_ms, segment in self.deleted_segments
+            if removed_ms > older_than_ms
+        ]
+        return taken
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -643,17 +664,40 @@ class Log:
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync segments holding offsets below `up_to_offset`; advance the recovery point."""
         target = self.log_end_offset if up_to_offset is None else up_to_offset
-        flush_segments(self.segments_to_flush(target), self.producer_state)
+        flush_segments(self.segments_to_flush(target), self.producer_state, self.leader_epoch_cache)
         self.recovery_point = max(self.recovery_point, target)
 
     def close(self) -> None:
         for segment in self.segments:
             segment.close()
-        self.close_deleted(older_than_ms=now_ms() + 1)
+        delete_segment_files(self.take_deleted(older_than_ms=now_ms() + 1))
+        try:
+            self.leader_epoch_cache.flush()
+        except OSError as e:
+            log.error("%s: leader-epoch-checkpoint not written at close: %s", self.dir, e)
 
 
-def flush_segments(segments: list[LogSegment], producer_state: ProducerStateManager) -> None:
-    """fsync each segment and the producer snapshot its roll took (the active one has none)."""
+def flush_segments(
+    segments: list[LogSegment],
+    producer_state: ProducerStateManager,
+    leader_epoch_cache: LeaderEpochCache,
+) -> None:
+    """fsync each segment and the producer snapshot its roll took (the active one has none).
+
+    The leader-epoch checkpoint is written first: the recovery point moves past these
+    segments afterwards, and load rebuilds epochs only above the recovery point.
+    """
+    leader_epoch_cache.flush()
     for segment in segments:
         segment.flush()
         producer_state.flush_snapshot(segment.next_offset)
+
+
+def delete_segment_files(segments: list[LogSegment]) -> None:
+    """Unlink the `.deleted` files of removed segments and close them: the slow part of
+    retention, for a worker thread. A failure is logged; the next load removes the rest."""
+    for segment in segments:
+        try:
+            segment.delete_files()
+        except OSError as e:
+            log.error("%s: not deleted (removed at the next start): %s", segment.log_path, e)

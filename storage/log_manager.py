@@ -32,9 +32,10 @@ from pathlib import Path
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
 from tierbroker.storage.free_space import FreeSpaceGuard
-from tierbroker.storage.log import Log, flush_segments, now_ms
+from tierbroker.storage.log import Log, delete_segment_files, flush_segments, now_ms
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_dir_failure import LogDirFailureChannel, describe
+from tierbroker.storage.segment import LogSegment
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class LogManager:
         self._loaded_dirs: set[Path] = set()  # log dirs whose every partition was loaded
         self._logs_per_dir: Counter[Path] = Counter()
         self._creation_pool: ThreadPoolExecutor | None = None
-        self._deleting: set[asyncio.Future[None]] = set()  # deleted logs' files being removed
+        self._deleting: set[asyncio.Future[None]] = set()  # deleted logs and segments being removed
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
 
@@ -264,8 +265,22 @@ class LogManager:
                         lg.local_log_start_offset,
                     )
                 removed += len(deleted)
-            lg.close_deleted(now_ms() - lg.config.file_delete_delay_ms)
+            self._delete_files(lg.take_deleted(now_ms() - lg.config.file_delete_delay_ms))
         return removed
+
+    def _delete_files(self, segments: list[LogSegment]) -> None:
+        """Unlink removed segments' files in the default executor (tracked like deleted
+        logs, so `wait_deletions` waits for them); at once without a running loop."""
+        if not segments:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            delete_segment_files(segments)
+            return
+        removing = loop.run_in_executor(None, delete_segment_files, segments)
+        self._deleting.add(removing)
+        removing.add_done_callback(self._deleting.discard)
 
     def remove_expired_producers(self, older_than_ms: int) -> None:
         """Forget idempotent producers idle since `older_than_ms` (producer.id.expiration.ms)."""
@@ -284,7 +299,9 @@ class LogManager:
             if not segments:
                 continue
             with self._io_guard(lg.dir.parent, f"flushing {lg.topic_partition}"):
-                await loop.run_in_executor(None, flush_segments, segments, lg.producer_state)
+                await loop.run_in_executor(
+                    None, flush_segments, segments, lg.producer_state, lg.leader_epoch_cache
+                )
                 lg.recovery_point = max(lg.recovery_point, target)
 
     def checkpoint(self) -> None:

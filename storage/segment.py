@@ -33,8 +33,10 @@ from tierbroker.protocol.records import (
 from tierbroker.storage.file_cache import LOG_FILES, LogFile
 from tierbroker.storage.file_io import write_fully
 from tierbroker.storage.indexes import OffsetIndex, TimeIndex
+from tierbroker.storage.leader_epoch import LeaderEpochCache
 
 _READ_CHUNK_BYTES = 1 << 20
+DELETED_SUFFIX = ".deleted"
 _BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
 
 
@@ -272,8 +274,9 @@ class LogSegment:
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
-    def recover(self) -> int:
-        """Re-read the segment, rebuild indexes, truncate at the first invalid batch.
+    def recover(self, leader_epoch_cache: LeaderEpochCache | None = None) -> int:
+        """Re-read the segment, rebuild indexes, truncate at the first invalid batch;
+        each valid batch's epoch goes to `leader_epoch_cache` (written by its next change).
 
         Returns the number of bytes truncated.
         """
@@ -288,7 +291,7 @@ class LogSegment:
         file_size = os.fstat(fd).st_size
         position = 0
         while position < file_size:
-            valid = self._recover_batch(fd, position, file_size)
+            valid = self._recover_batch(fd, position, file_size, leader_epoch_cache)
             if valid is None:
                 break
             position += valid
@@ -297,7 +300,9 @@ class LogSegment:
             os.ftruncate(fd, position)
         return file_size - position
 
-    def _recover_batch(self, fd: int, position: int, file_size: int) -> int | None:
+    def _recover_batch(
+        self, fd: int, position: int, file_size: int, epochs: LeaderEpochCache | None
+    ) -> int | None:
         if file_size - position < BATCH_HEADER_SIZE:
             return None
         _, length = _BATCH_PREFIX.unpack(os.pread(fd, 12, position))
@@ -314,6 +319,8 @@ class LogSegment:
             return None
         self.size = position
         self._index_batch(batch, position)
+        if epochs is not None and batch.partition_leader_epoch >= 0:
+            epochs.assign(batch.partition_leader_epoch, batch.base_offset, flush=False)
         return size
 
     def truncate_to(self, offset: int) -> int:
@@ -369,3 +376,30 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)
+
+    def rename_to_deleted(self) -> None:
+        """Rename the files with the `.deleted` suffix, as Kafka's retention does: cheap
+        enough for the event loop, the segment stays readable for fetches in flight, and
+        a crash leaves names the next load removes. `delete_files` removes them later."""
+        self._deleted_file = self.file
+        LOG_FILES.forget(self.log_path)
+        for index in (self.offset_index, self.time_index):
+            deleted_index = index.path.with_name(index.path.name + DELETED_SUFFIX)
+            try:
+                index.rename(deleted_index)
+            except FileNotFoundError:
+                index.path = deleted_index  # never appended to: its entries are in memory
+        deleted_path = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        os.rename(self.log_path, deleted_path)
+        self.log_path = deleted_path
+
+    def delete_files(self) -> None:
+        """Unlink the renamed files and drop the held log file; for a worker thread (the
+        unlink and the last close free the blocks, which takes long for a large file).
+        A fetch response still sending from the file keeps it open until it is sent."""
+        self.log_path.unlink(missing_ok=True)
+        self.offset_index.path.unlink(missing_ok=True)
+        self.time_index.path.unlink(missing_ok=True)
+        self.offset_index.close()
+        self.time_index.close()
+        self._deleted_file = None

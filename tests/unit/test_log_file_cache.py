@@ -12,7 +12,7 @@ import pytest
 
 from tierbroker.protocol.records import build_batch
 from tierbroker.storage.file_cache import LOG_FILES
-from tierbroker.storage.log import Log
+from tierbroker.storage.log import Log, delete_segment_files
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -80,9 +80,9 @@ def test_a_deleted_segment_stays_readable_until_closed(tmp_path: Path) -> None:
     segment = first.segments[0]
     first.roll()
     first.truncate_fully_and_start_at(first.log_end_offset)
-    assert not segment.log_path.exists()
+    assert not (first.dir / "00000000000000000000.log").exists()
     for log in others:
         log.read(0, 1 << 20, log.high_watermark, True)
     assert segment.read(0, 1 << 20, segment.size, True) is not None
-    first.close_deleted(older_than_ms=2**62)
+    delete_segment_files(first.take_deleted(older_than_ms=2**62))
     assert open_log_files(tmp_path) <= CAPACITY
