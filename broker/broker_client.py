@@ -5,8 +5,11 @@ manager, producer-id and coordinator work) send requests to other brokers. It co
 on first use, asks the peer's ApiVersions once per connection and sends each API at the
 highest version both sides know. Requests may be pipelined; responses are matched by
 correlation id. Responses are received straight into their frame's buffer (a buffered
-protocol with the server's `FrameReader`) and decoded there, so the records of a fetch
-response are copied once from the socket rather than through a stream's buffers. When
+protocol with the server's `FrameReader`), so the records of a fetch response are copied
+once from the socket rather than through a stream's buffers; the transport callback only
+hands each frame to its waiting request, which decodes it in its own task, so a large
+response never stalls the event loop in one callback. An undecodable response fails its
+request with `MalformedResponse`; the connection goes on (frames are length-delimited). When
 the connection fails or is closed, every waiting request fails with `BrokerUnavailable`
 (connection loss fails them all, so none is left behind); the next request reconnects.
 """
@@ -39,14 +42,17 @@ class BrokerUnavailable(ConnectionError):
     """The peer could not be reached, or the connection broke before it answered."""
 
 
+class MalformedResponse(Exception):
+    """The peer answered a frame that does not decode as the response to the request."""
+
+
 class _Connection(asyncio.BufferedProtocol):
     """One connection's transport callbacks: each response frame is handed to the client as
     soon as it is whole; `lost` holds the error the connection ended with."""
 
     def __init__(self, client: BrokerClient) -> None:
         self.client = client
-        # Responses are decoded as they complete, so a frame holds the pool only briefly:
-        # the pool just bounds a frame's size.
+        # A frame leaves the pool as soon as it is whole: the pool just bounds a frame's size.
         self.reader = FrameReader(MAX_RESPONSE_BYTES, MemoryPool(MAX_RESPONSE_BYTES))
         self.transport: asyncio.Transport | None = None
         self.lost: BaseException | None = None
@@ -110,7 +116,7 @@ class BrokerClient:
         self.request_timeout_ms = request_timeout_ms
         self._correlation_ids = itertools.count()
         self._connection: _Connection | None = None
-        self._waiting: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._waiting: dict[int, asyncio.Future[bytes | memoryview]] = {}
         self._versions: dict[int, int] = {}
         self._connecting: asyncio.Lock = asyncio.Lock()
         self._closed = False
@@ -156,15 +162,15 @@ class BrokerClient:
             raise BrokerUnavailable(f"{self}: not connected")
         api_key, version = int(type(body).__api_key__), int(type(body).__version__)
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[correlation_id] = (api_key, version, future)
+        future: asyncio.Future[bytes | memoryview] = asyncio.get_running_loop().create_future()
+        self._waiting[correlation_id] = future
         try:
             async with asyncio.timeout(self.request_timeout_ms / 1000):
                 await connection.can_write.wait()
                 if connection.lost is not None:
                     raise connection.lost
                 connection.transport.write(encode_request(correlation_id, self.client_id, body))
-                return await asyncio.shield(future)
+                frame = await asyncio.shield(future)
         except TimeoutError:
             # A peer that does not answer in time is treated as gone: start afresh.
             self._disconnect(BrokerUnavailable(f"{self}: request timed out"))
@@ -173,19 +179,18 @@ class BrokerClient:
             ) from None
         finally:
             self._waiting.pop(correlation_id, None)
+        try:
+            return decode_response(api_key, version, frame)
+        except Exception as e:  # any decoding failure: the peer's bytes are not the response
+            raise MalformedResponse(
+                f"{self}: response to api {api_key} v{version} does not decode: {e!r}"
+            ) from e
 
     def _answer(self, frame: bytes | memoryview) -> None:
-        """A response frame arrived: decode it for its waiting request, if still there."""
-        waiting = self._waiting.pop(response_correlation_id(frame), None)
-        if waiting is None:
-            return  # its requester timed out and left
-        api_key, version, future = waiting
-        if future.done():
-            return
-        try:
-            future.set_result(decode_response(api_key, version, frame))
-        except Exception as e:
-            future.set_exception(e)
+        """A response frame arrived: hand it to its waiting request, if still there."""
+        future = self._waiting.pop(response_correlation_id(frame), None)
+        if future is not None and not future.done():  # else its requester timed out and left
+            future.set_result(frame)
 
     def _lost(self, connection: _Connection) -> None:
         if self._connection is connection:
@@ -195,7 +200,7 @@ class BrokerClient:
 
     def _fail_all(self, error: BaseException) -> None:
         waiting, self._waiting = self._waiting, {}
-        for _, _, future in waiting.values():
+        for future in waiting.values():
             if not future.done():
                 future.set_exception(error)
 

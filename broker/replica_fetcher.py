@@ -12,10 +12,16 @@ offset and last fetched epoch. Per partition of the answer:
 - OFFSET_OUT_OF_RANGE: the leader's log end is below ours (an unclean election):
   truncate to it; or ours is below the leader's log start: start over there;
 - OFFSET_MOVED_TO_TIERED_STORAGE: our log end is below the leader's local log, on a
-  tiered partition: rebuild the log from the remote tier (`TierStateMachine`) and fetch
-  only the leader's local tail;
+  tiered partition: rebuild the log from the remote tier (`TierStateMachine`) in a task
+  of that partition's own, which leaves it out of the fetch meanwhile (a slow remote tier
+  never holds up the other partitions), then fetch only the leader's local tail;
 - leadership errors (NOT_LEADER_OR_FOLLOWER, FENCED / UNKNOWN_LEADER_EPOCH, ...): back off
   `replica.fetch.backoff.ms`; the metadata cache will move the partition to its new leader.
+
+- an OSError appending (ENOSPC, EIO, ...) takes the partition's log dir offline
+  (`on_storage_error`) and the partition stops being fetched; EMFILE / ENFILE (out of file
+  descriptors, not a fault of the disk) and any other unexpected error back off that
+  partition only, logged, as Kafka's AbstractFetcherThread marks a partition failed.
 
 Records for a log dir below `log.dir.min.free.bytes` are not appended: the partition is
 fetched again after the backoff, until space is freed, rather than filling the disk
@@ -23,9 +29,10 @@ until an ENOSPC takes the dir offline.
 
 A partition removed while its fetch (or its rebuild) is in flight, or whose leader
 epoch changed, has the answer dropped. Record bytes fetched are counted per topic
-(`bytes_fetched`, Kafka's ReplicationBytesInPerSec). Connection failures back off and
-retry; the fetcher never ends on its own, and `close()` cancels it and closes its
-connection.
+(`bytes_fetched`, Kafka's ReplicationBytesInPerSec). Connection failures and undecodable
+responses back off and retry; an unexpected error of the fetch loop itself is logged and
+the loop restarts after back-off: the fetcher never ends on its own, and `close()`
+cancels it and its rebuilds and closes its connection.
 """
 
 from __future__ import annotations
@@ -36,13 +43,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from kio.schema.fetch.v17 import request as fetch_request
 from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable, MalformedResponse
 from tierbroker.broker.leader_endpoint import LeaderEndpoint
 from tierbroker.broker.partition import Partition
 from tierbroker.broker.tier_state_machine import TierStateMachine
@@ -51,6 +59,7 @@ from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.storage.free_space import FreeSpaceGuard
 from tierbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from tierbroker.storage.log_dir_failure import is_out_of_descriptors
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -67,8 +76,7 @@ _RETRIABLE = {
     ErrorCode.replica_not_available,
     ErrorCode.leader_not_available,
 }
-
-
+# Out of file descriptors: the process's limit, not the disk; retried as Kafka's are not.
 @dataclass(frozen=True, slots=True)
 class FetcherConfig:
     wait_max_ms: int = 500
@@ -85,6 +93,7 @@ class _FetchState:
     leader_epoch: int
     delayed_until: float = 0.0  # monotonic seconds
     lag: int = 0  # the leader's high watermark less this log's end, at the last answer
+    rebuilding: asyncio.Task[None] | None = None  # while set, left out of the fetch
 
 
 class ReplicaFetcher:
@@ -99,6 +108,7 @@ class ReplicaFetcher:
         config: FetcherConfig,
         on_appended: Callable[[list[Partition]], None],
         bytes_fetched: dict[str, int],
+        on_storage_error: Callable[[Partition, OSError], None],
         free_space: FreeSpaceGuard | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -110,6 +120,7 @@ class ReplicaFetcher:
         self.config = config
         self.on_appended = on_appended  # partitions whose log or high watermark moved
         self.bytes_fetched = bytes_fetched  # record bytes by topic, shared by the fetchers
+        self.on_storage_error = on_storage_error  # takes the partition's log dir offline
         self.tier_state_machine: TierStateMachine | None = None  # set once tiering starts
         self.partitions: dict[TopicPartition, _FetchState] = {}
         self._changed = asyncio.Event()
@@ -125,22 +136,52 @@ class ReplicaFetcher:
             )
 
     def remove(self, tp: TopicPartition) -> None:
-        self.partitions.pop(tp, None)
+        state = self.partitions.pop(tp, None)
+        if state is not None and state.rebuilding is not None:
+            state.rebuilding.cancel()
 
     async def close(self) -> None:
+        tasks = [s.rebuilding for s in self.partitions.values() if s.rebuilding is not None]
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            tasks.append(self._task)
             self._task = None
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                log.error(
+                    "replica fetcher %d: task %s had failed",
+                    self.broker_id,
+                    task.get_name(),
+                    exc_info=task.exception(),
+                )
         await self.client.close()
 
     async def _run(self) -> None:
+        """Fetch until cancelled: an unexpected error is logged and fetching starts over
+        after back-off, so no error ends the fetcher."""
+        while True:
+            try:
+                await self._fetch_loop()
+            except Exception:
+                log.exception(
+                    "replica fetcher %d: fetching from %d failed; restarting in %d ms",
+                    self.broker_id,
+                    self.leader_id,
+                    self.config.backoff_ms,
+                )
+                await asyncio.sleep(self.config.backoff_ms / 1000)
+
+    async def _fetch_loop(self) -> None:
         while True:
             now = time.monotonic()
-            ready = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
+            fetchable = [(tp, s) for tp, s in self.partitions.items() if s.rebuilding is None]
+            ready = {tp: s for tp, s in fetchable if s.delayed_until <= now}
             if not ready:
                 self._changed.clear()
-                delays = [s.delayed_until - now for s in self.partitions.values()]
+                delays = [s.delayed_until - now for _, s in fetchable]
                 try:
                     async with asyncio.timeout(min(delays, default=None)):
                         await self._changed.wait()
@@ -152,6 +193,10 @@ class ReplicaFetcher:
             except (BrokerUnavailable, KafkaError) as e:
                 self._connection_failed(e)
                 await asyncio.sleep(self.config.backoff_ms / 1000)
+                continue
+            except MalformedResponse as e:
+                log.warning("replica fetcher %d: %s; retrying", self.broker_id, e)
+                self._delay(ready.values())
                 continue
             if self._failing_since is not None:
                 log.info(
@@ -227,13 +272,37 @@ class ReplicaFetcher:
                 try:
                     if await self._process_partition(state, data):
                         moved.append(state.partition)
-                except OSError:
-                    raise  # the replica manager takes the log dir offline
+                except OSError as e:
+                    self._storage_failed(state, e)
                 except KafkaError as e:
                     log.warning("replica fetcher %d: %s: %s", self.broker_id, tp, e)
                     self._delay([state])
+                except Exception:  # a bug or an answer we cannot apply: this partition only
+                    log.exception(
+                        "replica fetcher %d: %s failed; retrying in %d ms",
+                        self.broker_id,
+                        tp,
+                        self.config.backoff_ms,
+                    )
+                    self._delay([state])
         if moved:
             self.on_appended(moved)
+
+    def _storage_failed(self, state: _FetchState, error: OSError) -> None:
+        """An OSError writing `state`'s log: its log dir goes offline and the partition
+        stops being fetched, unless the process is only out of file descriptors."""
+        tp = state.partition.topic_partition
+        if is_out_of_descriptors(error):
+            log.warning(
+                "replica fetcher %d: %s: %s; retrying in %d ms",
+                self.broker_id,
+                tp,
+                error,
+                self.config.backoff_ms,
+            )
+            self._delay([state])
+            return
+        self.on_storage_error(state.partition, error)  # removes the dir's partitions
 
     def _is_current(self, tp: TopicPartition, state: _FetchState) -> bool:
         """`state` is still how `tp` is fetched here, under the same leader epoch."""
@@ -324,20 +393,36 @@ class ReplicaFetcher:
         return True
 
     async def _handle_offset_moved_to_tiered_storage(self, state: _FetchState, data: Any) -> bool:
-        """Rebuild the log from the remote tier to start at the leader's local log; True if
-        it was. Until it can be (tiering not started here, the metadata not caught up, the
-        remote tier failing), the partition backs off and its fetch is answered the same."""
-        partition = state.partition
-        tp = partition.topic_partition
+        """Start rebuilding the log from the remote tier, in its own task; False: nothing
+        moved yet."""
+        tp = state.partition.topic_partition
         if self.tier_state_machine is None:
             log.warning("%s: offset moved to the remote tier, which this broker has not", tp)
             self._delay([state])
             return False
+        state.rebuilding = asyncio.get_running_loop().create_task(
+            self._rebuild(state, self.tier_state_machine, data),
+            name=f"replica-fetcher-{self.broker_id}-rebuild-{tp}",
+        )
+        return False
+
+    async def _rebuild(self, state: _FetchState, tsm: TierStateMachine, data: Any) -> None:
+        """Rebuild `state`'s log to start at the leader's local log, then fetch it again.
+        Until it can be (the metadata not caught up, the remote tier failing), the
+        partition backs off and its fetch is answered the same."""
+        partition = state.partition
+        tp = partition.topic_partition
         try:
-            aux_state = await self.tier_state_machine.build_remote_log_aux_state(
+            aux_state = await tsm.build_remote_log_aux_state(
                 partition, self.leader, int(data.log_start_offset)
             )
-        except RemoteStorageError as e:
+            if self._is_current(tp, state):
+                aux_state.apply(partition.log)
+                state.lag = max(0, int(data.high_watermark) - partition.log.log_end_offset)
+                self.on_appended([partition])
+        except OSError as e:
+            self._storage_failed(state, e)
+        except (RemoteStorageError, KafkaError) as e:
             log.warning(
                 "%s: cannot rebuild the log from the remote tier yet (retrying in %d ms): %s",
                 tp,
@@ -345,12 +430,12 @@ class ReplicaFetcher:
                 e,
             )
             self._delay([state])
-            return False
-        if not self._is_current(tp, state):
-            return False
-        aux_state.apply(partition.log)
-        state.lag = max(0, int(data.high_watermark) - partition.log.log_end_offset)
-        return True
+        except Exception:
+            log.exception("%s: rebuild from the remote tier failed", tp)
+            self._delay([state])
+        finally:
+            state.rebuilding = None
+            self._changed.set()
 
     def _short_of_space(self, partition: Partition, size_bytes: int) -> bool:
         guard = self.free_space
@@ -382,6 +467,11 @@ class ReplicaFetcherManager:
         self._following: dict[TopicPartition, tuple[int, str, int]] = {}
         self.bytes_fetched: dict[str, int] = {}  # record bytes appended, by topic
         self.tier_state_machine: TierStateMachine | None = None
+        # Takes a follower's log dir offline after an OSError appending to it.
+        self.on_storage_error: Callable[[Partition, OSError], object] = _log_storage_error
+        self.new_client: Callable[[str, int], BrokerClient] = lambda host, port: BrokerClient(
+            host, port, f"broker-{broker_id}-fetcher", config.socket_timeout_ms
+        )
 
     def add(self, partition: Partition, leader_id: int, host: str, port: int) -> None:
         """Fetch `partition` from its leader at `host:port` (moving it from any other)."""
@@ -389,17 +479,15 @@ class ReplicaFetcherManager:
         key = (leader_id, host, port)
         fetcher = self.fetchers.get(key)
         if fetcher is None:
-            client = BrokerClient(
-                host, port, f"broker-{self.broker_id}-fetcher", self.config.socket_timeout_ms
-            )
             fetcher = ReplicaFetcher(
                 self.broker_id,
                 self.broker_epoch,
                 leader_id,
-                client,
+                self.new_client(host, port),
                 self.config,
                 self.on_appended,
                 self.bytes_fetched,
+                self._storage_failed,
                 self.free_space,
             )
             fetcher.tier_state_machine = self.tier_state_machine
@@ -418,6 +506,18 @@ class ReplicaFetcherManager:
         if key is not None:
             self.fetchers[key].remove(tp)
 
+    def _storage_failed(self, partition: Partition, error: OSError) -> None:
+        """Take `partition`'s log dir offline; none of its partitions is fetched again."""
+        self.on_storage_error(partition, error)
+        self.remove_log_dir(partition.log.dir.parent)
+
+    def remove_log_dir(self, log_dir: Path) -> None:
+        """Stop fetching the partitions of `log_dir`, which went offline."""
+        for fetcher in self.fetchers.values():
+            for tp, state in list(fetcher.partitions.items()):
+                if state.partition.log.dir.parent == log_dir:
+                    self.remove(tp)
+
     def lags(self) -> dict[TopicPartition, int]:
         """Per followed partition: how far behind its leader's high watermark it was told."""
         return {
@@ -434,3 +534,7 @@ class ReplicaFetcherManager:
         fetchers, self.fetchers = self.fetchers, {}
         self._following.clear()
         await asyncio.gather(*(f.close() for f in fetchers.values()), return_exceptions=True)
+
+
+def _log_storage_error(partition: Partition, error: OSError) -> None:
+    log.error("%s: appending as a follower failed: %s", partition.topic_partition, error)

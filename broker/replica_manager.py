@@ -109,6 +109,9 @@ class ReplicaManager:
             self._on_follower_appended,
             log_manager.free_space,
         )
+        self.fetchers.on_storage_error = lambda partition, error: log_manager.storage_error(
+            partition.log.dir.parent, partition.topic_partition, error, "a follower's append"
+        )
         self.reader = FetchReader(
             self.partition_or_error,
             self.partitions,
@@ -280,7 +283,9 @@ class ReplicaManager:
         self._wake(tp)
 
     def on_log_dir_offline(self, log_dir: Path) -> None:
-        """Wake requests waiting on the dir's partitions: they now answer KAFKA_STORAGE_ERROR."""
+        """Stop fetching the dir's partitions; wake requests waiting on them: they now answer
+        KAFKA_STORAGE_ERROR."""
+        self.fetchers.remove_log_dir(log_dir)
         for tp, partition in self.partitions.items():
             if partition.log.dir.parent == log_dir:
                 self._wake(tp)

@@ -18,7 +18,7 @@ from kio.schema.fetch.v17 import response as fetch_response
 from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable, MalformedResponse
 from tierbroker.protocol.codec import encode_response, parse_request, peek_header
 
 TOPIC_ID = uuid.uuid4()
@@ -204,3 +204,22 @@ async def test_a_peer_that_does_not_answer_times_out_and_a_closed_client_refuses
         await client.close()
         with pytest.raises(BrokerUnavailable, match="closed"):
             await client.send(fetch_at(0))
+
+
+async def test_an_undecodable_response_fails_its_request_and_the_connection_goes_on() -> None:
+    async def answer(correlation_id: int, offset: int, writer: asyncio.StreamWriter) -> None:
+        if offset == 0:
+            body = struct.pack(">i", correlation_id) + b"\xff" * 7  # a frame, not a response
+            writer.write(struct.pack(">i", len(body)) + body)
+            return
+        writer.write(frame_of(correlation_id, fetch_answer(b"r", offset)))
+
+    async with peer(answer) as (port, accepted):
+        client = BrokerClient("127.0.0.1", port, "test")
+        try:
+            with pytest.raises(MalformedResponse):
+                await client.send(fetch_at(0))
+            assert records_of(await client.send(fetch_at(1))) == b"r"
+            assert len(accepted) == 1
+        finally:
+            await client.close()
