@@ -66,7 +66,8 @@ def test_a_follower_below_the_floor_fetches_again_later(
         FetcherConfig(),
         lambda partitions: None,
         {},
-        FreeSpaceGuard(1 << 20),
+        lambda partition, error: None,
+        free_space=FreeSpaceGuard(1 << 20),
     )
     fetcher.partitions[TP] = state = _FetchState(partition, 0)
     records = bytes(batch(0))
