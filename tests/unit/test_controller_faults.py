@@ -13,6 +13,7 @@ from tests.unit.broker import running_broker
 from tierbroker.broker.cluster import controller as controller_module
 from tierbroker.broker.cluster import zk_data as zk
 from tierbroker.broker.cluster.controller import Controller, NotController
+from tierbroker.broker.cluster.inprocess_store import InProcessSession
 from tierbroker.broker.cluster.leader_election import ElectionType
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
@@ -77,3 +78,26 @@ async def test_a_topic_znode_another_tool_wrote_does_not_stop_elections(
             await broker.admin.create_topic("t", 2, 1, {})
         assert broker.cache.has_leaders("t")
         assert broker.controller.is_active
+
+
+async def test_a_caller_whose_controller_resigns_mid_event_gets_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_broker(tmp_path) as broker:
+        started, never = asyncio.Event(), asyncio.Event()
+
+        async def stuck(self: Controller, *_args: Any) -> None:
+            started.set()
+            await never.wait()
+
+        monkeypatch.setattr(Controller, "_on_election", stuck)
+        asking = asyncio.ensure_future(
+            broker.controller.elect_leaders(ElectionType.PREFERRED, [TopicPartition("t", 0)])
+        )
+        async with asyncio.timeout(BOUND_S):
+            await started.wait()
+            store = broker.controller.store
+            assert isinstance(store, InProcessSession)
+            await store.expire()
+            with pytest.raises(NotController):
+                await asking
