@@ -95,6 +95,9 @@ class ReplicaManager:
         self.config = config or ReplicationConfig()
         self.log_config = log_config or (lambda _topic: LogConfig())
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Assigned here, but their log could not be created or their role not changed:
+        # they answer KAFKA_STORAGE_ERROR, and are tried again at each metadata change.
+        self.offline: set[TopicPartition] = set()
         self.fetch_purgatory = Purgatory()
         self.produce_purgatory = Purgatory()
         self.remote: RemoteLogManager | None = None
@@ -160,15 +163,27 @@ class ReplicaManager:
                 log.exception("broker %d: applying a metadata change failed", self.broker_id)
 
     async def _apply(self, delta: MetadataDelta) -> None:
-        await self._create_logs(delta)
-        for tp, state in delta.partitions.items():
+        """Apply `delta` partition by partition, as Kafka's makeLeaders / makeFollowers: one
+        that fails goes offline here and the others still change role."""
+        changes = {tp: self.cache.states.get(tp) for tp in self.offline}  # tried again
+        changes.update(delta.partitions)
+        failed = await self._create_logs(changes)
+        for tp, state in changes.items():
             replicas = self.cache.replicas(tp)
-            if state is None or self.broker_id not in replicas:
-                # Only a deleted topic takes its remote data along (Kafka's deleteRemoteLog):
-                # a replica moved to other brokers leaves the remote tier to them.
-                self.stop_replica(tp, delete=True, delete_remote=tp.topic in delta.deleted_topics)
-            elif tp in self.log_manager.logs:
-                self._become(tp, state, replicas)
+            try:
+                if state is None or self.broker_id not in replicas:
+                    # Only a deleted topic takes its remote data along (Kafka's
+                    # deleteRemoteLog): a replica moved elsewhere leaves the remote tier to them.
+                    self.stop_replica(
+                        tp, delete=True, delete_remote=tp.topic in delta.deleted_topics
+                    )
+                elif tp in self.log_manager.logs and tp not in failed:
+                    self._become(tp, state, replicas)
+                    self.offline.discard(tp)
+            except Exception as e:
+                failed[tp] = e
+        for tp, error in failed.items():
+            self._take_offline(tp, error)
         for topic in delta.configs_changed:
             config = self.log_config(topic)
             for p in range(self.cache.partition_count(topic)):
@@ -176,12 +191,22 @@ class ReplicaManager:
         if delta.brokers_changed:
             self._refetch_from_new_endpoints()
 
-    async def _create_logs(self, delta: MetadataDelta) -> None:
+    def _take_offline(self, tp: TopicPartition, error: Exception) -> None:
+        if tp not in self.offline:  # logged once, not at every retry
+            log.error("broker %d: %s is offline here: %r", self.broker_id, tp, error)
+        self.offline.add(tp)
+        self.fetchers.remove(tp)
+        self._wake(tp)
+
+    async def _create_logs(
+        self, changes: dict[TopicPartition, PartitionState | None]
+    ) -> dict[TopicPartition, Exception]:
         """Create, off the event loop, the logs of partitions new here: a batch per topic
         and role (a new leader's log starts with its epoch; a follower's takes the epochs
-        of what it fetches)."""
+        of what it fetches). A batch that fails is created again one log at a time; the
+        logs that still fail are returned with their error."""
         new: defaultdict[tuple[str, int | None], list[TopicPartition]] = defaultdict(list)
-        for tp, state in delta.partitions.items():
+        for tp, state in changes.items():
             if (
                 state is not None
                 and tp not in self.log_manager.logs
@@ -189,12 +214,25 @@ class ReplicaManager:
             ):
                 epoch = state.leader_epoch if state.leader == self.broker_id else None
                 new[tp.topic, epoch].append(tp)
+        failed: dict[TopicPartition, Exception] = {}
         for (topic, epoch), tps in new.items():
             assignment = self.cache.topics.get(topic)
-            if assignment is not None:
-                await self.log_manager.create_logs(
-                    tps, assignment.topic_id, self.log_config(topic), epoch
-                )
+            if assignment is None:
+                continue
+            config = self.log_config(topic)
+            try:
+                await self.log_manager.create_logs(tps, assignment.topic_id, config, epoch)
+                continue
+            except Exception:
+                pass  # which of them fail is found one at a time
+            for tp in tps:
+                if tp in self.log_manager.logs:
+                    continue
+                try:
+                    await self.log_manager.create_logs([tp], assignment.topic_id, config, epoch)
+                except Exception as e:
+                    failed[tp] = e
+        return failed
 
     def _become(self, tp: TopicPartition, state: PartitionState, replicas: tuple[int, ...]) -> None:
         partition = self.partitions.get(tp)
@@ -272,6 +310,7 @@ class ReplicaManager:
     def stop_replica(self, tp: TopicPartition, delete: bool, delete_remote: bool = False) -> None:
         """Stop hosting `tp`; `delete`: its local log goes, `delete_remote`: its remote data."""
         self.fetchers.remove(tp)
+        self.offline.discard(tp)
         partition = self.partitions.pop(tp, None)
         if partition is not None and self.remote is not None:
             self.remote.on_stop(TopicIdPartition(partition.topic_id, tp), delete_remote)
@@ -306,6 +345,8 @@ class ReplicaManager:
     def partition_or_error(self, tp: TopicPartition) -> Partition:
         """The partition, if hosted here and its log dir is online (else KAFKA_STORAGE_ERROR)."""
         partition = self.partitions.get(tp)
+        if tp in self.offline:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"{tp} is offline on this broker")
         if partition is None:
             known = tp.topic in self.cache.topics and tp.partition < self.cache.partition_count(
                 tp.topic

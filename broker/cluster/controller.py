@@ -19,6 +19,13 @@ requests, and handles each change as an event, one at a time, in its own task:
 Every write goes in a multi with a check of `/controller_epoch`'s version: a controller
 that was replaced (its session expired) cannot change anything, and resigns when it
 finds out.
+
+An event that fails unexpectedly (a znode another tool wrote, a topic deleted meanwhile)
+is logged and answered NOT_CONTROLLER, and the next event is handled, as in Kafka's
+ControllerEventManager. After `MAX_EVENT_FAILURES` failures in a row the view is taken
+as broken: the controller resigns (drops `/controller`), and the next term, here or on
+another broker, reloads the state. However the event task ends, every caller waiting on
+it gets NOT_CONTROLLER.
 """
 
 from __future__ import annotations
@@ -63,6 +70,9 @@ from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
+
+# Events failing unexpectedly in a row before the controller resigns for a fresh term.
+MAX_EVENT_FAILURES = 3
 
 
 class ControllerMoved(Exception):
@@ -212,7 +222,9 @@ class Controller:
         self._events = asyncio.Queue()
         self._events.put_nowait(_Event("startup"))
         loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._process_events(), name=f"controller-{self.broker_id}")
+        self._task = loop.create_task(
+            self._process_events(self._events), name=f"controller-{self.broker_id}"
+        )
         if self.leader_balance.enabled:
             self._balance_task = loop.create_task(
                 self._check_balance_periodically(), name=f"controller-{self.broker_id}-balance"
@@ -223,8 +235,7 @@ class Controller:
         for task in (self._task, self._balance_task):
             if task is not None:
                 task.cancel()  # an election it was running is answered by its timeout
-        self._task = self._balance_task = None
-        self._fail_elections()
+        self._task = self._balance_task = None  # their waiters are failed as they end
 
     # Events --------------------------------------------------------------------------
 
@@ -235,27 +246,72 @@ class Controller:
 
         return fired
 
-    async def _process_events(self) -> None:
-        while True:
-            event = await self._events.get()
-            try:
-                await self._handle(event)
-            except ControllerMoved:
-                log.warning("controller %d: a newer controller exists; resigning", self.broker_id)
-                self._active = False
-                self._fail_elections(event)
-                self._elect_soon()
-                return
-            except SessionExpiredError:
-                log.warning("controller %d: session expired; resigning", self.broker_id)
-                self._active = False
-                self._fail_elections(event)
-                return
-            except ConnectionLossError as e:
-                # Disconnected, perhaps briefly: try again (a lost session ends as above).
-                log.info("controller %d: %s while handling %s; retrying", self.broker_id, e, event)
-                await asyncio.sleep(0.2)
-                self._events.put_nowait(event)
+    async def _process_events(self, events: asyncio.Queue[_Event]) -> None:
+        current: _Event | None = None
+        failures = 0
+        try:
+            while True:
+                current = await events.get()
+                try:
+                    await self._handle(current)
+                    failures = 0
+                except ControllerMoved:
+                    log.warning(
+                        "controller %d: a newer controller exists; resigning", self.broker_id
+                    )
+                    self._active = False
+                    self._elect_soon()
+                    return
+                except SessionExpiredError:
+                    log.warning("controller %d: session expired; resigning", self.broker_id)
+                    self._active = False
+                    return
+                except ConnectionLossError as e:
+                    # Disconnected, perhaps briefly: try again (a lost session ends as above).
+                    log.info(
+                        "controller %d: %s while handling %s; retrying", self.broker_id, e, current
+                    )
+                    await asyncio.sleep(0.2)
+                    events.put_nowait(current)
+                except Exception:
+                    failures += 1
+                    log.exception(
+                        "controller %d: handling %s failed (%d in a row)",
+                        self.broker_id,
+                        current.kind,
+                        failures,
+                    )
+                    _fail_waiters(current)
+                    if failures >= MAX_EVENT_FAILURES:
+                        await self._resign_for_a_fresh_term()
+                        return
+                current = None
+        finally:
+            # However the task ends, no caller waits on it forever.
+            _fail_waiters(current)
+            while not events.empty():
+                _fail_waiters(events.get_nowait())
+
+    async def _resign_for_a_fresh_term(self) -> None:
+        """Drop `/controller` (fenced by the epoch): its watch starts the next election,
+        whose startup reads the whole state again."""
+        log.error(
+            "controller %d: %d events failed in a row; resigning",
+            self.broker_id,
+            MAX_EVENT_FAILURES,
+        )
+        self._active = False
+        self._task = None  # this task, ending
+        if self._balance_task is not None:
+            self._balance_task.cancel()
+            self._balance_task = None
+        try:
+            await self.store.multi(
+                [Check(zk.CONTROLLER_EPOCH, self._epoch_version), Delete(zk.CONTROLLER)]
+            )
+        except StoreError as e:
+            log.warning("controller %d: could not resign cleanly: %s", self.broker_id, e)
+            self._elect_soon()
 
     async def _handle(self, event: _Event) -> None:
         if event.kind == "startup":
@@ -280,16 +336,6 @@ class Controller:
             await self._on_reassign(event.reassignment)
         elif event.kind == "reassignment_isr_change":
             await self.reassigner.on_isr_change(TopicPartition(event.topic, event.partition))
-
-    def _fail_elections(self, current: _Event | None = None) -> None:
-        """Answer every election asked of this controller, now resigned: NOT_CONTROLLER."""
-        pending = [current] if current is not None else []
-        while not self._events.empty():
-            pending.append(self._events.get_nowait())
-        for event in pending:
-            for request in (event.election, event.reassignment):
-                if request is not None and not request.outcome.done():
-                    request.outcome.set_exception(NotController())
 
     async def _on_startup(self) -> None:
         self.assignments.clear()
@@ -373,7 +419,12 @@ class Controller:
         except NoNodeError:
             self._forget(topic)
             return
-        assignment = TopicAssignment.decode(data)
+        try:
+            assignment = TopicAssignment.decode(data)
+        except zk.UNDECODABLE as e:
+            # Not written by a broker: skipped until it changes (its watch is set).
+            log.error("controller: topic znode of %r does not decode: %r", topic, e)
+            return
         known = self.assignments.get(topic)
         if known is not None and known.topic_id != assignment.topic_id:
             self._forget(topic)
@@ -388,6 +439,8 @@ class Controller:
                 self.states[tp] = PartitionState.decode(data, stat.version)
             except NoNodeError:
                 new.append(tp)
+            except zk.UNDECODABLE as e:
+                log.error("controller: state znode of %s does not decode: %r", tp, e)
         for reread in sorted(await self.partition_states.create(new)):
             await self._on_topic_change(reread)
 
@@ -549,3 +602,12 @@ class Controller:
             if e.index == 0:
                 raise ControllerMoved() from e
             raise e.error from e
+
+
+def _fail_waiters(event: _Event | None) -> None:
+    """Answer the caller waiting on `event`, if any: NOT_CONTROLLER (it may ask again)."""
+    if event is None:
+        return
+    for request in (event.election, event.reassignment):
+        if request is not None and not request.outcome.done():
+            request.outcome.set_exception(NotController())

@@ -165,6 +165,12 @@ class MetadataCache:
                 for key in stale:
                     self._stale.setdefault(key, None)
                 continue
+            except Exception:
+                # Not a store outage: logged; what was stale is read again at the next change.
+                log.exception("metadata refresh failed")
+                for key in stale:
+                    self._stale.setdefault(key, None)
+                continue
             self._publish(delta)
 
     async def _refresh(self, stale: list[_Stale]) -> MetadataDelta:
@@ -192,7 +198,10 @@ class MetadataCache:
     def _publish(self, delta: MetadataDelta) -> None:
         if delta:
             for listener in self._listeners:
-                listener(delta)
+                try:
+                    listener(delta)
+                except Exception:
+                    log.exception("a metadata listener failed")
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -215,7 +224,10 @@ class MetadataCache:
                 data, stat = await self.store.get(zk.broker_path(int(name)))
             except NoNodeError:
                 continue  # gone since the listing; its deletion fired the watch
-            brokers[int(name)] = BrokerRegistration.decode(int(name), data, stat.czxid)
+            try:
+                brokers[int(name)] = BrokerRegistration.decode(int(name), data, stat.czxid)
+            except zk.UNDECODABLE as e:
+                log.error("broker registration %s does not decode: %r", name, e)
         changed = brokers != self.brokers
         self.brokers = brokers
         return changed
@@ -249,7 +261,11 @@ class MetadataCache:
         except NoNodeError:
             self._forget_topic(name, delta)
             return
-        assignment = TopicAssignment.decode(data)
+        try:
+            assignment = TopicAssignment.decode(data)
+        except zk.UNDECODABLE as e:
+            log.error("topic znode of %r does not decode: %r", name, e)
+            return
         previous = self.topics.get(name)
         if previous is not None and previous.topic_id != assignment.topic_id:
             self._forget_topic(name, delta)  # deleted and created again between two reads
@@ -294,7 +310,11 @@ class MetadataCache:
             if await self.store.exists(path, watch) is not None:
                 self._mark(("state", tp.topic, str(tp.partition)))
             return
-        state = PartitionState.decode(data, stat.version)
+        try:
+            state = PartitionState.decode(data, stat.version)
+        except zk.UNDECODABLE as e:
+            log.error("state znode of %s does not decode: %r", tp, e)
+            return
         if self.states.get(tp) != state:
             self.states[tp] = state
             delta.partitions[tp] = state
@@ -304,6 +324,9 @@ class MetadataCache:
         try:
             data, _ = await self.store.get(zk.config_path(name), watch)
             configs = zk.decode_topic_config(data)
+        except zk.UNDECODABLE as e:
+            log.error("config znode of %r does not decode: %r", name, e)
+            return
         except NoNodeError:
             configs = {}
             if await self.store.exists(zk.config_path(name), watch) is not None:

@@ -97,6 +97,10 @@ def now_text() -> str:
     return str(time.time_ns() // 1_000_000)
 
 
+# What decoding a znode another tool wrote may raise: readers skip it, logged, until it
+# changes (its watch is set before it is decoded).
+UNDECODABLE = (ValueError, KeyError, TypeError, AttributeError)
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     broker_id: int
