@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState
 from tierbroker.broker.replica import ReplicaState
 from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records import BatchView
 from tierbroker.storage.log import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -203,9 +204,14 @@ class Partition:
 
     # Leader: appends and the high watermark ------------------------------------------
 
-    def append_records_to_leader(self, records: bytearray, required_acks: int) -> LogAppendInfo:
-        """Append as leader; NOT_ENOUGH_REPLICAS before writing anything if acks=all and the
-        ISR is smaller than `min.insync.replicas`."""
+    def append_records_to_leader(
+        self,
+        records: bytearray,
+        required_acks: int,
+        validated: tuple[bytearray, list[BatchView]] | None = None,
+    ) -> LogAppendInfo:
+        """Append as leader (`validated`: as `Log.append_as_leader`); NOT_ENOUGH_REPLICAS
+        before writing anything if acks=all and the ISR is smaller than `min.insync.replicas`."""
         self.check_leader(-1)
         if required_acks == -1 and self.is_under_min_isr:
             raise KafkaError(
@@ -213,7 +219,7 @@ class Partition:
                 f"{self.topic_partition}: ISR {sorted(self.isr)} is smaller than "
                 f"min.insync.replicas {self.min_insync_replicas}",
             )
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        info = self.log.append_as_leader(records, self.leader_epoch, validated)
         self.maybe_increment_leader_hw(now_ms())
         return info
 

@@ -33,6 +33,7 @@ from tierbroker.broker.fetch_reader import (
     FetchRequestPartition,
     FetchResultPartition,
 )
+from tierbroker.broker.leader_appends import LeaderAppends
 from tierbroker.broker.partition import (
     DEBUGGING_CONSUMER,
     FollowerFetch,
@@ -95,6 +96,7 @@ class ReplicaManager:
         self.config = config or ReplicationConfig()
         self.log_config = log_config or (lambda _topic: LogConfig())
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.leader_appends = LeaderAppends(self.partition_or_error)
         # Assigned here, but their log could not be created or their role not changed:
         # they answer KAFKA_STORAGE_ERROR, and are tried again at each metadata change.
         self.offline: set[TopicPartition] = set()
@@ -435,7 +437,7 @@ class ReplicaManager:
                 continue
             try:
                 partition = self.partition_or_error(tp)
-                info = partition.append_records_to_leader(bytearray(records), required_acks)
+                info = await self.leader_appends.append(tp, bytearray(records), required_acks)
             except OSError as e:
                 assert partition is not None
                 error = self.log_manager.storage_error(

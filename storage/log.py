@@ -198,14 +198,22 @@ class Log:
 
     # Appends -------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytearray, leader_epoch: int) -> LogAppendInfo:
+    def append_as_leader(
+        self,
+        records: bytearray,
+        leader_epoch: int,
+        validated: tuple[bytearray, list[BatchView]] | None = None,
+    ) -> LogAppendInfo:
         """Validate batches (re-encoding them for a topic `compression.type`: `log_validator`),
-        assign offsets and the leader epoch in place, and write them.
+        unless `validated` is what `validate_batches` made of them, assign offsets and the
+        leader epoch in place, and write them.
 
         A batch an idempotent producer already wrote is not written again: the answer
         carries the offsets it got the first time.
         """
-        records, batches = validate_batches(records, self.config, now_ms(), self.topic_partition)
+        if validated is None:
+            validated = validate_batches(records, self.config, now_ms(), self.topic_partition)
+        records, batches = validated
         duplicate = self._check_producer_state(batches)
         if duplicate is not None:
             return LogAppendInfo(

@@ -5,8 +5,9 @@ are walked, not decoded: `validate_records`); maxTimestamp is set to the records
 largest. Then, if the topic's `compression.type` names a codec and some batch uses
 another, the batches are re-encoded with it into a new buffer (`recompress`) and that
 buffer is what the log stores; otherwise the request's own buffer is stored and no
-record is decompressed beyond what validation needs. Runs on the event loop: a batch
-is at most `max.message.bytes`; benchmarks/recompression.py measures what it costs.
+record is decompressed beyond what validation needs; benchmarks/recompression.py
+measures what re-encoding costs. Pure: safe to run in a worker thread on a buffer no
+one else uses (the broker re-encodes large requests there, `LeaderAppends`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,18 @@ from tierbroker.protocol.records.recompress import recompress
 from tierbroker.protocol.records.validation import validate_records
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.topic_partition import TopicPartition
+
+
+def recompresses(records: bytearray, config: LogConfig) -> bool:
+    """True if `validate_batches` would re-encode `records` for the topic's codec. Malformed
+    records are not: validating them reports what is wrong."""
+    codec = config.compression_codec
+    if codec is None:
+        return False
+    try:
+        return any(batch.compression is not codec for batch in iter_batches(records))
+    except InvalidRecordError:
+        return False
 
 
 def validate_batches(
