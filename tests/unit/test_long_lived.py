@@ -40,7 +40,12 @@ def freezing() -> Iterator[None]:
 
 
 def tierbroker_objects() -> dict[int, object]:
-    return {id(o): o for o in gc.get_objects() if type(o).__module__.startswith("tierbroker.")}
+    return {
+        id(o): o
+        for o in gc.get_objects()
+        # a metaclass's `__module__` seen on its class can be a descriptor, not a str
+        if isinstance(module := type(o).__module__, str) and module.startswith("tierbroker.")
+    }
 
 
 async def test_a_deleted_topic_is_freed_without_the_cyclic_collector(tmp_path: Path) -> None:
