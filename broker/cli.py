@@ -32,6 +32,7 @@ from tierbroker.broker.config import BrokerConfig, ConfigError, load_config
 from tierbroker.broker.endpoints import remove_ports_file, write_ports_file
 from tierbroker.broker.memory import reuse_large_buffers
 from tierbroker.broker.request_log import REQUEST_LOGGER
+from tierbroker.storage.long_lived import freeze_heap_in_this_process
 
 if TYPE_CHECKING:
     from tierbroker.broker.preflight import BoundPorts
@@ -95,6 +96,7 @@ def serve(
     except Exception as e:
         _fail(_unexpected(e), 1, debug)
     reuse_large_buffers()
+    freeze_heap_in_this_process()
     try:
         fatal_error = asyncio.run(_serve(broker_config, brokers, rack_list, ports, ports_file))
     except ConfigError as e:  # a plugin that refused its settings

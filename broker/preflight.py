@@ -116,8 +116,24 @@ def check_writable_dir(path: Path, prop: str) -> None:
             raise ConfigError(
                 f"{prop}: {path} cannot be created in {ancestor}, which is not writable: {fix}"
             )
+        _try_create(path, ancestor)
     except OSError as e:
         raise ConfigError(f"{prop}: {path} cannot be used ({e.strerror}): {fix}") from None
+
+
+def _try_create(path: Path, ancestor: Path) -> None:
+    """Create `path` below its existing `ancestor` and remove what was created: root passes
+    `os.access` everywhere, yet a file system such as procfs still refuses a new entry."""
+    created: list[Path] = []
+    try:
+        for missing in reversed(path.relative_to(ancestor).parents[:-1]):
+            (ancestor / missing).mkdir()
+            created.append(ancestor / missing)
+        path.mkdir()
+        created.append(path)
+    finally:
+        for made in reversed(created):
+            made.rmdir()
 
 
 def check_remote_tier(config: BrokerConfig) -> None:

@@ -12,11 +12,23 @@ collections never walk.
 The price: an object alive at a freeze that later dies inside a reference cycle is
 never freed. A young collection just before each freeze frees the cycles already dead;
 what remains is a handful of objects per batch.
+
+Freezing is the process's business, not a library's: only `tierbroker serve`, which owns
+its process, turns it on (`freeze_heap_in_this_process`); brokers embedded in a user's
+process (the pytest plugin, `EmbeddedCluster`) leave that process's collector alone.
 """
 
 from __future__ import annotations
 
 import gc
+
+_freezing = False  # whether this process's heap may be frozen; only `serve` says yes
+
+
+def freeze_heap_in_this_process(enabled: bool = True) -> None:
+    """Let (or stop) `LongLivedObjects` freeze the heap: for a process the broker owns."""
+    global _freezing
+    _freezing = enabled
 
 
 class LongLivedObjects:
@@ -32,7 +44,9 @@ class LongLivedObjects:
             self.freeze()
 
     def freeze(self) -> None:
-        """Move every object alive now out of the collector's walks."""
-        gc.collect(1)
-        gc.freeze()
+        """Move every object alive now out of the collector's walks, if this process
+        allows it."""
         self._unfrozen = 0
+        if _freezing:
+            gc.collect(1)
+            gc.freeze()

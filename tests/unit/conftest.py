@@ -1,5 +1,6 @@
-"""Leading partitions in-process freezes the heap (`storage.long_lived`): each test ends
-with the collector as the next one expects it, enabled and nothing frozen."""
+"""A broker in a test's process may leave the collector disabled, and the tests that let it
+freeze the heap (`storage.long_lived`) leave it frozen: each test ends with the collector
+as the next one expects it, enabled and nothing frozen."""
 
 from __future__ import annotations
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.unit.broker import running_broker
 from tests.unit.test_remote_metadata import (
@@ -20,6 +23,7 @@ from tests.unit.test_remote_metadata import (
     segment,
 )
 from tierbroker.broker.replica_manager import FREEZE_EVERY_PARTITIONS
+from tierbroker.storage.long_lived import freeze_heap_in_this_process
 from tierbroker.storage.remote.metadata_cache import FREEZE_EVERY_SEGMENTS, RemoteLogMetadataCache
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from tierbroker.storage.topic_partition import TopicPartition
@@ -27,8 +31,21 @@ from tierbroker.storage.topic_partition import TopicPartition
 TIERED = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20)}
 
 
+@pytest.fixture
+def freezing() -> Iterator[None]:
+    """The heap may be frozen, as in `tierbroker serve`'s process."""
+    freeze_heap_in_this_process()
+    yield
+    freeze_heap_in_this_process(enabled=False)
+
+
 def tierbroker_objects() -> dict[int, object]:
-    return {id(o): o for o in gc.get_objects() if type(o).__module__.startswith("tierbroker.")}
+    return {
+        id(o): o
+        for o in gc.get_objects()
+        # a metaclass's `__module__` seen on its class can be a descriptor, not a str
+        if isinstance(module := type(o).__module__, str) and module.startswith("tierbroker.")
+    }
 
 
 async def test_a_deleted_topic_is_freed_without_the_cyclic_collector(tmp_path: Path) -> None:
@@ -65,7 +82,7 @@ async def test_a_deleted_topic_is_freed_without_the_cyclic_collector(tmp_path: P
             gc.enable()
 
 
-async def test_leading_partitions_freezes_them(tmp_path: Path) -> None:
+async def test_leading_partitions_freezes_them(tmp_path: Path, freezing: None) -> None:
     # Without tiering no internal topic is led after the freeze at start: the count of
     # partitions led starts from 0 here.
     async with running_broker(tmp_path, "remote.log.storage.system.enable=false") as server:
@@ -103,7 +120,7 @@ def test_a_deleted_remote_segment_is_freed_without_the_cyclic_collector() -> Non
         gc.enable()
 
 
-def test_storing_segment_states_freezes_them() -> None:
+def test_storing_segment_states_freezes_them(freezing: None) -> None:
     gc.unfreeze()
     cache = RemoteLogMetadataCache()
     for start in range(0, FREEZE_EVERY_SEGMENTS * 100, 100):  # a freeze's worth
@@ -111,3 +128,17 @@ def test_storing_segment_states_freezes_them() -> None:
     assert gc.get_freeze_count() > 0
     first = next(cache.all_segments(TIP))
     assert not any(o is first for o in gc.get_objects())  # in the permanent generation
+
+
+async def test_a_broker_in_a_process_it_does_not_own_never_freezes_the_heap(
+    tmp_path: Path,
+) -> None:
+    gc.unfreeze()
+    async with running_broker(
+        tmp_path,
+        "remote.log.storage.system.enable=true",
+        f"rsm.config.dir={tmp_path / 'remote'}",
+    ) as server:
+        await server.admin.create_topic("t", FREEZE_EVERY_PARTITIONS, 1, {})
+        await server.replicas.applied.wait()
+        assert gc.get_freeze_count() == 0

@@ -93,6 +93,15 @@ def test_a_log_dir_in_a_directory_no_one_may_write_is_refused(tmp_path: Path) ->
     assert message.startswith(f"log.dirs: {read_only / 'logs'} cannot be")
 
 
+def test_a_log_dir_the_file_system_refuses_to_create_names_log_dirs(tmp_path: Path) -> None:
+    # root may write in /proc by its mode, yet procfs refuses the new directory
+    message = refused(tmp_path, "log.dirs=/proc/x")
+    assert message == (
+        "log.dirs: /proc/x cannot be used (No such file or directory): "
+        "set log.dirs to a directory this user can write"
+    )
+
+
 def test_plugins_that_do_not_load_list_the_accepted_names(tmp_path: Path) -> None:
     message = refused(tmp_path, "remote.log.storage.manager.class.name=nosuch.Storage")
     assert message.startswith("remote.log.storage.manager.class.name='nosuch.Storage': cannot")
