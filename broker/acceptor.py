@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tierbroker.storage.file_cache import LOG_FILES, soft_file_limit
+from tierbroker.storage.file_cache import log_file_capacity, soft_file_limit
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ FILE_LIMIT_LOG_INTERVAL_S = 60.0
 
 def connections_within_file_limit() -> int:
     """The connections the open file limit leaves once the logs and the rest have theirs."""
-    reserve = LOG_FILES.capacity + RESERVED_FILES
+    reserve = log_file_capacity() + RESERVED_FILES
     return max(MIN_CONNECTIONS_WITHIN_FILE_LIMIT, soft_file_limit() - reserve)
 
 

@@ -40,7 +40,6 @@ from tierbroker.broker.replica_selector import (
 )
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
-from tierbroker.storage.file_cache import LOG_FILES
 from tierbroker.storage.log import Log, OffsetMovedToTieredStorage, now_ms
 from tierbroker.storage.log_offset_metadata import LogOffsetMetadata
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
@@ -487,7 +486,7 @@ class FetchReader:
             partition.log.log_start_offset,
             # Too many log files held open: a response must not hold one more.
             memoryview(records.read())
-            if records is not None and LOG_FILES.under_pressure
+            if records is not None and partition.log.file_cache.under_pressure
             else records,
         )
 

@@ -76,6 +76,8 @@ _RETRIABLE = {
     ErrorCode.replica_not_available,
     ErrorCode.leader_not_available,
 }
+
+
 # Out of file descriptors: the process's limit, not the disk; retried as Kafka's are not.
 @dataclass(frozen=True, slots=True)
 class FetcherConfig:

@@ -1,4 +1,4 @@
-"""`LogFileCache`: the broker's open `.log` files, bounded by the process's file limit.
+"""`LogFileCache`: a log manager's open `.log` files, bounded by the process's file limit.
 
 A segment opens its file through the cache when it reads or appends, so a broker
 with more segments than `RLIMIT_NOFILE` allows keeps only the recently used ones
@@ -11,8 +11,10 @@ file under `sendfile`; a deleted segment holds its own until
 (`under_pressure`), so one fetch of thousands of partitions cannot exhaust the
 file limit.
 
-Not thread-safe: one thread uses it at a time, the loader before the broker serves
-and then the event loop (flushes and log creation in worker threads open their
+Each `LogManager` has its own (a log outside one, in a tool or a test, has its own
+too), so brokers of different clusters in one process, on different threads, share
+none. Not thread-safe: one thread uses it at a time, the loader before the broker
+serves and then the event loop (flushes and log creation in worker threads open their
 paths themselves).
 """
 
@@ -35,6 +37,11 @@ def soft_file_limit() -> int:
     return 1 << 16 if soft == resource.RLIM_INFINITY else soft
 
 
+def log_file_capacity() -> int:
+    """How many `.log` files a cache keeps open: its share of the open file limit."""
+    return max(MIN_OPEN_LOG_FILES, int(soft_file_limit() * OPEN_LOG_FILES_SHARE))
+
+
 def _open_for_append(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_APPEND)
 
@@ -46,16 +53,15 @@ class LogFile(io.FileIO):
     ResourceWarning of an unclosed file: dropping it is how the cache closes it.
     """
 
-    open_files = 0  # LogFiles open in this process, in the cache or not
-
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cache: LogFileCache) -> None:
         # Never created here: a deleted segment's path must not come back empty.
         super().__init__(path, "r+", opener=_open_for_append)
-        type(self).open_files += 1
+        self._cache = cache
+        cache.open_files += 1
 
     def close(self) -> None:
         if not self.closed:
-            type(self).open_files -= 1  # not the module's name: gone at interpreter exit
+            self._cache.open_files -= 1
         super().close()
 
     def __del__(self) -> None:
@@ -67,6 +73,7 @@ class LogFileCache:
         self.capacity = max(1, capacity)
         self._files: OrderedDict[Path, LogFile] = OrderedDict()
         self.opened = 0  # files opened since start: a measure of churn
+        self.open_files = 0  # LogFiles of this cache still open, held here or not
 
     @property
     def max_open_files(self) -> int:
@@ -75,11 +82,11 @@ class LogFileCache:
     @property
     def under_pressure(self) -> bool:
         """More log files are open than the budget: reads should not hold theirs."""
-        return LogFile.open_files >= self.max_open_files
+        return self.open_files >= self.max_open_files
 
     @classmethod
     def sized_from_rlimit(cls) -> LogFileCache:
-        return cls(max(MIN_OPEN_LOG_FILES, int(soft_file_limit() * OPEN_LOG_FILES_SHARE)))
+        return cls(log_file_capacity())
 
     def __len__(self) -> int:
         return len(self._files)
@@ -90,7 +97,7 @@ class LogFileCache:
         if file is not None:
             self._files.move_to_end(path)
             return file
-        file = LogFile(path)
+        file = LogFile(path, self)
         self.opened += 1
         self._files[path] = file
         # Invariant: at most `capacity` files are held here; evicted ones close when unused.
@@ -101,7 +108,3 @@ class LogFileCache:
     def forget(self, path: Path) -> LogFile | None:
         """Stop holding the file at `path`; returns it if it was open."""
         return self._files.pop(path, None)
-
-
-LOG_FILES = LogFileCache.sized_from_rlimit()
-"""The broker-wide cache every `LogSegment` opens its file through."""

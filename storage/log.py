@@ -25,6 +25,7 @@ from pathlib import Path
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import BatchView, iter_batches, whole_batches_size
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
+from tierbroker.storage.file_cache import LogFileCache
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_loader import LogLoader
@@ -92,10 +93,13 @@ class Log:
         log_start_offset: int = 0,
         high_watermark: int = 0,
         had_clean_shutdown: bool = False,
+        file_cache: LogFileCache | None = None,
     ) -> None:
+        """`file_cache`: its log manager's (None: one of its own, for a log outside one)."""
         self.dir = directory
         self.topic_partition = topic_partition
         self.config = config
+        self.file_cache = LogFileCache.sized_from_rlimit() if file_cache is None else file_cache
         self.dir.mkdir(parents=True, exist_ok=True)
         metadata_path = directory / "partition.metadata"
         stored_id = read_partition_metadata(metadata_path)
@@ -135,6 +139,7 @@ class Log:
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             created_ms=now_ms() if created_ms is None else created_ms,
+            file_cache=self.file_cache,
         )
 
     def _load(self, had_clean_shutdown: bool, log_start_offset: int) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
+from tierbroker.storage.file_cache import LogFileCache
 from tierbroker.storage.free_space import FreeSpaceGuard
 from tierbroker.storage.log import Log, delete_segment_files, flush_segments, now_ms
 from tierbroker.storage.log_config import LogConfig
@@ -59,6 +60,7 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self.failure_channel = LogDirFailureChannel()
         self.free_space = FreeSpaceGuard(min_free_bytes)
+        self.file_cache = LogFileCache.sized_from_rlimit()  # its logs' open `.log` files
         self._loaded_dirs: set[Path] = set()  # log dirs whose every partition was loaded
         self._logs_per_dir: Counter[Path] = Counter()
         self._creation_pool: ThreadPoolExecutor | None = None
@@ -149,6 +151,7 @@ class LogManager:
                     log_start_offset=starts.get(tp, 0),
                     high_watermark=watermarks.get(tp, 0),
                     had_clean_shutdown=clean,
+                    file_cache=self.file_cache,
                 )
             )
         clean_marker.unlink(missing_ok=True)
@@ -189,7 +192,7 @@ class LogManager:
         pool = self._creation_pool
 
         def create(directory: Path, tp: TopicPartition) -> Log:
-            created = Log(directory, tp, config, topic_id)
+            created = Log(directory, tp, config, topic_id, file_cache=self.file_cache)
             if leader_epoch is not None:
                 created.leader_epoch_cache.assign(leader_epoch, 0)
             return created

@@ -8,7 +8,7 @@ time index entry whenever the largest timestamp grows past the last entry.
 After a crash the tail may be torn or unchecked: `recover` re-reads every batch,
 checks its CRC, truncates at the first bad one and rebuilds both indexes. An
 append that fails (ENOSPC, EIO) is cut off again before the error is raised. The
-`.log` file is opened through the broker's `LogFileCache` when a read or an append
+`.log` file is opened through its log manager's `LogFileCache` when a read or an append
 needs it, so a segment holds no descriptor while idle; a method that uses the file
 across several calls keeps a reference to it, which keeps it open. Not safe to
 share between tasks: the owning `Log` serialises appends; reads only need
@@ -30,7 +30,7 @@ from tierbroker.protocol.records import (
     Record,
     decode_batch,
 )
-from tierbroker.storage.file_cache import LOG_FILES, LogFile
+from tierbroker.storage.file_cache import LogFile, LogFileCache
 from tierbroker.storage.file_io import write_fully
 from tierbroker.storage.indexes import OffsetIndex, TimeIndex
 from tierbroker.storage.leader_epoch import LeaderEpochCache
@@ -76,8 +76,10 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         created_ms: int,
+        file_cache: LogFileCache,
     ) -> None:
         self.base_offset = base_offset
+        self.file_cache = file_cache
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / file_name(base_offset, ".log")
         self._deleted_file: LogFile | None = None  # held from unlink() until close()
@@ -102,7 +104,7 @@ class LogSegment:
         """The open `.log` file (opened now if the cache had closed it)."""
         if self._deleted_file is not None:
             return self._deleted_file
-        return LOG_FILES.get(self.log_path)
+        return self.file_cache.get(self.log_path)
 
     # Appends -------------------------------------------------------------------------
 
@@ -364,7 +366,7 @@ class LogSegment:
 
     def close(self) -> None:
         """Release the file; a fetch response still sending from it keeps it open."""
-        LOG_FILES.forget(self.log_path)
+        self.file_cache.forget(self.log_path)
         self._deleted_file = None
         self.offset_index.close()
         self.time_index.close()
@@ -372,7 +374,7 @@ class LogSegment:
     def unlink(self) -> None:
         """Remove the files; the open log file stays readable for fetches in flight."""
         self._deleted_file = self.file
-        LOG_FILES.forget(self.log_path)
+        self.file_cache.forget(self.log_path)
         self.offset_index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)
@@ -382,7 +384,7 @@ class LogSegment:
         enough for the event loop, the segment stays readable for fetches in flight, and
         a crash leaves names the next load removes. `delete_files` removes them later."""
         self._deleted_file = self.file
-        LOG_FILES.forget(self.log_path)
+        self.file_cache.forget(self.log_path)
         for index in (self.offset_index, self.time_index):
             deleted_index = index.path.with_name(index.path.name + DELETED_SUFFIX)
             try:

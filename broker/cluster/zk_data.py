@@ -101,6 +101,7 @@ def now_text() -> str:
 # changes (its watch is set before it is decoded).
 UNDECODABLE = (ValueError, KeyError, TypeError, AttributeError)
 
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     broker_id: int

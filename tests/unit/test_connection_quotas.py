@@ -16,7 +16,7 @@ from tierbroker.broker.acceptor import (
 )
 from tierbroker.broker.config import load_config
 from tierbroker.broker.server import SocketServer
-from tierbroker.storage.file_cache import LOG_FILES, soft_file_limit
+from tierbroker.storage.file_cache import log_file_capacity, soft_file_limit
 
 
 async def pong(frame: bytes | memoryview, peer: str) -> list[bytes]:
@@ -84,4 +84,4 @@ def test_max_connections_defaults_below_the_open_file_limit() -> None:
     limits = load_config(None, []).connection_limits
     assert limits.max_connections == limits.max_connections_by_file_limit
     assert limits.max_connections == connections_within_file_limit()
-    assert limits.max_connections <= soft_file_limit() - LOG_FILES.capacity
+    assert limits.max_connections <= soft_file_limit() - log_file_capacity()

@@ -3,31 +3,31 @@ keeps its file readable."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tierbroker.protocol.records import build_batch
-from tierbroker.storage.file_cache import LOG_FILES
+from tierbroker.storage.file_cache import LogFileCache
 from tierbroker.storage.log import Log, delete_segment_files
 from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.topic_partition import TopicPartition
 
 CAPACITY = 8
 CONFIG = LogConfig(segment_bytes=1 << 20, segment_ms=10**12, retention_ms=-1)
 
 
+CACHE = LogFileCache(CAPACITY)  # the logs of one test share it, as a log manager's do
+
+
 @pytest.fixture(autouse=True)
-def small_cache() -> Iterator[None]:
-    saved = LOG_FILES.capacity
-    LOG_FILES.capacity = CAPACITY
-    try:
-        yield
-    finally:
-        LOG_FILES.capacity = saved
+def empty_cache() -> None:
+    for path in list(CACHE._files):
+        CACHE.forget(path)
 
 
 def open_log_files(directory: Path) -> int:
@@ -46,7 +46,7 @@ def make_logs(root: Path, count: int) -> list[Log]:
     logs = []
     for p in range(count):
         tp = TopicPartition("many", p)
-        log = Log(root / str(tp), tp, CONFIG, uuid.uuid4())
+        log = Log(root / str(tp), tp, CONFIG, uuid.uuid4(), file_cache=CACHE)
         log.append_as_leader(bytearray(build_batch([(None, f"v{p}".encode(), [], 1)])), 0)
         log.update_high_watermark(log.log_end_offset)
         logs.append(log)
@@ -86,3 +86,19 @@ def test_a_deleted_segment_stays_readable_until_closed(tmp_path: Path) -> None:
     assert segment.read(0, 1 << 20, segment.size, True) is not None
     delete_segment_files(first.take_deleted(older_than_ms=2**62))
     assert open_log_files(tmp_path) <= CAPACITY
+
+
+def test_each_log_manager_has_its_own_cache(tmp_path: Path) -> None:
+    """Brokers of two clusters in one process (on two threads) share no file cache."""
+    first, second = LogManager([tmp_path / "a"]), LogManager([tmp_path / "b"])
+    assert first.file_cache is not second.file_cache
+    for manager in (first, second):
+        manager.load_logs(lambda tp, topic_id: CONFIG)
+        tp = TopicPartition("own", 0)
+        asyncio.run(manager.create_logs([tp], uuid.uuid4(), CONFIG, 0))
+        log = manager.logs[tp]
+        log.append_as_leader(bytearray(build_batch([(None, b"v", [], 1)])), 0)
+        assert log.segments[0].file_cache is manager.file_cache
+    assert len(first.file_cache) == len(second.file_cache) == 1
+    for manager in (first, second):
+        manager.shutdown()
