@@ -78,6 +78,8 @@ class CopyTask:
     async def run_once(self) -> None:
         lg = self.partition.log
         if self.partition.restore is not None and self.partition.leader:
+            if not lg.config.remote_storage_enable:
+                return  # nothing remote to restore, nothing to copy
             require_ready(self.rlmm, self.partition.tip)
             self.partition.restore()
             self.partition.restore = None

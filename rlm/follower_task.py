@@ -42,6 +42,8 @@ class FollowerTask:
         self.rlmm = rlmm
 
     async def run_once(self) -> None:
+        if not self.log.config.remote_storage_enable:
+            return
         require_ready(self.rlmm, self.tip)
         self.log.update_highest_offset_in_remote_storage(
             highest_remote_offset(self.rlmm, self.tip, self.log)
