@@ -26,6 +26,7 @@ from tests.integration.test_follower_fetching import consume_confluent, log_of, 
 from tests.integration.test_replica_rebuild import metric, produce
 from tests.integration.waiting import wait_for
 from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.storage.log import Log
 from tierbroker.storage.topic_partition import TopicPartition
 
 TOPIC = "rebuilt"  # the name `produce` and `metric` use
@@ -114,7 +115,7 @@ def test_leaders_without_a_metadata_replica_tier_once_and_followers_rebuild_from
 
     cluster.kill_broker(first)
     wait_for(lambda: cluster.broker(second).cache.leader(tp) == second, "the follower to lead")
-    new_log = log_of(cluster, second, TOPIC)
+    new_log: Log = log_of(cluster, second, TOPIC)
 
     def settled() -> bool:
         """The new leader copied every rolled segment and kept only its local tail."""
