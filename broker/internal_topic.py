@@ -29,7 +29,9 @@ from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
 
 _READ_BYTES = 1 << 20
-_FETCH_MAX_WAIT_MS = 500  # a consumer's long poll: the leader answers as soon as records come
+# No long poll: a broker answers a connection's requests in order, and one fetch per
+# metadata partition shares the connection to its leader; the reader paces its polls.
+_FETCH_MAX_WAIT_MS = 0
 
 
 class InternalTopic:
@@ -138,7 +140,7 @@ class InternalTopic:
         watermark of the partition's leader, and that high watermark: what a consumer
         reads. A partition led here is read from the local replica (its high watermark is
         the leader's); another is fetched over the wire from its leader as a consumer
-        (replica id -1), which long-polls until records come. Raises KafkaError
+        (replica id -1), answered at once. Raises KafkaError
         (NOT_LEADER_OR_FOLLOWER while no broker leads it) for the caller to retry."""
         tp = TopicPartition(self.name, partition)
         leader = self.admin.cache.leader(tp)

@@ -5,7 +5,8 @@ A broker needs the metadata partitions holding the events of the user partitions
 or follows (its assignment); it may host no replica of them, so each is fetched as a
 consumer fetches, from its leader wherever that is (`MetadataTopic.fetch`). One task per
 broker polls them all, concurrently, in rounds; a round that brings nothing is followed by
-a short pause (a remote leader long-polls, a local read returns at once).
+a short pause (fetches answer at once: the broker answers a connection's requests in
+order, so long polls on one connection would queue).
 
 Readiness (Kafka's `isReady`): a user partition assigned here is ready once its metadata
 partition has been consumed up to the high watermark seen by a fetch that began after the
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 Records = list[tuple[int, bytes, bytes | None]]
 _IDLE_S = 0.1  # pause after a round that brought nothing (Kafka's consumer polls every 100 ms)
 _RETRY_S = 0.5  # pause after a failed fetch (no leader, leader unreachable)
+# A fetch from a leader that died mid-request would hold every partition's round.
+_FETCH_TIMEOUT_S = 3.0
 
 
 class ConsumerTask:
@@ -77,10 +80,11 @@ class ConsumerTask:
 
     async def consume(self, partition: int) -> int:
         """Fetch the partition once from its next offset and apply what came; the number of
-        records. Raises KafkaError if it cannot be read now."""
+        records. Raises KafkaError or TimeoutError if it cannot be read now."""
         generation = self._generation
         start = self.next_offset(partition)
-        records, high_watermark = await self.topic.fetch(partition, start)
+        async with asyncio.timeout(_FETCH_TIMEOUT_S):
+            records, high_watermark = await self.topic.fetch(partition, start)
         self.apply(partition, records)
         # Caught up to an end seen after the assignment: everything written before it is applied.
         needed = self._unready.get(partition)
@@ -113,8 +117,8 @@ class ConsumerTask:
         an unexpected error is logged with its traceback and the task goes on."""
         try:
             return await self.consume(partition)
-        except KafkaError as e:
-            log.debug("remote log metadata partition %d not read now: %s", partition, e)
+        except (KafkaError, TimeoutError) as e:
+            log.debug("remote log metadata partition %d not read now: %r", partition, e)
         except Exception:
             log.exception("reading remote log metadata partition %d failed", partition)
         return -1

@@ -250,7 +250,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if self.next_offsets.get(partition, 0) <= offset:
             try:
                 await self.consumer.consume(partition)
-            except KafkaError as e:
+            except (KafkaError, TimeoutError) as e:
                 log.debug("%s: own event at %d:%d not read back yet: %s", tip, partition, offset, e)
         if self.next_offsets.get(partition, 0) <= offset:
             self._apply(event)
