@@ -4,7 +4,8 @@
 Records are built with the record builder and appended like a client's, with acks=all:
 an append returns once the partition's ISR has it, so what it stored survives the loss
 of its leader. A partition led here is appended to directly; one led by another broker
-gets a Produce request sent to its leader. Replay reads this broker's replica. The topic
+gets a Produce request sent to its leader. Replay reads this broker's replica; `fetch`
+reads any partition as a consumer does, from its leader (see `fetch`). The topic
 is created on first use with its own configs, its replication factor capped at the live
 brokers (as Kafka creates `__consumer_offsets`).
 """
@@ -14,9 +15,10 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterator, Mapping
 
+from kio.schema.fetch.v17 import request as fetch_request
 from kio.schema.produce.v9 import request as produce_request
-from kio.schema.types import TopicName
-from kio.static.primitive import Records, i16, i32, i32Timedelta
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable
 from tierbroker.broker.cluster.topic_admin import TopicAdmin
@@ -27,6 +29,9 @@ from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
 
 _READ_BYTES = 1 << 20
+# No long poll: a broker answers a connection's requests in order, and one fetch per
+# metadata partition shares the connection to its leader; the reader paces its polls.
+_FETCH_MAX_WAIT_MS = 0
 
 
 class InternalTopic:
@@ -89,7 +94,7 @@ class InternalTopic:
             return result.base_offset
         return await self._forward(tp, leader, batch)
 
-    async def _forward(self, tp: TopicPartition, leader: int, batch: bytes) -> int:
+    def _client(self, tp: TopicPartition, leader: int) -> BrokerClient:
         endpoint = self.admin.cache.brokers.get(leader)
         if endpoint is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{tp} has no live leader")
@@ -99,6 +104,10 @@ class InternalTopic:
             client = self._clients[key] = BrokerClient(
                 endpoint.host, endpoint.port, f"broker-{self.replicas.broker_id}", self.timeout_ms
             )
+        return client
+
+    async def _forward(self, tp: TopicPartition, leader: int, batch: bytes) -> int:
+        client = self._client(tp, leader)
         request = produce_request.ProduceRequest(
             transactional_id=None,
             acks=i16(-1),
@@ -123,6 +132,66 @@ class InternalTopic:
             code = ErrorCode(answer.error_code)
             raise KafkaError(code, f"appending to {tp} at broker {leader} failed: {code.name}")
         return int(answer.base_offset)
+
+    async def fetch(
+        self, partition: int, start_offset: int
+    ) -> tuple[list[tuple[int, bytes, bytes | None]], int]:
+        """(offset, key, value) of the keyed records from `start_offset` up to the high
+        watermark of the partition's leader, and that high watermark: what a consumer
+        reads. A partition led here is read from the local replica (its high watermark is
+        the leader's); another is fetched over the wire from its leader as a consumer
+        (replica id -1), answered at once. Raises KafkaError
+        (NOT_LEADER_OR_FOLLOWER while no broker leads it) for the caller to retry."""
+        tp = TopicPartition(self.name, partition)
+        leader = self.admin.cache.leader(tp)
+        if leader == self.replicas.broker_id:
+            log_ = self.replicas.partition_or_error(tp).log
+            return list(self.read(partition, start_offset)), log_.high_watermark
+        assignment = self.admin.cache.topics.get(self.name)
+        if assignment is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{self.name} is not created")
+        request = fetch_request.FetchRequest(
+            replica_state=fetch_request.ReplicaState(
+                replica_id=BrokerId(-1), replica_epoch=i64(-1)
+            ),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=_FETCH_MAX_WAIT_MS)),
+            min_bytes=i32(1),
+            max_bytes=i32(_READ_BYTES),
+            isolation_level=i8(0),
+            topics=(
+                fetch_request.FetchTopic(
+                    topic_id=assignment.topic_id,
+                    partitions=(
+                        fetch_request.FetchPartition(
+                            partition=i32(partition),
+                            current_leader_epoch=i32(-1),
+                            fetch_offset=i64(start_offset),
+                            last_fetched_epoch=i32(-1),
+                            log_start_offset=i64(-1),
+                            partition_max_bytes=i32(_READ_BYTES),
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        try:
+            response = await self._client(tp, leader).send(request)
+        except BrokerUnavailable as e:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"{tp}: {e}") from e
+        if response.error_code != ErrorCode.none:
+            code = ErrorCode(response.error_code)
+            raise KafkaError(code, f"fetching {tp} from broker {leader} failed: {code.name}")
+        data = response.responses[0].partitions[0]
+        if data.error_code != ErrorCode.none:
+            code = ErrorCode(data.error_code)
+            raise KafkaError(code, f"fetching {tp} from broker {leader} failed: {code.name}")
+        records = [
+            (r.offset, r.key, r.value)
+            for r in decode_records(bytes(data.records or b""))
+            if r.offset >= start_offset and r.key is not None
+        ]
+        return records, int(data.high_watermark)
 
     def read(
         self, partition: int, start_offset: int = 0, to_log_end: bool = False
@@ -205,6 +274,11 @@ class RemoteLogMetadataTopic:
 
     def read(self, partition: int, start_offset: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         return self.topic.read(partition, start_offset)
+
+    async def fetch(
+        self, partition: int, start_offset: int
+    ) -> tuple[list[tuple[int, bytes, bytes | None]], int]:
+        return await self.topic.fetch(partition, start_offset)
 
     def follow(self, on_records: Callable[[int], None]) -> None:
         name = self.NAME

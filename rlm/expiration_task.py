@@ -145,7 +145,7 @@ class ExpirationTask:
 
     async def run_once(self) -> None:
         p, lg = self.partition, self.partition.log
-        if not p.leader:
+        if not p.leader or p.restore is not None:  # the copy task restores once ready
             return
         for segment in self.abandoned_segments():
             await self.deleter.delete(segment)  # a failure is the pool's one line

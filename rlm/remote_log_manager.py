@@ -108,9 +108,8 @@ class RemoteLogManager:
         """This broker leads the partition: restore its remote offsets and schedule its tasks."""
         self.follower.cancel(tip)
         self.followed.pop(tip, None)
-        lg.update_highest_offset_in_remote_storage(highest_remote_offset(self.rlmm, tip, lg))
-        self._restore_log_start_offset(tip, lg)
-        partition = TieredPartition(tip, lg)
+        self.rlmm.on_partition_leadership_changes([tip], [])
+        partition = TieredPartition(tip, lg, restore=lambda: self._restore(tip, lg))
         old = self.partitions.get(tip)
         if old is not None:
             old.leader = False
@@ -130,7 +129,11 @@ class RemoteLogManager:
         self.expirer.schedule(
             tip, ExpirationTask(partition, self.config, self.rlmm, self.deleter, self.metrics)
         )
-        self.rlmm.on_partition_leadership_changes([tip], [])
+
+    def _restore(self, tip: TopicIdPartition, lg: Log) -> None:
+        """Once the partition's remote metadata is caught up: what the remote tier holds."""
+        lg.update_highest_offset_in_remote_storage(highest_remote_offset(self.rlmm, tip, lg))
+        self._restore_log_start_offset(tip, lg)
 
     def _restore_log_start_offset(self, tip: TopicIdPartition, lg: Log) -> None:
         """As Kafka's leader does: the log starts no lower than the remote tier's earliest
@@ -150,6 +153,7 @@ class RemoteLogManager:
         """This broker follows the partition: stop any leader tasks, run the follower task."""
         self._stop_leading(tip)
         self.followed[tip] = lg
+        self.rlmm.on_partition_leadership_changes([], [tip])
         self.follower.schedule(tip, FollowerTask(tip, lg, self.rlmm))
 
     def on_stop(self, tip: TopicIdPartition, delete: bool) -> None:

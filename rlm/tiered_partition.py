@@ -2,12 +2,15 @@
 
 The log is the broker's local `Log`; `leader` is false once the broker stops
 leading, and tasks then do nothing. Copies in progress are listed so expiration
-never mistakes them for copies abandoned by a crash.
+never mistakes them for copies abandoned by a crash. `restore`, until the copy task
+runs it once the remote metadata is ready, sets the log's remote offsets from the
+remote tier; expiration waits for it.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tierbroker.storage.log import Log
@@ -20,6 +23,7 @@ class TieredPartition:
     log: Log
     leader: bool = True
     copying: set[uuid.UUID] = field(default_factory=set)
+    restore: Callable[[], None] | None = None
 
     @property
     def topic(self) -> str:

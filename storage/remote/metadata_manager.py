@@ -36,6 +36,13 @@ class MetadataTopic(Protocol):
         """(offset, key, value) of the records from `start_offset` to the end; raises
         KafkaError if this broker holds no replica of the partition."""
 
+    async def fetch(
+        self, partition: int, start_offset: int
+    ) -> tuple[list[tuple[int, bytes, bytes | None]], int]:
+        """(offset, key, value) of the records from `start_offset` up to the partition's high
+        watermark, read from its leader wherever it is, and that high watermark; raises
+        KafkaError while it cannot be read."""
+
     def follow(self, on_records: Callable[[int], None]) -> None:
         """Have `on_records(partition)` called when new records of a partition are readable
         here (replicated from other brokers, or appended)."""
@@ -121,6 +128,11 @@ class RemoteLogMetadataManager(abc.ABC):
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:  # noqa: B027
         """This broker no longer hosts these partitions."""
+
+    def is_ready(self, tip: TopicIdPartition) -> bool:
+        """Whether the partition's metadata is known up to what was written before this
+        broker led or followed it: until then, its tiering work waits (Kafka's readiness)."""
+        return True
 
     def maybe_snapshot(self) -> None:  # noqa: B027 (optional hook)
         """Persist recorded state if it is due (called periodically)."""

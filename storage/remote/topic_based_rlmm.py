@@ -25,6 +25,11 @@ applied on the loop, and the events after it are replayed a batch at a time, the
 loop getting its turn between batches. A damaged snapshot is ignored with a
 warning, and the whole topic is replayed.
 
+The events of partitions this broker leads or follows are read from the metadata
+partitions' leaders by a `ConsumerTask` (this broker may host no replica of them), and
+their tiering work waits until `is_ready`. Events reaching a local replica are applied
+too (`follow`): both read from the same next offset, on the loop, so none twice.
+
 As in Kafka, a segment is added in COPY_SEGMENT_STARTED and only a known segment
 is updated, along the KIP-405 state machine; an event that breaks this is refused
 before it is appended, and skipped with a warning on replay, so a deleted segment
@@ -39,13 +44,14 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from tierbroker.protocol.errors import KafkaError
 from tierbroker.storage.remote.lineage import Lineage
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
+from tierbroker.storage.remote.metadata_consumer import ConsumerTask, Records
 from tierbroker.storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
 from tierbroker.storage.remote.metadata_snapshot import (
     PartitionSnapshot,
@@ -84,6 +90,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._last_snapshot_ms = 0.0
         self._writing: asyncio.Task[None] | None = None  # the periodic snapshot in flight
         self._write_lock = asyncio.Lock()  # one snapshot write at a time, in capture order
+        self.consumer = ConsumerTask(
+            topic, self._partition_of, lambda p: self.next_offsets.get(p, 0), self._apply_fetched
+        )
 
     def configure(self, configs: Mapping[str, str]) -> None:
         self.snapshot_interval_ms = int(
@@ -107,6 +116,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for partition in range(self.topic.num_partitions):
             self.replayed_events += self.catch_up(partition)
         self.topic.follow(self._catch_up_soon)
+        self.consumer.start()
         self._dirty = self.replayed_events > 0
         log.info(
             "remote log metadata: %d partitions known, %d events replayed after the snapshot",
@@ -136,6 +146,31 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 yield
         except KafkaError as e:
             log.debug("remote log metadata partition %d not read here: %s", partition, e)
+
+    def _apply_fetched(self, partition: int, records: Records) -> None:
+        """Apply fetched records from the partition's next offset on (a local catch-up may
+        have applied some while the fetch was in flight)."""
+        ahead = self._applied_ahead.get(partition, set())
+        for offset, _key, value in records:
+            if offset < self.next_offsets.get(partition, 0):
+                continue
+            if offset in ahead:
+                ahead.discard(offset)
+            elif value is not None:
+                self._replay(partition, offset, value)
+            self.next_offsets[partition] = offset + 1
+            self._dirty = True
+
+    def on_partition_leadership_changes(
+        self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
+    ) -> None:
+        self.consumer.assign([*leaders, *followers])
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        self.consumer.unassign(list(partitions))
+
+    def is_ready(self, tip: TopicIdPartition) -> bool:
+        return self.consumer.is_ready(tip)
 
     def _catch_up_soon(self, partition: int) -> None:
         """Other brokers' events reached this broker's replica: apply them after the
@@ -206,12 +241,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return zlib.crc32(key) % self.topic.num_partitions
 
     async def _publish(self, tip: TopicIdPartition, event: dict[str, Any]) -> None:
-        """Append the event, then read the partition up to it: events other brokers wrote
-        before it are applied first. If this broker's replica has not got it yet, it is
-        applied now and skipped when replication brings it."""
+        """Append the event, then read the partition up to it (from the local replica, else
+        once from its leader): events other brokers wrote before it are applied first. If
+        neither reached it yet, it is applied now and skipped when it is read."""
         partition = self._partition_of(tip)
         offset = await self.topic.append(partition, str(tip).encode(), json.dumps(event).encode())
         self.catch_up(partition)
+        if self.next_offsets.get(partition, 0) <= offset:
+            try:
+                await self.consumer.consume(partition)
+            except (KafkaError, TimeoutError) as e:
+                log.debug("%s: own event at %d:%d not read back yet: %s", tip, partition, offset, e)
         if self.next_offsets.get(partition, 0) <= offset:
             self._apply(event)
             self._applied_ahead.setdefault(partition, set()).add(offset)
@@ -339,6 +379,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return PartitionSnapshot(tip, self.cache.delete_state(tip), readable, segments, superseded)
 
     async def close(self) -> None:
+        await self.consumer.close()
         await self.topic.close()
         if self._writing is not None:
             await asyncio.wait([self._writing])  # its failure was logged; dirty says what's left

@@ -34,6 +34,15 @@ async def tiered(tmp_path: Path) -> tuple[Log, RemoteLogManager, list[RemoteLogS
     return lg, rlm, copied
 
 
+async def lead(rlm: RemoteLogManager, lg: Log) -> None:
+    """Lead the partition, then run its copy task once its metadata is caught up: the copy
+    task restores the log's remote offsets."""
+    rlm.on_leadership(TIP, lg)
+    assert isinstance(rlm.rlmm, TopicBasedRemoteLogMetadataManager)
+    await rlm.rlmm.consumer.consume(rlm.rlmm.consumer.assigned[TIP])
+    await rlm.copier._tasks[TIP].run_once()
+
+
 async def delete_remote(rlm: RemoteLogManager, segments: list[RemoteLogSegmentMetadata]) -> None:
     """What remote retention does to the metadata, the log start offset left behind."""
     for m in segments:
@@ -49,7 +58,7 @@ async def test_the_log_starts_at_the_earliest_remote_segment(tmp_path: Path) -> 
     lg, rlm, copied = await tiered(tmp_path)
     await delete_remote(rlm, copied[:2])
     assert lg.log_start_offset == 0  # as after a lost log-start-offset-checkpoint
-    rlm.on_leadership(TIP, lg)
+    await lead(rlm, lg)
     assert lg.log_start_offset == copied[2].start_offset
     assert lg.highest_offset_in_remote_storage == copied[-1].end_offset
     with pytest.raises(KafkaError) as gone:
@@ -64,7 +73,7 @@ async def test_with_an_empty_remote_tier_the_log_starts_at_the_local_log(tmp_pat
     assert lg.delete_old_segments()  # local retention: only the active segment is left
     await delete_remote(rlm, copied)
     assert lg.log_start_offset == 0 < lg.local_log_start_offset
-    rlm.on_leadership(TIP, lg)
+    await lead(rlm, lg)
     assert lg.log_start_offset == lg.local_log_start_offset == copied[-1].end_offset + 1
     lg.close()
 
@@ -75,7 +84,7 @@ async def test_a_log_start_offset_above_the_remote_tier_stays(tmp_path: Path) ->
     lg.maybe_increment_log_start_offset(
         deleted_records_to, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
     )
-    rlm.on_leadership(TIP, lg)
+    await lead(rlm, lg)
     assert lg.log_start_offset == deleted_records_to
     lg.close()
 
@@ -84,7 +93,7 @@ async def test_status_leaves_out_segments_below_the_log_start_offset(tmp_path: P
     """Expiration moves the log start offset before it deletes: status shows the log as a
     reader sees it meanwhile, whatever moment it is read at."""
     lg, rlm, copied = await tiered(tmp_path)
-    rlm.on_leadership(TIP, lg)
+    await lead(rlm, lg)
     lg.maybe_increment_log_start_offset(
         copied[2].start_offset, LogStartOffsetIncrementReason.SEGMENT_DELETION
     )

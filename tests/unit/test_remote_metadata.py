@@ -150,6 +150,11 @@ class MemoryTopic:
             if offset >= start_offset:
                 yield offset, key, value
 
+    async def fetch(
+        self, partition: int, start_offset: int
+    ) -> tuple[list[tuple[int, bytes, bytes | None]], int]:
+        return list(self.read(partition, start_offset)), len(self.records.get(partition, []))
+
 
 def test_a_restart_replays_only_events_after_the_snapshot(tmp_path: Path) -> None:
     topic = MemoryTopic()

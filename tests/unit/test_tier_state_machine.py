@@ -170,6 +170,11 @@ class Remote:
         await self.rlmm.update_remote_log_segment_metadata(finished)
         return finished
 
+    async def follow(self) -> None:
+        """This broker follows the partition and has read its metadata partition."""
+        self.rlmm.on_partition_leadership_changes([], [TIP])
+        await self.rlmm.consumer.consume(self.rlmm.consumer.assigned[TIP])
+
     def errors(self) -> float:
         value = self.metrics.build_aux_state_errors.labels(TP.topic)._value.get()
         return float(value)
@@ -202,6 +207,7 @@ async def remote(tmp_path: Path) -> Remote:
     await remote.add(0, 9, ((0, 0),))
     await remote.add(10, 24, ((0, 10),))
     await remote.add(25, 39, ((2, 25),))
+    await remote.follow()
     return remote
 
 

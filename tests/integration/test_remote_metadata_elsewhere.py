@@ -1,0 +1,147 @@
+"""A tiered partition whose replicas are on brokers hosting no replica of
+`__remote_log_metadata` (4 and 5 brokers in one process, the metadata topic of one
+partition with replication factor 1): its brokers read the metadata from the metadata
+partition's leader over the wire.
+
+The partition's leader tiers most of its log; it is killed, and its follower, which must
+learn from the metadata what is remote, leads. Then:
+- no segment was uploaded twice and no upload lacks its manifest;
+- the killed broker, its disk emptied, rebuilds from the remote tier, fetching only the
+  leader's local tail;
+- every acknowledged record is read from offset 0 by confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.test_follower_fetching import consume_confluent, log_of, sequence
+from tests.integration.test_replica_rebuild import metric, produce
+from tests.integration.waiting import wait_for
+from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.storage.log import Log
+from tierbroker.storage.topic_partition import TopicPartition
+
+TOPIC = "rebuilt"  # the name `produce` and `metric` use
+METADATA = TopicPartition("__remote_log_metadata", 0)
+RECORDS = 8_000
+SEGMENT_BYTES = 64 * 1024
+LOCAL_RETENTION_BYTES = 3 * SEGMENT_BYTES
+
+
+@pytest.fixture(params=[4, 5], ids=["4-brokers", "5-brokers"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(
+        tmp_path / "brokers",
+        brokers=request.param,
+        properties={
+            "replica.lag.time.max.ms": "4000",
+            "replica.fetch.backoff.ms": "200",
+            "zookeeper.session.timeout.ms": "3000",
+            "remote.log.storage.system.enable": "true",
+            "rsm.config.dir": str(tmp_path / "remote"),
+            "remote.log.manager.task.interval.ms": "200",
+            "log.retention.check.interval.ms": "200",
+            "remote.log.metadata.topic.num.partitions": "1",
+            "remote.log.metadata.topic.replication.factor": "1",
+        },
+    ) as running:
+        yield running
+
+
+def uploads(root: Path) -> tuple[dict[int, list[str]], list[str]]:
+    """The segments in the remote tier: segment ids by start offset, from their manifests,
+    and the files of segments without a manifest (orphans)."""
+    files: dict[str, list[Path]] = defaultdict(list)
+    for path in root.rglob(f"{TOPIC}-*/0/*"):
+        files[path.name.split(".", 1)[0]].append(path)
+    by_start: dict[int, list[str]] = defaultdict(list)
+    orphans = []
+    for name, paths in files.items():
+        manifest = [p for p in paths if p.name.endswith(".manifest.json")]
+        if not manifest:
+            orphans += [p.name for p in paths]
+            continue
+        segment = json.loads(manifest[0].read_text())["segment"]
+        by_start[segment["start_offset"]].append(name)
+    return by_start, sorted(orphans)
+
+
+def test_leaders_without_a_metadata_replica_tier_once_and_followers_rebuild_from_remote(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    brokers = [b.config.broker_id for b in cluster.brokers]
+    wait_for(lambda: cluster.brokers[0].cache.leader(METADATA) in brokers, "the metadata topic")
+    hosts = set(cluster.brokers[0].cache.replicas(METADATA))
+    first, second = [b for b in brokers if b not in hosts][:2]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    config = {
+        "remote.storage.enable": "true",
+        "segment.bytes": str(SEGMENT_BYTES),
+        "local.retention.bytes": str(LOCAL_RETENTION_BYTES),
+    }
+    topic = NewTopic(TOPIC, num_partitions=1, replica_assignment=[[first, second]], config=config)
+    admin.create_topics([topic])[TOPIC].result(30)
+    tp = TopicPartition(TOPIC, 0)
+    wait_for(
+        lambda: (
+            set(cluster.brokers[0].cache.states[tp].isr) == {first, second}
+            if tp in cluster.brokers[0].cache.states
+            else False
+        ),
+        "both replicas in the ISR",
+    )
+    produced_bytes = produce(cluster, RECORDS)
+    leader_log = log_of(cluster, first, TOPIC)
+    wait_for(
+        lambda: leader_log.highest_offset_in_remote_storage > RECORDS // 2,
+        "the leader to tier most of its log",
+        show=lambda: leader_log.highest_offset_in_remote_storage,
+    )
+    follower_log = log_of(cluster, second, TOPIC)
+    # Its follower learns what is remote from the metadata it reads from another broker.
+    wait_for(
+        lambda: follower_log.highest_offset_in_remote_storage > RECORDS // 2,
+        "the follower to learn the remote tier",
+        show=lambda: follower_log.highest_offset_in_remote_storage,
+    )
+
+    cluster.kill_broker(first)
+    wait_for(lambda: cluster.broker(second).cache.leader(tp) == second, "the follower to lead")
+    new_log: Log = log_of(cluster, second, TOPIC)
+
+    def settled() -> bool:
+        """The new leader copied every rolled segment and kept only its local tail."""
+        segments = new_log.segments
+        return (
+            new_log.highest_offset_in_remote_storage + 1 == segments[-1].base_offset
+            and new_log.size_in_bytes - segments[0].size < LOCAL_RETENTION_BYTES
+        )
+
+    wait_for(settled, "the new leader to tier its log", show=lambda: new_log.segments)
+    by_start, orphans = uploads(tmp_path / "remote")
+    assert {start: ids for start, ids in by_start.items() if len(ids) > 1} == {}
+    assert orphans == []
+
+    log_dir = cluster.broker(first).config.log_dir_paths[0]
+    shutil.rmtree(log_dir)  # an emptied disk: its logs, checkpoints and remote metadata
+    log_dir.mkdir()
+    cluster.start_broker(first)
+    wait_for(
+        lambda: set(cluster.broker(second).replicas.partitions[tp].isr) == {first, second},
+        "the rebuilt follower back in the ISR",
+    )
+    rebuilt = log_of(cluster, first, TOPIC)
+    assert rebuilt.segments[0].base_offset == new_log.local_log_start_offset > 0
+    assert metric(cluster, first, "BuildRemoteLogAuxStateRequestsPerSec_total") >= 1
+    assert metric(cluster, first, "ReplicationBytesInPerSec_total") < produced_bytes / 2
+
+    values, _ = consume_confluent(cluster, TOPIC, RECORDS, None)
+    assert sequence(values) == list(range(RECORDS))
