@@ -11,13 +11,16 @@ leader or follower), stand for controller, then start the remote tier, the group
 coordinator, background jobs and the metrics endpoint, and log a summary
 (`startup_summary`).
 
-Stop (idempotent, in this order, each with the shutdown timeout): a controlled shutdown
+Stop (idempotent, in this order, all within `shutdown.timeout.ms`): a controlled shutdown
 (the controller moves this broker's leadership to other ISR members and takes it out of
 ISRs, so producers and consumers move before it goes), stop coordinating groups, answer
 parked fetches, stop listening and finish requests in hand, stop background jobs and the
 metrics endpoint, stop fetching and resign as controller, stop the remote tier, finish
 removing deleted logs' files, flush and checkpoint every log, and close the session (the
-registration goes with it).
+registration goes with it). When the controlled shutdown fails (its retries spent, or
+the store unreachable) or the timeout passes, the shutdown goes on uncontrolled: the
+session is closed at once, so nothing waits for the store any more, and the logs are
+still flushed and checkpointed; `shutdown_error` says why.
 
 A log dir that fails (an I/O error) goes offline and its partitions answer
 KAFKA_STORAGE_ERROR; when no log dir is left online the broker asks to be stopped
@@ -195,6 +198,8 @@ class BrokerServer:
         self._stopped = False
         self.stop_requested = asyncio.Event()  # set by signals, or when every log dir failed
         self.fatal_error: str | None = None
+        self.shutdown_error: str | None = None  # why the shutdown went uncontrolled
+        self._closing: asyncio.Task[None] | None = None  # closing the store session
 
     @property
     def broker_id(self) -> int:
@@ -389,17 +394,40 @@ class BrokerServer:
 
     async def stop(self, controlled: bool = True) -> None:
         """Idempotent; see the module docstring for the order. `controlled=False` skips the
-        controlled shutdown (the whole cluster is stopping)."""
+        controlled shutdown (the whole cluster is stopping). A shutdown that cannot finish
+        within `shutdown.timeout.ms` goes on uncontrolled; `shutdown_error` says why."""
         if self._stopped:
             return
         self._stopped = True
-        timeout_s = self.config.controlled_shutdown_timeout_ms / 1000
+        c = self.config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + c.shutdown_timeout_ms / 1000
+
+        def left() -> float:
+            return max(0.0, deadline - loop.time())
+
         log.info("broker %d shutting down", self.broker_id)
-        if controlled and self._started and self.config.controlled_shutdown_enable:
-            await self._controlled_shutdown(timeout_s)
+        failed = f"shutdown did not complete within shutdown.timeout.ms={c.shutdown_timeout_ms}"
+        if controlled and self._started and c.controlled_shutdown_enable:
+            why = await self.lifecycle.controlled_shutdown(
+                deadline,
+                c.controlled_shutdown_max_retries,
+                c.controlled_shutdown_retry_backoff_ms / 1000,
+            )
+            if why is not None:
+                failed = (
+                    f"controlled shutdown did not complete (shutdown.timeout.ms="
+                    f"{c.shutdown_timeout_ms}, controlled.shutdown.max.retries="
+                    f"{c.controlled_shutdown_max_retries})"
+                )
+                self._abandon_store(why)
+        # Past the deadline the store is closed: every call still waiting on it fails.
+        watchdog = loop.call_at(
+            deadline, self._abandon_store, "the metadata store did not answer in time"
+        )
         self.groups.stop()
         self.replicas.fetch_purgatory.complete_all()  # long polls answer now, not at max wait
-        await self.socket_server.stop(timeout_s)
+        await self.socket_server.stop(left())
         await self.scheduler.stop()
         await self.metrics_server.stop()
         self.ports.close()  # if the start failed before listening on them
@@ -408,45 +436,38 @@ class BrokerServer:
         await self.controller.stop()
         await self.cache.close()
         if self.remote is not None:
-            await self.remote.stop(timeout_s)
-        await self.log_manager.wait_deletions(timeout_s)
+            await self.remote.stop(left())
+        await self.log_manager.wait_deletions(left())
         self.log_manager.shutdown()
+        watchdog.cancel()
+        if self._closing is None:
+            self._closing = loop.create_task(self._close_store())
+        await self._closing
+        if self.shutdown_error is None:
+            log.info("broker %d shut down cleanly", self.broker_id)
+            return
+        self.shutdown_error = (
+            f"{failed}: {self.shutdown_error}; shut down uncontrolled, logs flushed"
+        )
+        log.warning("broker %d: %s", self.broker_id, self.shutdown_error)
+
+    def _abandon_store(self, why: str) -> None:
+        """Wait for the metadata store no more: close its session now (once)."""
+        if self._closing is not None:
+            return
+        self.shutdown_error = why
+        log.warning(
+            "broker %d: shutting down uncontrolled (%s), without waiting for the metadata store",
+            self.broker_id,
+            why,
+        )
+        self._closing = asyncio.get_running_loop().create_task(self._close_store())
+
+    async def _close_store(self) -> None:
         try:
             await self.store.close()
         except StoreError as e:  # the registration goes with the session anyway
             log.warning("broker %d: closing the metadata store session: %s", self.broker_id, e)
-        log.info("broker %d shut down cleanly", self.broker_id)
-
-    async def _controlled_shutdown(self, timeout_s: float) -> None:
-        """Ask the controller to move this broker's leadership away, and wait until it has
-        (or nothing more can move: no other live ISR member)."""
-        if not self._leads_movable_partitions():
-            return
-        try:
-            await self.store.create(
-                zk.controlled_shutdown_path(self.broker_id), ephemeral=True, make_parents=True
-            )
-        except NodeExistsError:
-            pass
-        except StoreError as e:
-            log.warning("controlled shutdown not asked for: %s", e)
-            return
-        if not await self.cache.wait_until(lambda: not self._leads_movable_partitions(), timeout_s):
-            log.warning(
-                "controlled shutdown: broker %d still leads partitions after %.0f s",
-                self.broker_id,
-                timeout_s,
-            )
-        await self.replicas.applied.wait()
-
-    def _leads_movable_partitions(self) -> bool:
-        """Leads a partition that another live, in-sync replica could lead."""
-        for state in self.cache.states.values():
-            if state.leader != self.broker_id:
-                continue
-            if any(b != self.broker_id and b in self.cache.brokers for b in state.isr):
-                return True
-        return False
 
 
 def _new_cluster_id() -> str:
