@@ -118,19 +118,7 @@ class BrokerServer:
             self.log_manager,
             self.cache,
             store,
-            ReplicationConfig(
-                replica_lag_time_max_ms=config.replica_lag_time_max_ms,
-                fetcher=FetcherConfig(
-                    wait_max_ms=config.replica_fetch_wait_max_ms,
-                    min_bytes=config.replica_fetch_min_bytes,
-                    max_bytes=config.replica_fetch_max_bytes,
-                    response_max_bytes=config.replica_fetch_response_max_bytes,
-                    backoff_ms=config.replica_fetch_backoff_ms,
-                    socket_timeout_ms=config.replica_socket_timeout_ms,
-                ),
-                # Followers serve consumers committed data: tell them the HW at once.
-                propagate_high_watermark=config.replica_selector_class is not None,
-            ),
+            _replication_config(config),
             self.admin.log_config,
         )
         self.admin.applied_here = self.replicas.applied
@@ -144,52 +132,18 @@ class BrokerServer:
                 config.leader_imbalance_per_broker_percentage,
             ),
         )
-        offsets = GroupMetadataManager(
-            self.replicas,
-            self.admin,
-            OffsetsConfig(
-                num_partitions=config.offsets_topic_num_partitions,
-                replication_factor=config.offsets_topic_replication_factor,
-                retention_ms=config.offsets_retention_minutes * 60_000,
-                metadata_max_bytes=config.offset_metadata_max_bytes,
-            ),
-        )
+        offsets = GroupMetadataManager(self.replicas, self.admin, _offsets_config(config))
         self.registry = CollectorRegistry()
         replication_metrics = ReplicationMetrics(self.replicas, self.controller, self.registry)
         self.replicas.isr_change_listeners.append(replication_metrics.isr_changed)
-        self.groups = GroupCoordinator(
-            GroupConfig(
-                min_session_timeout_ms=config.group_min_session_timeout_ms,
-                max_session_timeout_ms=config.group_max_session_timeout_ms,
-                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                max_size=config.group_max_size,
-            ),
-            offsets,
-            self._partition_exists,
-        )
+        self.groups = GroupCoordinator(_group_config(config), offsets, self._partition_exists)
         self.replicas.leadership_listeners.append(self._on_leadership)
         self.remote: RemoteLogManager | None = None
         self.metrics_server = MetricsServer(
             self.registry, self._tier_status, self._tier_health, self._refresh_remote_metrics
         )
         self.scheduler = Scheduler()
-        self.socket_server = SocketServer(
-            RequestDispatcher(
-                BrokerContext(
-                    config,
-                    self.replicas,
-                    self.cache,
-                    self.admin,
-                    self.groups,
-                    self.controller,
-                    BrokerTopicMetrics(self.registry),
-                    self.endpoints,
-                )
-            ).handle,
-            config.socket_request_max_bytes,
-            config.queued_max_request_bytes,
-            config.connection_limits,
-        )
+        self.socket_server = self._socket_server()
         self.lifecycle = BrokerLifecycle(
             config.broker_id, config.broker_rack, store, self.cache, self.replicas
         )
@@ -200,6 +154,25 @@ class BrokerServer:
         self.fatal_error: str | None = None
         self.shutdown_error: str | None = None  # why the shutdown went uncontrolled
         self._closing: asyncio.Task[None] | None = None  # closing the store session
+
+    def _socket_server(self) -> SocketServer:
+        c = self.config
+        context = BrokerContext(
+            c,
+            self.replicas,
+            self.cache,
+            self.admin,
+            self.groups,
+            self.controller,
+            BrokerTopicMetrics(self.registry),
+            self.endpoints,
+        )
+        return SocketServer(
+            RequestDispatcher(context).handle,
+            c.socket_request_max_bytes,
+            c.queued_max_request_bytes,
+            c.connection_limits,
+        )
 
     @property
     def broker_id(self) -> int:
@@ -468,6 +441,41 @@ class BrokerServer:
             await self.store.close()
         except StoreError as e:  # the registration goes with the session anyway
             log.warning("broker %d: closing the metadata store session: %s", self.broker_id, e)
+
+
+def _replication_config(c: BrokerConfig) -> ReplicationConfig:
+    fetcher = FetcherConfig(
+        wait_max_ms=c.replica_fetch_wait_max_ms,
+        min_bytes=c.replica_fetch_min_bytes,
+        max_bytes=c.replica_fetch_max_bytes,
+        response_max_bytes=c.replica_fetch_response_max_bytes,
+        backoff_ms=c.replica_fetch_backoff_ms,
+        socket_timeout_ms=c.replica_socket_timeout_ms,
+    )
+    return ReplicationConfig(
+        replica_lag_time_max_ms=c.replica_lag_time_max_ms,
+        fetcher=fetcher,
+        # Followers serve consumers committed data: tell them the HW at once.
+        propagate_high_watermark=c.replica_selector_class is not None,
+    )
+
+
+def _offsets_config(c: BrokerConfig) -> OffsetsConfig:
+    return OffsetsConfig(
+        num_partitions=c.offsets_topic_num_partitions,
+        replication_factor=c.offsets_topic_replication_factor,
+        retention_ms=c.offsets_retention_minutes * 60_000,
+        metadata_max_bytes=c.offset_metadata_max_bytes,
+    )
+
+
+def _group_config(c: BrokerConfig) -> GroupConfig:
+    return GroupConfig(
+        min_session_timeout_ms=c.group_min_session_timeout_ms,
+        max_session_timeout_ms=c.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
+        max_size=c.group_max_size,
+    )
 
 
 def _new_cluster_id() -> str:
