@@ -64,6 +64,7 @@ class BrokerLifecycle:
         self._rejoining: asyncio.Task[None] | None = None
         self._lost = False
         self._session = SessionState.CONNECTED
+        self._closed = False
 
     @property
     def store_reachable(self) -> bool:
@@ -119,6 +120,8 @@ class BrokerLifecycle:
         return self.registration
 
     def _on_session_state(self, state: SessionState) -> None:
+        if self._closed:  # the broker is stopping: the session's end is no news
+            return
         loop = asyncio.get_running_loop()
         self._session = state
         if state == SessionState.SUSPENDED:
@@ -224,6 +227,7 @@ class BrokerLifecycle:
         return False
 
     async def close(self) -> None:
+        self._closed = True
         if self._fence_timer is not None:
             self._fence_timer.cancel()
         if self._rejoining is not None:

@@ -2,7 +2,9 @@
 the broker shuts down uncontrolled within `shutdown.timeout.ms` (logs flushed), exits
 non-zero with one `error:` line saying why, and loses nothing it acknowledged.
 
-Two broker processes over a ZooKeeper of this test's own (it is stopped and started).
+Two broker processes over a ZooKeeper of this test's own (it is stopped and started);
+then a lone broker, which has no leadership to hand over but cannot resign as
+controller, is bounded the same way.
 """
 
 from __future__ import annotations
@@ -87,3 +89,22 @@ def test_sigterm_without_zookeeper_exits_within_the_shutdown_timeout(
     cluster.restart(leader)
     wait_for(lambda: sorted(cluster.partition_state(topic, 0)[1]) == [0, 1], "both in the ISR")
     assert sorted(read_all(cluster.bootstrap, topic, RECORDS)) == list(range(RECORDS))
+
+
+def test_a_controller_that_cannot_resign_exits_within_the_shutdown_timeout(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """Nothing to hand over (one broker), but resigning as controller writes to ZooKeeper."""
+    bounded = {"shutdown.timeout.ms": str(SHUTDOWN_TIMEOUT_MS)}
+    cluster = ZooKeeperCluster(zookeeper, tmp_path / "one", brokers=1, overrides=bounded).start()
+    broker = cluster.brokers[0]
+    assert broker.process is not None
+    try:
+        zookeeper.stop()
+        os.kill(broker.process.pid, signal.SIGTERM)
+        code = broker.process.wait(SHUTDOWN_TIMEOUT_MS / 1000 + 10)
+    finally:
+        cluster.stop()
+    errors = [line for line in broker.log().splitlines() if line.startswith("error: ")]
+    assert code != 0 and len(errors) == 1, broker.log()[-3000:]
+    assert "shutdown.timeout.ms" in errors[0] and "logs flushed" in errors[0], errors
