@@ -9,7 +9,13 @@ A leader must not acknowledge acks=all writes once a successor may exist: when t
 session has been suspended (no answer from the store) for a whole session timeout, or
 is lost, the ReplicaManager is fenced (acks=all answers NOT_LEADER_OR_FOLLOWER) until
 the session is back, or, after a loss, until this broker has registered again and
-applied the metadata it missed. Not shared across event loops.
+applied the metadata it missed.
+
+Controlled shutdown (`controlled_shutdown`): ask the controller to move this broker's
+leadership away and wait until it has, in at most `controlled.shutdown.max.retries`
+attempts `controlled.shutdown.retry.backoff.ms` apart, each given an equal share of the
+time left before the shutdown's deadline; it reports why it did not complete instead of
+waiting on an unreachable store. Not shared across event loops.
 """
 
 from __future__ import annotations
@@ -57,6 +63,13 @@ class BrokerLifecycle:
         self._fence_timer: asyncio.TimerHandle | None = None
         self._rejoining: asyncio.Task[None] | None = None
         self._lost = False
+        self._session = SessionState.CONNECTED
+        self._closed = False
+
+    @property
+    def store_reachable(self) -> bool:
+        """The store session is connected (as last reported)."""
+        return self._session == SessionState.CONNECTED
 
     async def register(self, host: str, port: int) -> BrokerRegistration:
         """Register, then follow the session: call once, after the broker listens."""
@@ -107,7 +120,10 @@ class BrokerLifecycle:
         return self.registration
 
     def _on_session_state(self, state: SessionState) -> None:
+        if self._closed:  # the broker is stopping: the session's end is no news
+            return
         loop = asyncio.get_running_loop()
+        self._session = state
         if state == SessionState.SUSPENDED:
             if self._fence_timer is None:
                 self._fence_timer = loop.call_later(
@@ -155,7 +171,63 @@ class BrokerLifecycle:
         self.replicas.unfence()
         log.info("broker %d: serving again after a new metadata store session", self.broker_id)
 
+    async def controlled_shutdown(
+        self, deadline: float, max_retries: int, backoff_s: float
+    ) -> str | None:
+        """Move this broker's leadership away (to other live ISR members) before `deadline`
+        (loop time): None once nothing more can move, else why it could not."""
+        loop = asyncio.get_running_loop()
+        why = "no time left"
+        for attempt in range(max_retries):
+            if attempt:
+                await asyncio.sleep(max(0.0, min(backoff_s, deadline - loop.time())))
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                async with asyncio.timeout(left / (max_retries - attempt)):
+                    await self._ask_controller()
+                    await self.cache.wait_until(lambda: not self.leads_movable_partitions(), left)
+                    await self.replicas.applied.wait()
+                    return None
+            except TimeoutError:
+                why = (
+                    f"broker {self.broker_id} still leads partitions"
+                    if self.store_reachable
+                    else "the metadata store (ZooKeeper) is unreachable"
+                )
+            except StoreError as e:
+                why = f"the metadata store (ZooKeeper) is unreachable: {e}"
+            log.warning(
+                "broker %d: controlled shutdown attempt %d of %d failed: %s",
+                self.broker_id,
+                attempt + 1,
+                max_retries,
+                why,
+            )
+        return why
+
+    async def _ask_controller(self) -> None:
+        if not self.leads_movable_partitions():
+            return
+        try:
+            await self.store.create(
+                zk.controlled_shutdown_path(self.broker_id), ephemeral=True, make_parents=True
+            )
+        except NodeExistsError:
+            pass
+
+    def leads_movable_partitions(self) -> bool:
+        """Leads a partition that another live, in-sync replica could lead."""
+        for state in self.cache.states.values():
+            if state.leader != self.broker_id:
+                continue
+            if any(b != self.broker_id and b in self.cache.brokers for b in state.isr):
+                return True
+        return False
+
     async def close(self) -> None:
+        self._closed = True
         if self._fence_timer is not None:
             self._fence_timer.cancel()
         if self._rejoining is not None:

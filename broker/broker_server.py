@@ -11,13 +11,16 @@ leader or follower), stand for controller, then start the remote tier, the group
 coordinator, background jobs and the metrics endpoint, and log a summary
 (`startup_summary`).
 
-Stop (idempotent, in this order, each with the shutdown timeout): a controlled shutdown
+Stop (idempotent, in this order, all within `shutdown.timeout.ms`): a controlled shutdown
 (the controller moves this broker's leadership to other ISR members and takes it out of
 ISRs, so producers and consumers move before it goes), stop coordinating groups, answer
 parked fetches, stop listening and finish requests in hand, stop background jobs and the
 metrics endpoint, stop fetching and resign as controller, stop the remote tier, finish
 removing deleted logs' files, flush and checkpoint every log, and close the session (the
-registration goes with it).
+registration goes with it). When the controlled shutdown fails (its retries spent, or
+the store unreachable) or the timeout passes, the shutdown goes on uncontrolled: the
+session is closed at once, so nothing waits for the store any more, and the logs are
+still flushed and checkpointed; `shutdown_error` says why.
 
 A log dir that fails (an I/O error) goes offline and its partitions answer
 KAFKA_STORAGE_ERROR; when no log dir is left online the broker asks to be stopped
@@ -115,19 +118,7 @@ class BrokerServer:
             self.log_manager,
             self.cache,
             store,
-            ReplicationConfig(
-                replica_lag_time_max_ms=config.replica_lag_time_max_ms,
-                fetcher=FetcherConfig(
-                    wait_max_ms=config.replica_fetch_wait_max_ms,
-                    min_bytes=config.replica_fetch_min_bytes,
-                    max_bytes=config.replica_fetch_max_bytes,
-                    response_max_bytes=config.replica_fetch_response_max_bytes,
-                    backoff_ms=config.replica_fetch_backoff_ms,
-                    socket_timeout_ms=config.replica_socket_timeout_ms,
-                ),
-                # Followers serve consumers committed data: tell them the HW at once.
-                propagate_high_watermark=config.replica_selector_class is not None,
-            ),
+            _replication_config(config),
             self.admin.log_config,
         )
         self.admin.applied_here = self.replicas.applied
@@ -141,52 +132,18 @@ class BrokerServer:
                 config.leader_imbalance_per_broker_percentage,
             ),
         )
-        offsets = GroupMetadataManager(
-            self.replicas,
-            self.admin,
-            OffsetsConfig(
-                num_partitions=config.offsets_topic_num_partitions,
-                replication_factor=config.offsets_topic_replication_factor,
-                retention_ms=config.offsets_retention_minutes * 60_000,
-                metadata_max_bytes=config.offset_metadata_max_bytes,
-            ),
-        )
+        offsets = GroupMetadataManager(self.replicas, self.admin, _offsets_config(config))
         self.registry = CollectorRegistry()
         replication_metrics = ReplicationMetrics(self.replicas, self.controller, self.registry)
         self.replicas.isr_change_listeners.append(replication_metrics.isr_changed)
-        self.groups = GroupCoordinator(
-            GroupConfig(
-                min_session_timeout_ms=config.group_min_session_timeout_ms,
-                max_session_timeout_ms=config.group_max_session_timeout_ms,
-                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                max_size=config.group_max_size,
-            ),
-            offsets,
-            self._partition_exists,
-        )
+        self.groups = GroupCoordinator(_group_config(config), offsets, self._partition_exists)
         self.replicas.leadership_listeners.append(self._on_leadership)
         self.remote: RemoteLogManager | None = None
         self.metrics_server = MetricsServer(
             self.registry, self._tier_status, self._tier_health, self._refresh_remote_metrics
         )
         self.scheduler = Scheduler()
-        self.socket_server = SocketServer(
-            RequestDispatcher(
-                BrokerContext(
-                    config,
-                    self.replicas,
-                    self.cache,
-                    self.admin,
-                    self.groups,
-                    self.controller,
-                    BrokerTopicMetrics(self.registry),
-                    self.endpoints,
-                )
-            ).handle,
-            config.socket_request_max_bytes,
-            config.queued_max_request_bytes,
-            config.connection_limits,
-        )
+        self.socket_server = self._socket_server()
         self.lifecycle = BrokerLifecycle(
             config.broker_id, config.broker_rack, store, self.cache, self.replicas
         )
@@ -195,6 +152,27 @@ class BrokerServer:
         self._stopped = False
         self.stop_requested = asyncio.Event()  # set by signals, or when every log dir failed
         self.fatal_error: str | None = None
+        self.shutdown_error: str | None = None  # why the shutdown went uncontrolled
+        self._closing: asyncio.Task[None] | None = None  # closing the store session
+
+    def _socket_server(self) -> SocketServer:
+        c = self.config
+        context = BrokerContext(
+            c,
+            self.replicas,
+            self.cache,
+            self.admin,
+            self.groups,
+            self.controller,
+            BrokerTopicMetrics(self.registry),
+            self.endpoints,
+        )
+        return SocketServer(
+            RequestDispatcher(context).handle,
+            c.socket_request_max_bytes,
+            c.queued_max_request_bytes,
+            c.connection_limits,
+        )
 
     @property
     def broker_id(self) -> int:
@@ -389,17 +367,40 @@ class BrokerServer:
 
     async def stop(self, controlled: bool = True) -> None:
         """Idempotent; see the module docstring for the order. `controlled=False` skips the
-        controlled shutdown (the whole cluster is stopping)."""
+        controlled shutdown (the whole cluster is stopping). A shutdown that cannot finish
+        within `shutdown.timeout.ms` goes on uncontrolled; `shutdown_error` says why."""
         if self._stopped:
             return
         self._stopped = True
-        timeout_s = self.config.controlled_shutdown_timeout_ms / 1000
+        c = self.config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + c.shutdown_timeout_ms / 1000
+
+        def left() -> float:
+            return max(0.0, deadline - loop.time())
+
         log.info("broker %d shutting down", self.broker_id)
-        if controlled and self._started and self.config.controlled_shutdown_enable:
-            await self._controlled_shutdown(timeout_s)
+        failed = f"shutdown did not complete within shutdown.timeout.ms={c.shutdown_timeout_ms}"
+        if controlled and self._started and c.controlled_shutdown_enable:
+            why = await self.lifecycle.controlled_shutdown(
+                deadline,
+                c.controlled_shutdown_max_retries,
+                c.controlled_shutdown_retry_backoff_ms / 1000,
+            )
+            if why is not None:
+                failed = (
+                    f"controlled shutdown did not complete (shutdown.timeout.ms="
+                    f"{c.shutdown_timeout_ms}, controlled.shutdown.max.retries="
+                    f"{c.controlled_shutdown_max_retries})"
+                )
+                self._abandon_store(why)
+        # Past the deadline the store is closed: every call still waiting on it fails.
+        watchdog = loop.call_at(
+            deadline, self._abandon_store, "the metadata store did not answer in time"
+        )
         self.groups.stop()
         self.replicas.fetch_purgatory.complete_all()  # long polls answer now, not at max wait
-        await self.socket_server.stop(timeout_s)
+        await self.socket_server.stop(left())
         await self.scheduler.stop()
         await self.metrics_server.stop()
         self.ports.close()  # if the start failed before listening on them
@@ -408,45 +409,73 @@ class BrokerServer:
         await self.controller.stop()
         await self.cache.close()
         if self.remote is not None:
-            await self.remote.stop(timeout_s)
-        await self.log_manager.wait_deletions(timeout_s)
+            await self.remote.stop(left())
+        await self.log_manager.wait_deletions(left())
         self.log_manager.shutdown()
+        watchdog.cancel()
+        if self._closing is None:
+            self._closing = loop.create_task(self._close_store())
+        await self._closing
+        if self.shutdown_error is None:
+            log.info("broker %d shut down cleanly", self.broker_id)
+            return
+        self.shutdown_error = (
+            f"{failed}: {self.shutdown_error}; shut down uncontrolled, logs flushed"
+        )
+        log.warning("broker %d: %s", self.broker_id, self.shutdown_error)
+
+    def _abandon_store(self, why: str) -> None:
+        """Wait for the metadata store no more: close its session now (once)."""
+        if self._closing is not None:
+            return
+        self.shutdown_error = why
+        log.warning(
+            "broker %d: shutting down uncontrolled (%s), without waiting for the metadata store",
+            self.broker_id,
+            why,
+        )
+        self._closing = asyncio.get_running_loop().create_task(self._close_store())
+
+    async def _close_store(self) -> None:
         try:
             await self.store.close()
         except StoreError as e:  # the registration goes with the session anyway
             log.warning("broker %d: closing the metadata store session: %s", self.broker_id, e)
-        log.info("broker %d shut down cleanly", self.broker_id)
 
-    async def _controlled_shutdown(self, timeout_s: float) -> None:
-        """Ask the controller to move this broker's leadership away, and wait until it has
-        (or nothing more can move: no other live ISR member)."""
-        if not self._leads_movable_partitions():
-            return
-        try:
-            await self.store.create(
-                zk.controlled_shutdown_path(self.broker_id), ephemeral=True, make_parents=True
-            )
-        except NodeExistsError:
-            pass
-        except StoreError as e:
-            log.warning("controlled shutdown not asked for: %s", e)
-            return
-        if not await self.cache.wait_until(lambda: not self._leads_movable_partitions(), timeout_s):
-            log.warning(
-                "controlled shutdown: broker %d still leads partitions after %.0f s",
-                self.broker_id,
-                timeout_s,
-            )
-        await self.replicas.applied.wait()
 
-    def _leads_movable_partitions(self) -> bool:
-        """Leads a partition that another live, in-sync replica could lead."""
-        for state in self.cache.states.values():
-            if state.leader != self.broker_id:
-                continue
-            if any(b != self.broker_id and b in self.cache.brokers for b in state.isr):
-                return True
-        return False
+def _replication_config(c: BrokerConfig) -> ReplicationConfig:
+    fetcher = FetcherConfig(
+        wait_max_ms=c.replica_fetch_wait_max_ms,
+        min_bytes=c.replica_fetch_min_bytes,
+        max_bytes=c.replica_fetch_max_bytes,
+        response_max_bytes=c.replica_fetch_response_max_bytes,
+        backoff_ms=c.replica_fetch_backoff_ms,
+        socket_timeout_ms=c.replica_socket_timeout_ms,
+    )
+    return ReplicationConfig(
+        replica_lag_time_max_ms=c.replica_lag_time_max_ms,
+        fetcher=fetcher,
+        # Followers serve consumers committed data: tell them the HW at once.
+        propagate_high_watermark=c.replica_selector_class is not None,
+    )
+
+
+def _offsets_config(c: BrokerConfig) -> OffsetsConfig:
+    return OffsetsConfig(
+        num_partitions=c.offsets_topic_num_partitions,
+        replication_factor=c.offsets_topic_replication_factor,
+        retention_ms=c.offsets_retention_minutes * 60_000,
+        metadata_max_bytes=c.offset_metadata_max_bytes,
+    )
+
+
+def _group_config(c: BrokerConfig) -> GroupConfig:
+    return GroupConfig(
+        min_session_timeout_ms=c.group_min_session_timeout_ms,
+        max_session_timeout_ms=c.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
+        max_size=c.group_max_size,
+    )
 
 
 def _new_cluster_id() -> str:

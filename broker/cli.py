@@ -1,7 +1,9 @@
 """`tierbroker`: the command line.
 
 `tierbroker serve [--config FILE] [--override key=value ...]` runs a broker until
-SIGINT or SIGTERM, then shuts it down cleanly. A start-up mistake (a bad property, a
+SIGINT or SIGTERM, then shuts it down cleanly; one that cannot within
+`shutdown.timeout.ms` (the metadata store unreachable, say) shuts down uncontrolled,
+logs flushed, and exits 1 with one line saying why. A start-up mistake (a bad property, a
 port in use, a log dir it cannot write, ...) is found before anything is written and
 reported in one `error:` line naming the property, with exit code 2; a failure after
 the start (every log dir failed, an unexpected error) is one line with exit code 1.
@@ -174,7 +176,8 @@ async def _serve(
         if ports_file is not None:
             remove_ports_file(ports_file)
         await runner.stop()
-    return runner.fatal_error
+    uncontrolled = (b.shutdown_error for b in runner.brokers if b.shutdown_error is not None)
+    return runner.fatal_error or next(uncontrolled, None)
 
 
 app.add_typer(topics.app, name="topic")

@@ -253,6 +253,10 @@ class BrokerConfig(BaseModel):
     replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms", ge=0)
     replica_socket_timeout_ms: int = Field(30_000, alias="replica.socket.timeout.ms", ge=1)
     controlled_shutdown_enable: KafkaBool = Field(True, alias="controlled.shutdown.enable")
+    controlled_shutdown_max_retries: int = Field(3, alias="controlled.shutdown.max.retries", ge=1)
+    controlled_shutdown_retry_backoff_ms: int = Field(
+        5000, alias="controlled.shutdown.retry.backoff.ms", ge=0
+    )
     auto_leader_rebalance_enable: KafkaBool = Field(True, alias="auto.leader.rebalance.enable")
     leader_imbalance_check_interval_seconds: int = Field(
         300, alias="leader.imbalance.check.interval.seconds", ge=1
@@ -265,7 +269,8 @@ class BrokerConfig(BaseModel):
     # `rsm.config.*` and `rlmm.config.*`, prefixes removed.
     rsm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
     rlmm_configs: dict[str, str] = Field(default_factory=dict, exclude=True)
-    controlled_shutdown_timeout_ms: int = Field(30_000, alias="shutdown.timeout.ms", ge=0)
+    # tierbroker's bound on a whole shutdown (Kafka has none): past it, an uncontrolled one.
+    shutdown_timeout_ms: int = Field(30_000, alias="shutdown.timeout.ms", ge=0)
     # Topic defaults (log.*): the topic config table names the broker properties of each.
     log_defaults: dict[str, Any] = Field(default_factory=dict, exclude=True)
     # Those broker properties as set (DescribeConfigs reports them as synonyms).
