@@ -417,6 +417,33 @@ class BrokerServer:
             log.warning("broker %d: closing the metadata store session: %s", self.broker_id, e)
         log.info("broker %d shut down cleanly", self.broker_id)
 
+    async def crash(self) -> None:
+        """Go as a killed process does: tasks cancelled, sockets and files closed, but no
+        log flushed, no checkpoint or `.kafka_cleanshutdown` written and no znode deleted.
+        The session is the caller's to abandon (a dead process stops heartbeating), so the
+        controller learns of the crash only when it expires; the next start recovers the
+        logs. Idempotent with `stop`."""
+        if self._stopped:
+            return
+        self._stopped = True
+        log.warning(
+            "broker %d crashing: no flush, checkpoint or controlled shutdown", self.broker_id
+        )
+        self.groups.stop()
+        await self.socket_server.stop(0)
+        await self.scheduler.stop()
+        await self.metrics_server.stop()
+        self.ports.close()
+        await self.lifecycle.close()
+        await self.replicas.stop()
+        await self.controller.stop()
+        await self.cache.close()
+        if self.remote is not None:
+            await self.remote.stop(0)
+        for lg in self.log_manager.logs.values():
+            for segment in lg.segments:
+                segment.close()
+
     async def _controlled_shutdown(self, timeout_s: float) -> None:
         """Ask the controller to move this broker's leadership away, and wait until it has
         (or nothing more can move: no other live ISR member)."""

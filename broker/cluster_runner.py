@@ -22,7 +22,7 @@ import asyncio
 import logging
 
 from tierbroker.broker.broker_server import BrokerServer
-from tierbroker.broker.cluster.inprocess_store import InProcessZooKeeper
+from tierbroker.broker.cluster.inprocess_store import InProcessSession, InProcessZooKeeper
 from tierbroker.broker.cluster.store import MetadataStore
 from tierbroker.broker.cluster.zk_store import ZooKeeperStore
 from tierbroker.broker.config import BrokerConfig
@@ -118,6 +118,15 @@ class ClusterRunner:
         """Stop one broker as SIGTERM would: its leadership moves first. `controlled=False`:
         it goes at once, and the controller moves its leadership once it sees it gone."""
         await self.broker(broker_id).stop(controlled=controlled)
+
+    async def kill_broker(self, broker_id: int) -> None:
+        """Crash one broker (`BrokerServer.crash`): its in-process session is abandoned, so
+        the controller moves its leadership once the session expires."""
+        broker = self.broker(broker_id)
+        if not isinstance(broker.store, InProcessSession):
+            raise TypeError("only a broker with an in-process session can crash on demand")
+        broker.store.abandon()
+        await broker.crash()
 
     async def start_broker(self, broker_id: int) -> None:
         """Start a stopped broker again, on the port it had, with its logs."""

@@ -14,9 +14,10 @@ stored (a full disk) is undone and each of its writes fails with `StorageUnavail
 so nothing acted upon was ever lost. Not thread-safe: one event loop owns it.
 
 Tests (and fixtures) can end a session at will: `expire()` (the session is gone: LOST,
-then CONNECTED with a new one) and `suspend()` / `resume()` (the client loses the
+then CONNECTED with a new one), `suspend()` / `resume()` (the client loses the
 service: SUSPENDED; after the session timeout the service expires the session, which
-the client learns when it comes back).
+the client learns when it comes back) and `abandon()` (the client crashed: it is told
+nothing, its calls fail, and the service expires the session after its timeout).
 """
 
 from __future__ import annotations
@@ -443,6 +444,15 @@ class InProcessSession:
         """Lose the service: SUSPENDED; the service expires the session after its timeout."""
         self._server._expire_later(self._session_id, self._timeout_ms)
         self._notify(SessionState.SUSPENDED)
+
+    def abandon(self) -> None:
+        """The client crashed: it stops heartbeating without closing the session, so the
+        service expires it (its ephemerals go) after the session timeout, as ZooKeeper
+        does. Every later call fails with SessionExpiredError; no listener is told."""
+        if self._session_id:
+            session_id, self._session_id = self._session_id, 0
+            self._listeners.clear()
+            self._server._expire_later(session_id, self._timeout_ms)
 
     async def resume(self) -> None:
         """Reach the service again: CONNECTED if the session lived, else LOST then CONNECTED."""
