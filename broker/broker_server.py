@@ -397,7 +397,7 @@ class BrokerServer:
         log.info("broker %d shutting down", self.broker_id)
         if controlled and self._started and self.config.controlled_shutdown_enable:
             await self._controlled_shutdown(timeout_s)
-        self.groups.stop()
+        await self.groups.stop()
         self.replicas.fetch_purgatory.complete_all()  # long polls answer now, not at max wait
         await self.socket_server.stop(timeout_s)
         await self.scheduler.stop()
@@ -429,7 +429,7 @@ class BrokerServer:
         log.warning(
             "broker %d crashing: no flush, checkpoint or controlled shutdown", self.broker_id
         )
-        self.groups.stop()
+        await self.groups.stop()
         await self.socket_server.stop(0)
         await self.scheduler.stop()
         await self.metrics_server.stop()
