@@ -154,6 +154,8 @@ class BrokerServer:
         self.registry = CollectorRegistry()
         replication_metrics = ReplicationMetrics(self.replicas, self.controller, self.registry)
         self.replicas.isr_change_listeners.append(replication_metrics.isr_changed)
+        topic_metrics = BrokerTopicMetrics(self.registry)
+        self.replicas.stop_listeners.append(topic_metrics.forget)
         self.groups = GroupCoordinator(
             GroupConfig(
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -179,7 +181,7 @@ class BrokerServer:
                     self.admin,
                     self.groups,
                     self.controller,
-                    BrokerTopicMetrics(self.registry),
+                    topic_metrics,
                     self.endpoints,
                 )
             ).handle,
