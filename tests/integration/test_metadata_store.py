@@ -251,6 +251,26 @@ async def test_an_abandoned_in_process_session_expires_after_its_timeout() -> No
     await server.close()
 
 
+async def test_closing_the_service_finishes_an_expiry_under_way() -> None:
+    server = InProcessZooKeeper(None)
+    await server.open()
+    crashed = server.session(session_timeout_ms=0)
+    await crashed.start()
+    await crashed.create("/e", b"", ephemeral=True)
+    crashed.abandon()
+    expiring: list[asyncio.Task[object]] = []
+    for _ in range(1000):  # the timer fires at once, on a later loop iteration
+        expiring = [t for t in asyncio.all_tasks() if t.get_name() == "zk-expire"]
+        if expiring:
+            break
+        await asyncio.sleep(0)
+    assert expiring
+
+    await server.close()
+
+    assert expiring[0].done() and expiring[0].exception() is None
+
+
 async def test_zookeeper_partition_longer_than_the_session_expires_it(
     zookeeper: ZooKeeperServer,
 ) -> None:
