@@ -115,10 +115,9 @@ class ClusterRunner:
     def broker(self, broker_id: int) -> BrokerServer:
         return next(b for b in self.brokers if b.broker_id == broker_id)
 
-    async def stop_broker(self, broker_id: int, controlled: bool = True) -> None:
-        """Stop one broker as SIGTERM would: its leadership moves first. `controlled=False`:
-        it goes at once, and the controller moves its leadership once it sees it gone."""
-        await self.broker(broker_id).stop(controlled=controlled)
+    async def stop_broker(self, broker_id: int) -> None:
+        """Stop one broker as SIGTERM would: its leadership moves first."""
+        await self.broker(broker_id).stop()
 
     async def kill_broker(self, broker_id: int) -> None:
         """Crash one broker (`BrokerServer.crash`): its in-process session is abandoned, so
