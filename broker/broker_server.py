@@ -136,6 +136,8 @@ class BrokerServer:
         self.registry = CollectorRegistry()
         replication_metrics = ReplicationMetrics(self.replicas, self.controller, self.registry)
         self.replicas.isr_change_listeners.append(replication_metrics.isr_changed)
+        topic_metrics = BrokerTopicMetrics(self.registry)
+        self.replicas.stop_listeners.append(topic_metrics.forget)
         self.groups = GroupCoordinator(_group_config(config), offsets, self._partition_exists)
         self.replicas.leadership_listeners.append(self._on_leadership)
         self.remote: RemoteLogManager | None = None
@@ -143,7 +145,7 @@ class BrokerServer:
             self.registry, self._tier_status, self._tier_health, self._refresh_remote_metrics
         )
         self.scheduler = Scheduler()
-        self.socket_server = self._socket_server()
+        self.socket_server = self._socket_server(topic_metrics)
         self.lifecycle = BrokerLifecycle(
             config.broker_id, config.broker_rack, store, self.cache, self.replicas
         )
@@ -155,7 +157,7 @@ class BrokerServer:
         self.shutdown_error: str | None = None  # why the shutdown went uncontrolled
         self._closing: asyncio.Task[None] | None = None  # closing the store session
 
-    def _socket_server(self) -> SocketServer:
+    def _socket_server(self, topic_metrics: BrokerTopicMetrics) -> SocketServer:
         c = self.config
         context = BrokerContext(
             c,
@@ -164,7 +166,7 @@ class BrokerServer:
             self.admin,
             self.groups,
             self.controller,
-            BrokerTopicMetrics(self.registry),
+            topic_metrics,
             self.endpoints,
         )
         return SocketServer(
@@ -398,7 +400,7 @@ class BrokerServer:
         watchdog = loop.call_at(
             deadline, self._abandon_store, "the metadata store did not answer in time"
         )
-        self.groups.stop()
+        await self.groups.stop()
         self.replicas.fetch_purgatory.complete_all()  # long polls answer now, not at max wait
         await self.socket_server.stop(left())
         await self.scheduler.stop()
@@ -441,6 +443,33 @@ class BrokerServer:
             await self.store.close()
         except StoreError as e:  # the registration goes with the session anyway
             log.warning("broker %d: closing the metadata store session: %s", self.broker_id, e)
+
+    async def crash(self) -> None:
+        """Go as a killed process does: tasks cancelled, sockets and files closed, but no
+        log flushed, no checkpoint or `.kafka_cleanshutdown` written and no znode deleted.
+        The session is the caller's to abandon (a dead process stops heartbeating), so the
+        controller learns of the crash only when it expires; the next start recovers the
+        logs. Idempotent with `stop`."""
+        if self._stopped:
+            return
+        self._stopped = True
+        log.warning(
+            "broker %d crashing: no flush, checkpoint or controlled shutdown", self.broker_id
+        )
+        await self.groups.stop()
+        await self.socket_server.stop(0)
+        await self.scheduler.stop()
+        await self.metrics_server.stop()
+        self.ports.close()
+        await self.lifecycle.close()
+        await self.replicas.stop()
+        await self.controller.stop()
+        await self.cache.close()
+        if self.remote is not None:
+            await self.remote.stop(0)
+        for lg in self.log_manager.logs.values():
+            for segment in lg.segments:
+                segment.close()
 
 
 def _replication_config(c: BrokerConfig) -> ReplicationConfig:

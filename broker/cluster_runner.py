@@ -22,7 +22,7 @@ import asyncio
 import logging
 
 from tierbroker.broker.broker_server import BrokerServer
-from tierbroker.broker.cluster.inprocess_store import InProcessZooKeeper
+from tierbroker.broker.cluster.inprocess_store import InProcessSession, InProcessZooKeeper
 from tierbroker.broker.cluster.store import MetadataStore
 from tierbroker.broker.cluster.zk_store import ZooKeeperStore
 from tierbroker.broker.config import BrokerConfig
@@ -81,7 +81,7 @@ class ClusterRunner:
         ]
         self.stop_requested = asyncio.Event()
         self.fatal_error: str | None = None
-        self._watches: set[asyncio.Task[None]] = set()
+        self._watches: dict[int, asyncio.Task[None]] = {}  # of the broker now under each id
 
     def _session(self, config: BrokerConfig) -> MetadataStore:
         timeout = config.zookeeper_session_timeout_ms
@@ -98,11 +98,12 @@ class ClusterRunner:
         await asyncio.gather(*(b.join() for b in self.brokers))
         await asyncio.gather(*(b.serve() for b in self.brokers))
         for broker in self.brokers:
-            self._watches.add(
-                asyncio.get_running_loop().create_task(
-                    self._watch(broker), name=f"broker-{broker.broker_id}-watch"
-                )
-            )
+            self._start_watch(broker)
+
+    def _start_watch(self, broker: BrokerServer) -> None:
+        self._watches[broker.broker_id] = asyncio.get_running_loop().create_task(
+            self._watch(broker), name=f"broker-{broker.broker_id}-watch"
+        )
 
     async def _watch(self, broker: BrokerServer) -> None:
         """A broker that must stop (every log dir failed) stops the process."""
@@ -114,10 +115,18 @@ class ClusterRunner:
     def broker(self, broker_id: int) -> BrokerServer:
         return next(b for b in self.brokers if b.broker_id == broker_id)
 
-    async def stop_broker(self, broker_id: int, controlled: bool = True) -> None:
-        """Stop one broker as SIGTERM would: its leadership moves first. `controlled=False`:
-        it goes at once, and the controller moves its leadership once it sees it gone."""
-        await self.broker(broker_id).stop(controlled=controlled)
+    async def stop_broker(self, broker_id: int) -> None:
+        """Stop one broker as SIGTERM would: its leadership moves first."""
+        await self.broker(broker_id).stop()
+
+    async def kill_broker(self, broker_id: int) -> None:
+        """Crash one broker (`BrokerServer.crash`): its in-process session is abandoned, so
+        the controller moves its leadership once the session expires."""
+        broker = self.broker(broker_id)
+        if not isinstance(broker.store, InProcessSession):
+            raise TypeError("only a broker with an in-process session can crash on demand")
+        broker.store.abandon()
+        await broker.crash()
 
     async def start_broker(self, broker_id: int) -> None:
         """Start a stopped broker again, on the port it had, with its logs."""
@@ -131,13 +140,18 @@ class ClusterRunner:
         new = BrokerServer(config, self._session(config), bind_ports(config))
         self.brokers[self.brokers.index(old)] = new
         await new.start()
+        watch = self._watches.pop(broker_id, None)
+        if watch is not None:  # it watched the broker stopped
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+        self._start_watch(new)
 
     async def stop(self) -> None:
         """Stop every broker, then the service. A broker of a cluster that goes on (over
         ZooKeeper) hands its leadership over first; brokers that all stop do not."""
-        for task in self._watches:
+        for task in self._watches.values():
             task.cancel()
-        await asyncio.gather(*self._watches, return_exceptions=True)
+        await asyncio.gather(*self._watches.values(), return_exceptions=True)
         controlled = self.service is None
         await asyncio.gather(*(b.stop(controlled=controlled) for b in self.brokers))
         if self.service is not None:

@@ -6,9 +6,10 @@ kafka-python) or its own event loop against them. Every broker listens, and serv
 metrics, on a free loopback port unless told otherwise; data lives in the directory
 given.
 
-Faults on demand: `stop_broker` (a SIGTERM: leadership moves first), `kill_broker` (no
-controlled shutdown: leadership moves once the controller sees the broker gone), `start_broker`
-(again, on the same port, with its logs), `expire_session` (the broker's metadata-store
+Faults on demand: `stop_broker` (a SIGTERM: leadership moves first), `kill_broker` (a
+crash: nothing flushed or checkpointed, the session left to expire; leadership moves
+once it has), `start_broker` (again, on the same port, with its logs, recovered after a
+crash), `expire_session` (the broker's metadata-store
 session ends, as when ZooKeeper loses it: it re-registers, and the controller reacts
 as to a broker that went and came back), `suspend_session` / `resume_session` (the
 broker cannot reach the store while its clients still reach it, as in a partition).
@@ -131,7 +132,7 @@ class EmbeddedCluster:
 
     def kill_broker(self, broker_id: int, timeout_s: float = 60.0) -> None:
         assert self.runner is not None
-        self.call(self.runner.stop_broker(broker_id, controlled=False), timeout_s)
+        self.call(self.runner.kill_broker(broker_id), timeout_s)
 
     def start_broker(self, broker_id: int, timeout_s: float = 60.0) -> None:
         assert self.runner is not None

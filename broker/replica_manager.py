@@ -127,6 +127,8 @@ class ReplicaManager:
         self.reader.propagate_high_watermark = self.config.propagate_high_watermark
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
         self.isr_change_listeners: list[Callable[[bool], None]] = []  # (expanded)
+        # Called when a partition leaves this broker: (partition, whether its topic was deleted).
+        self.stop_listeners: list[Callable[[TopicPartition, bool], None]] = []
         # Called when a partition's log end or high watermark may have moved.
         self.progress_listeners: list[Callable[[TopicPartition], None]] = []
         self._deltas: asyncio.Queue[MetadataDelta] = asyncio.Queue()
@@ -321,6 +323,8 @@ class ReplicaManager:
                 listener(partition, False)
         if delete:
             self.log_manager.delete_log(tp)
+        for stopped in self.stop_listeners:
+            stopped(tp, delete_remote)
         self._wake(tp)
 
     def on_log_dir_offline(self, log_dir: Path) -> None:

@@ -6,7 +6,8 @@ an ISR short of their replicas, or of min.insync.replicas), `LeaderCount`,
 `PartitionCount`, `ActiveControllerCount` and `OfflinePartitionsCount` (on the active
 controller: partitions without a live leader), `MaxLag` and `ConsumerLag` per partition
 (a follower's distance to its leader's high watermark, Kafka's FetcherLagMetrics), and
-`ReplicationBytesInPerSec` per topic (record bytes its followers fetched).
+`ReplicationBytesInPerSec` per topic (record bytes its followers fetched; forgotten when
+the topic is deleted).
 `IsrShrinksPerSec` and `IsrExpandsPerSec` count committed ISR changes.
 """
 
@@ -21,6 +22,7 @@ from prometheus_client.registry import Collector
 from tierbroker.broker.cluster.controller import Controller
 from tierbroker.broker.cluster.zk_data import NO_LEADER
 from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.storage.topic_partition import TopicPartition
 
 
 class ReplicationMetrics(Collector):
@@ -32,9 +34,15 @@ class ReplicationMetrics(Collector):
         self.isr_shrinks = Counter("IsrShrinksPerSec", "ISR shrinks", registry=registry)
         self.isr_expands = Counter("IsrExpandsPerSec", "ISR expansions", registry=registry)
         registry.register(self)
+        replicas.stop_listeners.append(self.partition_stopped)
 
     def isr_changed(self, expanded: bool) -> None:
         (self.isr_expands if expanded else self.isr_shrinks).inc()
+
+    def partition_stopped(self, tp: TopicPartition, topic_deleted: bool) -> None:
+        """A deleted topic's ReplicationBytesInPerSec series goes with it."""
+        if topic_deleted:
+            self.replicas.fetchers.bytes_fetched.pop(tp.topic, None)
 
     def collect(self) -> Iterator[Metric]:
         led = [p for p in self.replicas.partitions.values() if p.is_leader]

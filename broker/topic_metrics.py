@@ -6,11 +6,17 @@ counters labelled by topic, as Kafka's `BrokerTopicMetrics` meters are.
 `ConsumerBytesOut` splits those per partition by whether the consumer is in this
 broker's rack (`same-rack`, `cross-rack`, `unknown` when either names no rack): the
 traffic that fetching from the closest replica (KIP-392) keeps inside a zone.
+A partition's children go when it leaves the broker, a topic's when it is deleted
+(`forget`), so the registry holds no series of partitions gone.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
+
+from tierbroker.storage.topic_partition import TopicPartition
+
+LOCALITIES = ("same-rack", "cross-rack", "unknown")  # of ConsumerBytesOut
 
 
 class BrokerTopicMetrics:
@@ -27,3 +33,11 @@ class BrokerTopicMetrics:
             ["topic", "partition", "locality"],
             registry=registry,
         )
+
+    def forget(self, tp: TopicPartition, topic_deleted: bool) -> None:
+        """`tp` left this broker: drop its children, and its topic's if the topic was deleted."""
+        for locality in LOCALITIES:
+            self.consumer_bytes_out.remove(tp.topic, str(tp.partition), locality)
+        if topic_deleted:
+            self.bytes_in.remove(tp.topic)
+            self.bytes_out.remove(tp.topic)

@@ -3,7 +3,8 @@
 Names follow Kafka's (`RemoteCopyBytesPerSec`, `RemoteCopyLagBytes`, ...): counters
 for the *PerSec meters (Prometheus derives the rate), gauges for lags and sizes; and
 the store's health (`RemoteStorageHealthy`, see `storage_health`), which the same
-copies and reads update.
+copies and reads update. A partition's gauges go when it leaves the broker, a topic's
+counters when it is deleted (`forget`), so the registry holds no series of partitions gone.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tierbroker.rlm.storage_health import RemoteStorageHealth
+from tierbroker.storage.topic_partition import TopicPartition
 
 
 class RemoteStorageMetrics:
@@ -46,3 +48,28 @@ class RemoteStorageMetrics:
             "RemoteLogManagerPoolQueueSize", "Tasks waiting for a slot", ("pool",)
         )
         self.health = RemoteStorageHealth(registry)
+        self._per_partition = (
+            self.copy_lag_bytes,
+            self.copy_lag_segments,
+            self.delete_lag_bytes,
+            self.log_size_bytes,
+            self.metadata_count,
+        )
+        self._per_topic = (
+            self.copy_bytes,
+            self.fetch_bytes,
+            self.copy_requests,
+            self.fetch_requests,
+            self.copy_errors,
+            self.fetch_errors,
+            self.build_aux_state_requests,
+            self.build_aux_state_errors,
+        )
+
+    def forget(self, tp: TopicPartition, topic_deleted: bool) -> None:
+        """`tp` left this broker: drop its gauges, and its topic's counters if it was deleted."""
+        for gauge in self._per_partition:
+            gauge.remove(tp.topic, str(tp.partition))
+        if topic_deleted:
+            for counter in self._per_topic:
+                counter.remove(tp.topic)

@@ -162,6 +162,7 @@ class RemoteLogManager:
         self.follower.cancel(tip)
         self.followed.pop(tip, None)
         self.rlmm.on_stop_partitions([tip])
+        self.metrics.forget(tip.topic_partition, topic_deleted=delete)
         if delete:
             self._schedule_partition_delete(tip, partition.copying if partition else set())
 

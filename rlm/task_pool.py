@@ -11,8 +11,8 @@ task succeeds again. At most `size` tasks of the pool run at once; each pool has
 own limit, so slow copies never delay retention. Next-run times are kept in a
 heap, and a task is started only when a slot is free, so a wake-up costs the
 partitions it starts, not every partition led (a broker may lead many thousands).
-The pool's routine task and its running tasks are owned here and cancelled by
-`stop()`; cancellation is never swallowed.
+The pool's routine task and its running tasks are owned here, cancelled and awaited
+by `stop()` (none outlives it); cancellation is never swallowed.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from tierbroker.rlm.storage_health import describe
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 
 log = logging.getLogger(__name__)
+
+STRAGGLER_GRACE_S = 5.0  # how long stop() awaits tasks cancelled twice
 
 
 class PartitionTask(Protocol):
@@ -170,10 +172,24 @@ class TaskPool:
         )
 
     async def stop(self, timeout_s: float) -> None:
-        """Cancel the routine and every running task; wait for them up to `timeout_s`."""
+        """Cancel the routine and every running task; wait for them up to `timeout_s`.
+        A task still running then (one awaiting shielded work) is cancelled again, named
+        in the log, and awaited up to `STRAGGLER_GRACE_S` more: none outlives the pool."""
         tasks = [t for t in (self._routine, *self._inflight) if t is not None]
+        self._routine = None
         for t in tasks:
             t.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout_s)
-        self._routine = None
+        if not tasks:
+            return
+        _, stragglers = await asyncio.wait(tasks, timeout=timeout_s)
+        if not stragglers:
+            return
+        names = sorted(t.get_name() for t in stragglers)
+        log.warning("%s pool: cancelling %d tasks still running: %s", self.name, len(names), names)
+        for t in stragglers:
+            t.cancel()
+        _, stuck = await asyncio.wait(stragglers, timeout=STRAGGLER_GRACE_S)
+        if stuck:
+            log.error(
+                "%s pool: tasks ignore cancellation: %s", self.name, [t.get_name() for t in stuck]
+            )

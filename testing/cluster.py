@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 ConfigValue = str | int | float | bool
 
 # No free-space floor: a CI runner's small tmpfs would be below the default 1 GiB.
+# A short session timeout: a killed broker's session expires (and its leadership moves)
+# within seconds; in-process sessions that live never expire, whatever the timeout.
 TEST_SETTINGS = {
+    "zookeeper.session.timeout.ms": "3000",
     "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.num.partitions": "5",
     "log.dir.min.free.bytes": "0",
@@ -476,9 +479,10 @@ class TierbrokerCluster:
         self._wait_seen(broker_id, False, timeout_s)
 
     def kill_broker(self, broker_id: int, timeout_s: float = 30.0) -> None:
-        """Stop a broker at once, without controlled shutdown: clients lose their
-        connections, and its partitions get new leaders once the controller sees it gone.
-        Returns once the other brokers see it gone and it leads nothing."""
+        """Crash a broker: its connections drop, nothing is flushed or checkpointed (no
+        `.kafka_cleanshutdown`), and its metadata session is left to expire, after
+        which the controller gives its partitions new leaders. `start_broker` then runs
+        log recovery. Returns once the other brokers see it gone and it leads nothing."""
         self.embedded.kill_broker(broker_id)
         self._wait_seen(broker_id, False, timeout_s)
 

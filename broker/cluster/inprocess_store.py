@@ -14,9 +14,10 @@ stored (a full disk) is undone and each of its writes fails with `StorageUnavail
 so nothing acted upon was ever lost. Not thread-safe: one event loop owns it.
 
 Tests (and fixtures) can end a session at will: `expire()` (the session is gone: LOST,
-then CONNECTED with a new one) and `suspend()` / `resume()` (the client loses the
+then CONNECTED with a new one), `suspend()` / `resume()` (the client loses the
 service: SUSPENDED; after the session timeout the service expires the session, which
-the client learns when it comes back).
+the client learns when it comes back) and `abandon()` (the client crashed: it is told
+nothing, its calls fail, and the service expires the session after its timeout).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class InProcessZooKeeper:
         self._storing: asyncio.Future[None] | None = None  # the batch being stored
         self._writer: asyncio.Task[None] | None = None
         self._expiry_timers: dict[int, asyncio.TimerHandle] = {}
+        self._expiring: set[asyncio.Task[None]] = set()  # sessions timed out, ending now
 
     async def open(self) -> None:
         """Load the stored znodes and start applying writes."""
@@ -133,6 +135,8 @@ class InProcessZooKeeper:
             await session.close()
         for timer in self._expiry_timers.values():
             timer.cancel()
+        # Expiries under way finish while the writer still runs: none outlives the service.
+        await asyncio.gather(*self._expiring)
         if self._writer is not None:
             self._writer.cancel()
             await asyncio.gather(self._writer, return_exceptions=True)
@@ -176,11 +180,23 @@ class InProcessZooKeeper:
             await self.submit(0, delete_owned)
 
     def _expire_later(self, session_id: int, timeout_ms: int) -> None:
-        loop = asyncio.get_running_loop()
-        self._expiry_timers[session_id] = loop.call_later(
-            timeout_ms / 1000,
-            lambda: loop.create_task(self._end_session(session_id), name="zk-expire"),
+        self._expiry_timers[session_id] = asyncio.get_running_loop().call_later(
+            timeout_ms / 1000, self._start_expiry, session_id
         )
+
+    def _start_expiry(self, session_id: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._expire(session_id), name="zk-expire")
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
+
+    async def _expire(self, session_id: int) -> None:
+        """The session timed out: end it. A failure is logged; the session is gone anyway."""
+        try:
+            await self._end_session(session_id)
+        except StoreError as e:
+            log.error("session 0x%x expired; its ephemerals not deleted: %s", session_id, e)
+        except Exception:
+            log.exception("session 0x%x expired; ending it failed", session_id)
 
     def _is_live(self, session_id: int) -> bool:
         return session_id in self._sessions and session_id not in self._expiry_timers
@@ -443,6 +459,15 @@ class InProcessSession:
         """Lose the service: SUSPENDED; the service expires the session after its timeout."""
         self._server._expire_later(self._session_id, self._timeout_ms)
         self._notify(SessionState.SUSPENDED)
+
+    def abandon(self) -> None:
+        """The client crashed: it stops heartbeating without closing the session, so the
+        service expires it (its ephemerals go) after the session timeout, as ZooKeeper
+        does. Every later call fails with SessionExpiredError; no listener is told."""
+        if self._session_id:
+            session_id, self._session_id = self._session_id, 0
+            self._listeners.clear()
+            self._server._expire_later(session_id, self._timeout_ms)
 
     async def resume(self) -> None:
         """Reach the service again: CONNECTED if the session lived, else LOST then CONNECTED."""

@@ -159,16 +159,20 @@ class GroupCoordinator:
     def _drop(self, group: GroupMetadata) -> None:
         if group.rebalance_timer is not None:
             group.rebalance_timer.cancel()
+        group.drop_all_pending()
         for member in group.members.values():
             self._cancel_member(member, ErrorCode.not_coordinator)
 
-    def stop(self) -> None:
-        """Cancel every timer and answer every waiter: this broker stops coordinating."""
+    async def stop(self) -> None:
+        """Cancel every timer and answer every waiter: this broker stops coordinating.
+        Returns once every group load it started has ended."""
         self.active = False
-        for task in self._tasks:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
         for group in self.groups.values():
             self._drop(group)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def coordinator_error(self, group_id: str) -> ErrorCode:
         """NONE if this broker coordinates `group_id` now, else what the client is told."""
@@ -220,9 +224,7 @@ class GroupCoordinator:
                 return await self._rejoin_static_member(group, old_id, member_id, req)
         elif req.require_known_member_id:
             # KIP-394: hand out the id first, so a member that never returns costs nothing.
-            group.pending_members.add(member_id)
-            loop = asyncio.get_running_loop()
-            loop.call_later(
+            group.pending_members[member_id] = asyncio.get_running_loop().call_later(
                 req.session_timeout_ms / 1000, self._expire_pending_member, group, member_id
             )
             return JoinResult(ErrorCode.member_id_required, member_id=member_id)
@@ -234,8 +236,7 @@ class GroupCoordinator:
     async def _join_known_member(self, group: GroupMetadata, req: JoinRequest) -> JoinResult:
         member = group.members.get(req.member_id)
         if member is None:
-            if req.member_id in group.pending_members:
-                group.pending_members.discard(req.member_id)
+            if group.drop_pending(req.member_id):
                 return await self._add_member_and_rebalance(
                     group, self._new_member(req, req.member_id)
                 )
@@ -393,7 +394,7 @@ class GroupCoordinator:
         for member in [m for m in group.members.values() if not m.awaiting_join]:
             log.info("group %s: member %s did not rejoin in time", group.group_id, member.member_id)
             self._remove_member(group, member, ErrorCode.unknown_member_id)
-        group.pending_members.clear()
+        group.drop_all_pending()
         self._complete_join(group)
 
     def _complete_join(self, group: GroupMetadata) -> None:
@@ -532,8 +533,7 @@ class GroupCoordinator:
                     results.append((member_id, instance_id, ErrorCode.fenced_instance_id))
                     continue
                 member_id = known_id
-            if member_id in group.pending_members:
-                group.pending_members.discard(member_id)
+            if group.drop_pending(member_id):
                 results.append((member_id, instance_id, ErrorCode.none))
                 self._maybe_complete_join(group)
                 continue
@@ -568,8 +568,7 @@ class GroupCoordinator:
         self._remove_member_and_update_group(group, member)
 
     def _expire_pending_member(self, group: GroupMetadata, member_id: str) -> None:
-        if member_id in group.pending_members:
-            group.pending_members.discard(member_id)
+        if group.drop_pending(member_id):
             self._maybe_complete_join(group)
 
     def _cancel_member(self, member: MemberMetadata, error: ErrorCode) -> None:

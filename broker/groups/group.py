@@ -103,10 +103,22 @@ class GroupMetadata:
     leader_id: str | None = None
     members: dict[str, MemberMetadata] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    pending_members: set[str] = field(default_factory=set)  # KIP-394: id given, not joined yet
+    # KIP-394: ids given, not joined yet, each with the timer that forgets it.
+    pending_members: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     state_timestamp_ms: int = -1
     rebalance_timer: asyncio.TimerHandle | None = None
     initial_delay: bool = False  # in group.initial.rebalance.delay.ms after leaving Empty
+
+    def drop_pending(self, member_id: str) -> bool:
+        """Forget a pending member id and cancel its timer; whether it was pending."""
+        timer = self.pending_members.pop(member_id, None)
+        if timer is not None:
+            timer.cancel()
+        return timer is not None
+
+    def drop_all_pending(self) -> None:
+        for member_id in list(self.pending_members):
+            self.drop_pending(member_id)
 
     def transition_to(self, state: GroupState, now_ms: int) -> None:
         if self.state not in _VALID_PREVIOUS[state]:

@@ -230,6 +230,47 @@ async def test_in_process_suspension_outliving_the_timeout_loses_the_session() -
     await server.close()
 
 
+async def test_an_abandoned_in_process_session_expires_after_its_timeout() -> None:
+    server = InProcessZooKeeper(None)
+    await server.open()
+    crashed: InProcessSession = server.session(session_timeout_ms=200)
+    observer = server.session()
+    await crashed.start()
+    await observer.start()
+    await crashed.create("/e", b"", ephemeral=True)
+    states: list[SessionState] = []
+    crashed.add_state_listener(states.append)
+    crashed.abandon()
+    assert await observer.exists("/e") is not None  # a crash is seen only at expiry
+    with pytest.raises(SessionExpiredError):
+        await crashed.set("/e", b"x")
+    gone = asyncio.Event()
+    await observer.exists("/e", lambda e, p: gone.set())
+    await asyncio.wait_for(gone.wait(), 10)
+    assert states == []  # nobody is left to tell
+    await server.close()
+
+
+async def test_closing_the_service_finishes_an_expiry_under_way() -> None:
+    server = InProcessZooKeeper(None)
+    await server.open()
+    crashed = server.session(session_timeout_ms=0)
+    await crashed.start()
+    await crashed.create("/e", b"", ephemeral=True)
+    crashed.abandon()
+    expiring: list[asyncio.Task[object]] = []
+    for _ in range(1000):  # the timer fires at once, on a later loop iteration
+        expiring = [t for t in asyncio.all_tasks() if t.get_name() == "zk-expire"]
+        if expiring:
+            break
+        await asyncio.sleep(0)
+    assert expiring
+
+    await server.close()
+
+    assert expiring[0].done() and expiring[0].exception() is None
+
+
 async def test_zookeeper_partition_longer_than_the_session_expires_it(
     zookeeper: ZooKeeperServer,
 ) -> None:

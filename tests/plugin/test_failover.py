@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer
 
+from tierbroker.storage.log_manager import CLEAN_SHUTDOWN_FILE
 from tierbroker.testing import TierbrokerCluster
 
 Factory = Callable[..., TierbrokerCluster]
@@ -56,6 +57,26 @@ def test_killing_the_leader_loses_no_acknowledged_record(cluster: TierbrokerClus
     assert cluster.broker(old_leader).running
     cluster.kill_broker(new_leader)  # the restarted broker holds every record
     assert [r.value for r in cluster.records(TOPIC)] == numbered(0, 150)
+
+
+def test_a_killed_broker_crashes_and_recovers_at_its_next_start(
+    cluster: TierbrokerCluster,
+) -> None:
+    cluster.produce(TOPIC, numbered(0, 100))
+    victim = cluster.leader(TOPIC)
+    server = cluster.embedded.broker(victim)
+    log_dirs = server.config.log_dir_paths
+
+    cluster.kill_broker(victim)  # returns once its session expired and leadership moved
+
+    assert all(not (d / CLEAN_SHUTDOWN_FILE).exists() for d in log_dirs)
+    assert cluster.leader(TOPIC) not in (victim, -1)
+    cluster.start_broker(victim)
+    cluster.wait_for(lambda: victim in cluster.isr(TOPIC), "the crashed broker in the ISR")
+    for other in {0, 1, 2} - {victim}:
+        cluster.stop_broker(other)  # the recovered broker alone serves every record
+    assert cluster.leader(TOPIC) == victim
+    assert [r.value for r in cluster.records(TOPIC)] == numbered(0, 100)
 
 
 def test_a_group_consumer_reads_on_across_a_killed_leader(cluster: TierbrokerCluster) -> None:
