@@ -34,7 +34,8 @@ run: install
 # Three workers on two cores: most of a test's time is spent waiting on brokers, clients
 # and JVMs. A module stays on one worker (loadfile), so its fixtures are made once.
 test: install-test
-	$(BIN)/pytest -n 3 --dist loadfile --durations=25
+	$(BIN)/pytest -n 3 --dist loadfile -m "not alone" --durations=25
+	$(BIN)/pytest -m alone
 	$(BIN)/pytest -n 2 tests/plugin
 
 check: install-test

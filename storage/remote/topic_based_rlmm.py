@@ -133,16 +133,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         """Apply the partition's events not applied yet, yielding after each. A partition
         this broker holds no replica of is skipped."""
         try:
-            ahead = self._applied_ahead.get(partition, set())
             for offset, _key, value in self.topic.read(
                 partition, self.next_offsets.get(partition, 0)
             ):
-                if offset in ahead:
-                    ahead.discard(offset)
-                elif value is not None:
-                    self._replay(partition, offset, value)
-                self.next_offsets[partition] = offset + 1
-                self._dirty = True
+                self._apply_record(partition, offset, value)
                 yield
         except KafkaError as e:
             log.debug("remote log metadata partition %d not read here: %s", partition, e)
@@ -150,16 +144,19 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _apply_fetched(self, partition: int, records: Records) -> None:
         """Apply fetched records from the partition's next offset on (a local catch-up may
         have applied some while the fetch was in flight)."""
-        ahead = self._applied_ahead.get(partition, set())
         for offset, _key, value in records:
-            if offset < self.next_offsets.get(partition, 0):
-                continue
-            if offset in ahead:
-                ahead.discard(offset)
-            elif value is not None:
-                self._replay(partition, offset, value)
-            self.next_offsets[partition] = offset + 1
-            self._dirty = True
+            if offset >= self.next_offsets.get(partition, 0):
+                self._apply_record(partition, offset, value)
+
+    def _apply_record(self, partition: int, offset: int, value: bytes | None) -> None:
+        """Apply the event at the partition's next offset, unless `_publish` applied it ahead."""
+        ahead = self._applied_ahead.get(partition, set())
+        if offset in ahead:
+            ahead.discard(offset)
+        elif value is not None:
+            self._replay(partition, offset, value)
+        self.next_offsets[partition] = offset + 1
+        self._dirty = True
 
     def on_partition_leadership_changes(
         self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]

@@ -41,7 +41,8 @@ from tests.integration.zk_cluster import (
 )
 from tests.zookeeper import ZooKeeperServer
 
-pytestmark = pytest.mark.slow
+# Kills leaders while copies are under way: the rates it relies on hold on an idle machine.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 MESSAGES = 10_000
 KILLS = 2
