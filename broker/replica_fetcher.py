@@ -65,6 +65,8 @@ from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
+_WAIT_MAX_WHILE_REBUILDING_MS = 50
+
 FETCH_VERSION = 17
 _RETRIABLE = {
     ErrorCode.not_leader_or_follower,
@@ -239,7 +241,7 @@ class ReplicaFetcher:
             replica_state=fetch_request.ReplicaState(
                 replica_id=BrokerId(self.broker_id), replica_epoch=i64(self.broker_epoch())
             ),
-            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self.config.wait_max_ms)),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self._wait_max_ms())),
             min_bytes=i32(self.config.min_bytes),
             max_bytes=i32(self.config.response_max_bytes),
             isolation_level=i8(0),
@@ -438,6 +440,14 @@ class ReplicaFetcher:
         finally:
             state.rebuilding = None
             self._changed.set()
+
+    def _wait_max_ms(self) -> int:
+        """How long the leader may hold the fetch. While a partition rebuilds, briefly: it
+        joins the next fetch, which the leader answers only after this one (in order), and
+        the leader's local log start, where the rebuild ends, moves on meanwhile."""
+        if any(s.rebuilding is not None for s in self.partitions.values()):
+            return min(self.config.wait_max_ms, _WAIT_MAX_WHILE_REBUILDING_MS)
+        return self.config.wait_max_ms
 
     def _short_of_space(self, partition: Partition, size_bytes: int) -> bool:
         guard = self.free_space
