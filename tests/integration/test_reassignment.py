@@ -337,7 +337,9 @@ def test_a_moved_tiered_partition_keeps_its_remote_data(
             admin.close()
 
 
+# Reads 1 GiB back from the remote tier within remote.fetch.max.wait.ms: run with nothing beside.
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_tiered_partition_moves_with_its_local_tail_only(tmp_path: Path) -> None:
     """1 GiB in the remote tier, 16 MiB kept locally: moved to a broker that had no replica,
     the partition's new replica fetches the leader's local tail (and rebuilds the rest of
