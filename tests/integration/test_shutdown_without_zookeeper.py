@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import NewTopic
 
-from tests.integration.zk_cluster import ZooKeeperCluster, read_all, wait_for
+from tests.integration.zk_cluster import ZooKeeperCluster
 from tests.zookeeper import ZooKeeperServer
+
+# Stops and starts ZooKeeper under acks=all produce: run with nothing beside it.
+pytestmark = pytest.mark.alone
 
 SHUTDOWN_TIMEOUT_MS = 5000
 RECORDS = 200
@@ -58,37 +59,6 @@ def produce(bootstrap: str, topic: str, count: int) -> list[int]:
         producer.produce(topic, b"%d" % i, on_delivery=delivered)
     assert producer.flush(30) == 0
     return acknowledged
-
-
-def test_sigterm_without_zookeeper_exits_within_the_shutdown_timeout(
-    cluster: ZooKeeperCluster, zookeeper: ZooKeeperServer
-) -> None:
-    topic = "bounded-shutdown"
-    admin = cluster.admin()
-    admin.create_topics([NewTopic(topic, 1, 2)])[topic].result(30)
-    wait_for(lambda: sorted(cluster.partition_state(topic, 0)[1]) == [0, 1], "both in the ISR")
-    acknowledged = produce(cluster.bootstrap, topic, RECORDS)
-    assert sorted(acknowledged) == list(range(RECORDS))
-    leader, _ = cluster.partition_state(topic, 0)
-    broker = cluster.brokers[leader]
-    assert broker.process is not None
-
-    zookeeper.stop()
-    os.kill(broker.process.pid, signal.SIGTERM)
-    try:
-        code = broker.process.wait(SHUTDOWN_TIMEOUT_MS / 1000 + 10)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"still running well past shutdown.timeout.ms:\n{broker.log()[-3000:]}")
-    assert code != 0, broker.log()[-3000:]
-    errors = [line for line in broker.log().splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, broker.log()[-3000:]
-    assert "shutdown.timeout.ms" in errors[0] and "uncontrolled" in errors[0], errors
-
-    # Everything acknowledged is there once ZooKeeper and the broker are back.
-    zookeeper.start()
-    cluster.restart(leader)
-    wait_for(lambda: sorted(cluster.partition_state(topic, 0)[1]) == [0, 1], "both in the ISR")
-    assert sorted(read_all(cluster.bootstrap, topic, RECORDS)) == list(range(RECORDS))
 
 
 def test_a_controller_that_cannot_resign_exits_within_the_shutdown_timeout(
