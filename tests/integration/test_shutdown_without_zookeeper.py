@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
 
 from tests.integration.zk_cluster import ZooKeeperCluster
 from tests.zookeeper import ZooKeeperServer
@@ -32,33 +31,6 @@ def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     server = ZooKeeperServer(tmp_path / "zk").start()
     yield server
     server.stop()
-
-
-@pytest.fixture
-def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZooKeeperCluster]:
-    bounded = {
-        "shutdown.timeout.ms": str(SHUTDOWN_TIMEOUT_MS),
-        "controlled.shutdown.max.retries": "2",
-        "controlled.shutdown.retry.backoff.ms": "500",
-    }
-    running = ZooKeeperCluster(zookeeper, tmp_path, brokers=2, overrides=bounded).start()
-    yield running
-    running.stop()
-
-
-def produce(bootstrap: str, topic: str, count: int) -> list[int]:
-    """Produce 0..count-1 with acks=all; the numbers acknowledged."""
-    acknowledged: list[int] = []
-
-    def delivered(error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            acknowledged.append(int(message.value() or b""))
-
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    for i in range(count):
-        producer.produce(topic, b"%d" % i, on_delivery=delivered)
-    assert producer.flush(30) == 0
-    return acknowledged
 
 
 def test_a_controller_that_cannot_resign_exits_within_the_shutdown_timeout(
