@@ -5,7 +5,7 @@ partition's leader over the wire.
 
 The partition's leader tiers most of its log; it is killed, and its follower, which must
 learn from the metadata what is remote, leads. Then:
-- no segment was uploaded twice and no upload lacks its manifest;
+- each segment is committed once, and a copy the kill left unrecorded is removed;
 - the killed broker, its disk emptied, rebuilds from the remote tier, fetching only the
   leader's local tail;
 - every acknowledged record is read from offset 0 by confluent-kafka.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from tests.integration.test_replica_rebuild import metric, produce
 from tests.integration.waiting import wait_for
 from tierbroker.broker.embedded import EmbeddedCluster
 from tierbroker.storage.log import Log
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentState, TopicIdPartition
 from tierbroker.storage.topic_partition import TopicPartition
 
 TOPIC = "rebuilt"  # the name `produce` and `metric` use
@@ -34,6 +35,9 @@ METADATA = TopicPartition("__remote_log_metadata", 0)
 RECORDS = 8_000
 SEGMENT_BYTES = 64 * 1024
 LOCAL_RETENTION_BYTES = 3 * SEGMENT_BYTES
+# A copy the killed leader finished in the remote tier but never recorded as finished is
+# abandoned: its files stay until this has passed, then the expiration task removes them.
+STUCK_COPY_TIMEOUT_MS = 3000
 
 
 @pytest.fixture(params=[4, 5], ids=["4-brokers", "5-brokers"])
@@ -48,6 +52,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Embedded
             "remote.log.storage.system.enable": "true",
             "rsm.config.dir": str(tmp_path / "remote"),
             "remote.log.manager.task.interval.ms": "200",
+            "remote.log.manager.stuck.copy.timeout.ms": str(STUCK_COPY_TIMEOUT_MS),
             "log.retention.check.interval.ms": "200",
             "remote.log.metadata.topic.num.partitions": "1",
             "remote.log.metadata.topic.replication.factor": "1",
@@ -126,9 +131,22 @@ def test_leaders_without_a_metadata_replica_tier_once_and_followers_rebuild_from
         )
 
     wait_for(settled, "the new leader to tier its log", show=lambda: new_log.segments)
-    by_start, orphans = uploads(tmp_path / "remote")
-    assert {start: ids for start, ids in by_start.items() if len(ids) > 1} == {}
-    assert orphans == []
+    # Each segment is committed once: what the new leader's metadata records as copied.
+    remote = cluster.broker(second).remote
+    assert remote is not None
+    tip = TopicIdPartition(new_log.topic_id, tp)
+    finished = Counter(
+        s.start_offset
+        for s in remote.rlmm.list_remote_log_segments(tip)
+        if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+    )
+    assert [start for start, copies in finished.items() if copies > 1] == []
+
+    def cleaned() -> bool:
+        by_start, orphans = uploads(tmp_path / "remote")
+        return orphans == [] and all(len(ids) == 1 for ids in by_start.values())
+
+    wait_for(cleaned, "abandoned copies removed", show=lambda: uploads(tmp_path / "remote"))
 
     log_dir = cluster.broker(first).config.log_dir_paths[0]
     shutil.rmtree(log_dir)  # an emptied disk: its logs, checkpoints and remote metadata
