@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib
-import pkgutil
+import importlib.util
+import re
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +31,7 @@ from tierbroker.broker.replica_manager import ReplicaManager
 from tierbroker.broker.topic_metrics import BrokerTopicMetrics
 
 NO_THROTTLE = datetime.timedelta(0)
+_FIELD = re.compile(r"^    ([a-z]\w*): ", re.M)  # a field of a kio dataclass
 # The address of the client whose request is being handled (JoinGroup records it).
 CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 
@@ -65,14 +67,18 @@ def _field_names(cls: type) -> frozenset[str]:
 
 @cache
 def _names_in_any_version(cls: type) -> frozenset[str]:
-    """The fields of `cls` in every version kio has of its API (`kio.schema.<api>.vN`)."""
+    """The fields of `cls` in every version kio has of its API, read from the source of
+    its generated modules (`kio/schema/<api>/vN/<kind>.py`): importing them all would hold
+    the event loop for up to a few hundred ms."""
     api, _version, kind = cls.__module__.rsplit(".", 2)
+    spec = importlib.util.find_spec(api)
+    directories = spec.submodule_search_locations or [] if spec is not None else []
+    block = re.compile(rf"^class {cls.__name__}\b.*?:\n(.*?)(?=^\S|\Z)", re.M | re.S)
     names: set[str] = set()
-    for found in pkgutil.iter_modules(importlib.import_module(api).__path__):
-        module = importlib.import_module(f"{api}.{found.name}.{kind}")
-        same = getattr(module, cls.__name__, None)
-        if same is not None:
-            names |= _field_names(same)
+    for directory in directories:
+        for source in Path(directory).glob(f"v*/{kind}.py"):
+            for body in block.findall(source.read_text()):
+                names.update(_FIELD.findall(body))
     return frozenset(names)
 
 
@@ -92,7 +98,8 @@ def _kept_names(cls: type, given: tuple[str, ...]) -> tuple[str, ...] | None:
     """The names of `given` that `cls` has, or None if it has them all (a call site passes
     the same names every time, so this is worked out once per site and version)."""
     names = _field_names(cls)
-    unknown = set(given) - names - _names_in_any_version(cls)
+    missing = set(given) - names
+    unknown = missing - _names_in_any_version(cls) if missing else missing
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))} in any version")
     kept = tuple(k for k in given if k in names)
