@@ -65,6 +65,8 @@ from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
+# Partitions of one answer applied between two turns of the event loop.
+PARTITIONS_PER_TURN = 200
 _WAIT_MAX_WHILE_REBUILDING_MS = 50
 
 FETCH_VERSION = 17
@@ -264,31 +266,35 @@ class ReplicaFetcher:
             return
         by_key = {(s.partition.topic_id, tp.partition): (tp, s) for tp, s in ready.items()}
         moved: list[Partition] = []
-        for topic in response.responses:
-            for data in topic.partitions:
-                found = by_key.get((topic.topic_id, int(data.partition_index)))
-                if found is None:
-                    continue
-                tp, requested = found
-                if not self._is_current(tp, requested):
-                    continue  # removed, or led anew, while the fetch was in flight
-                state = requested
-                try:
-                    if await self._process_partition(state, data):
-                        moved.append(state.partition)
-                except OSError as e:
-                    self._storage_failed(state, e)
-                except KafkaError as e:
-                    log.warning("replica fetcher %d: %s: %s", self.broker_id, tp, e)
-                    self._delay([state])
-                except Exception:  # a bug or an answer we cannot apply: this partition only
-                    log.exception(
-                        "replica fetcher %d: %s failed; retrying in %d ms",
-                        self.broker_id,
-                        tp,
-                        self.config.backoff_ms,
-                    )
-                    self._delay([state])
+        answers = (
+            (topic.topic_id, data) for topic in response.responses for data in topic.partitions
+        )
+        for done, (topic_id, data) in enumerate(answers, 1):
+            if done % PARTITIONS_PER_TURN == 0:
+                await asyncio.sleep(0)  # other work runs between slices of a large answer
+            found = by_key.get((topic_id, int(data.partition_index)))
+            if found is None:
+                continue
+            tp, requested = found
+            if not self._is_current(tp, requested):
+                continue  # removed, or led anew, while the fetch was in flight
+            state = requested
+            try:
+                if await self._process_partition(state, data):
+                    moved.append(state.partition)
+            except OSError as e:
+                self._storage_failed(state, e)
+            except KafkaError as e:
+                log.warning("replica fetcher %d: %s: %s", self.broker_id, tp, e)
+                self._delay([state])
+            except Exception:  # a bug or an answer we cannot apply: this partition only
+                log.exception(
+                    "replica fetcher %d: %s failed; retrying in %d ms",
+                    self.broker_id,
+                    tp,
+                    self.config.backoff_ms,
+                )
+                self._delay([state])
         if moved:
             self.on_appended(moved)
 

@@ -60,6 +60,7 @@ from tierbroker.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 FREEZE_EVERY_PARTITIONS = 256  # partitions led between two freezes of the heap
+PARTITIONS_PER_TURN = 100  # role changes applied between two turns of the event loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +173,9 @@ class ReplicaManager:
         changes = {tp: self.cache.states.get(tp) for tp in self.offline}  # tried again
         changes.update(delta.partitions)
         failed = await self._create_logs(changes)
-        for tp, state in changes.items():
+        for done, (tp, state) in enumerate(changes.items(), 1):
+            if done % PARTITIONS_PER_TURN == 0:
+                await asyncio.sleep(0)  # requests are served between slices of a large change
             replicas = self.cache.replicas(tp)
             try:
                 if state is None or self.broker_id not in replicas:

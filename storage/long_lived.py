@@ -44,9 +44,13 @@ class LongLivedObjects:
             self.freeze()
 
     def freeze(self) -> None:
-        """Move every object alive now out of the collector's walks, if this process
-        allows it."""
         self._unfrozen = 0
-        if _freezing:
-            gc.collect(1)
-            gc.freeze()
+        freeze_long_lived()
+
+
+def freeze_long_lived() -> None:
+    """Move every object alive now out of the collector's walks, if this process allows
+    it: for after a batch of long-lived state has been made."""
+    if _freezing:
+        gc.collect(1)
+        gc.freeze()

@@ -67,6 +67,7 @@ from tierbroker.broker.cluster.store import (
 )
 from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
+from tierbroker.storage.long_lived import freeze_long_lived
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -344,6 +345,9 @@ class Controller:
         await self._on_shutdowns()
         await self._on_topics_change()
         await self._on_deletions()
+        # What was just read lives for this term: a full collection during the elections
+        # below would walk it all (50 ms for 1,000 partitions).
+        freeze_long_lived()
         # As Kafka's controller does on failover: replicas on brokers that are not live
         # go offline, out of every ISR (a broker may have died with the old controller).
         await self._on_brokers_gone(
