@@ -190,11 +190,13 @@ def create_topic(bootstrap: str, replicated: bool, partitions: int) -> None:
 
 
 @contextmanager
-def serving(args: list[str], workdir: Path, name: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A `tierbroker serve` process with `args` (properties, or `--flag value`); stopped
-    afterwards."""
+def serving(
+    args: list[str], workdir: Path, name: str, launcher: list[str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `tierbroker serve` process with `args` (properties, or `--flag value`), started
+    by `launcher` (the `tierbroker` command unless given); stopped afterwards."""
     port = int(next(a for a in args if a.startswith("listeners=")).rsplit(":", 1)[1])
-    command = [tierbroker_command(), "serve"]
+    command = [*(launcher or [tierbroker_command()]), "serve"]
     for a in args:
         command += ["--override", a] if "=" in a and not a.startswith("--") else [a]
     log = open(workdir / f"{name}.log", "wb")
