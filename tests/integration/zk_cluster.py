@@ -148,12 +148,23 @@ class ZooKeeperCluster:
         found = metadata.topics[topic].partitions[partition]
         return found.leader, list(found.isrs)
 
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        """The partition's replicas in their order (the first is the preferred leader)."""
+        metadata = self.admin().list_topics(topic, timeout=10)
+        return list(metadata.topics[topic].partitions[partition].replicas)
+
     def controller(self) -> int:
         admin = self.admin()
         return int(admin.describe_cluster().result(10).controller.id)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float = 60,
+    show: Callable[[], object] | None = None,
+) -> None:
+    """Poll `condition` until true; at the deadline fail, with what `show` returns then."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -161,5 +172,10 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) ->
                 return
         except Exception:  # a broker answering while it moves: ask again
             pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            try:
+                seen = show() if show is not None else None
+            except Exception as e:  # the cluster could not say: say why
+                seen = repr(e)
+            raise AssertionError(f"timed out waiting for {what}; last seen: {seen}")
         time.sleep(0.1)
