@@ -1,11 +1,13 @@
 """A tiered topic on S3 (moto's server) across five broker processes over a real ZooKeeper,
 its three replicas on brokers hosting no replica of `__remote_log_metadata` (one
-partition, replication factor 1), so one broker hosts neither. During an idempotent
-acks=all produce its leadership moves, as an operator moves it:
+partition, replication factor 1), so one broker hosts neither. Its leadership moves, as
+an operator moves it, between and during idempotent acks=all produces:
 - a reassignment that only changes the replicas' order, then a preferred election
-  (ElectLeaders) hands leadership to the new first replica;
-- a reassignment onto the fifth broker, which must complete (that replica rebuilds from
-  the remote tier and joins the ISR), then a preferred election makes it the leader.
+  (ElectLeaders) hands leadership to the new first replica; the old leader, whose epoch
+  of that move holds no record, follows its successor and rejoins the ISR;
+- during a produce, a reassignment onto the fifth broker, which must complete (that
+  replica rebuilds from the remote tier and joins the ISR), then a preferred election
+  makes it the leader.
 
 Then a follower is stopped, its partition directory deleted, and restarted: it rebuilds
 from the remote tier, its local log starting at or after the leader's local log start,
@@ -143,24 +145,28 @@ def test_leadership_moves_and_an_erased_follower_rebuilds_from_the_remote_tier(
     admin = cluster.admin()  # kept: a client destroyed early fails the creation
     admin.create_topics([topic])[TOPIC].result(30)
     wait_for(lambda: sorted(cluster.partition_state(TOPIC, 0)[1]) == replicas, "ISR")
-    producer = AcknowledgedProducer(cluster.bootstrap, TOPIC, MESSAGES, PADDING)
-    producer.start()
-
+    half = MESSAGES // 2
+    before = AcknowledgedProducer(cluster.bootstrap, TOPIC, half, PADDING)
+    before.start()
+    before.join(120)
     wait_for(lambda: status(cluster.brokers[first], TOPIC)["remote_segments"] > 0, "a copy")
+    # Nothing produced meanwhile: the leader's epoch of the reordering move stays empty, and
+    # the leader, now a follower, must drop it to fetch from its successor.
     reassign(cluster, [second, first, third])  # the same replicas, another preferred one
     assert elect_preferred(cluster) == second
 
-    wait_for(lambda: producer.sent > MESSAGES // 2, "progress")
+    after = AcknowledgedProducer(cluster.bootstrap, TOPIC, MESSAGES - half, PADDING, half)
+    after.start()
     wait_for(lambda: copying(cluster, second), f"broker {second} to have a copy due")
     moved = [fifth, second, first]
     reassign(cluster, moved)  # the fifth broker rebuilds from the remote tier to join
     assert elect_preferred(cluster) == fifth
+    after.join(120)
+    for producer in (before, after):
+        assert not producer.is_alive() and producer.failed == []
+    assert sorted(before.acknowledged + after.acknowledged) == list(range(MESSAGES))
 
-    producer.join(120)
-    assert not producer.is_alive() and producer.failed == []
-    assert sorted(producer.acknowledged) == list(range(MESSAGES))
-
-    erased = first
+    erased = second  # the former leader `first` must still be in sync at the end
     leader_start = status(cluster.brokers[fifth], TOPIC)["local_log_start_offset"]
     assert leader_start > 0
     cluster.brokers[erased].stop()

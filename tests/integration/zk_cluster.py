@@ -32,13 +32,16 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 
 
 class AcknowledgedProducer(threading.Thread):
-    """Produces `count` sequence numbers idempotently with acks=all, each value padded with
-    `padding` spaces; remembers which the brokers acknowledged."""
+    """Produces `count` sequence numbers from `first` idempotently with acks=all, each value
+    padded with `padding` spaces; remembers which the brokers acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str, count: int, padding: int = 0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, count: int, padding: int = 0, first: int = 0
+    ) -> None:
         super().__init__(daemon=True)
         self.topic = topic
         self.count = count
+        self.first = first
         self.padding = b" " * padding
         self.producer = Producer(
             {
@@ -64,7 +67,9 @@ class AcknowledgedProducer(threading.Thread):
             while True:
                 try:
                     self.producer.produce(
-                        self.topic, b"%d" % i + self.padding, on_delivery=self._delivered
+                        self.topic,
+                        b"%d" % (self.first + i) + self.padding,
+                        on_delivery=self._delivered,
                     )
                     break
                 except BufferError:
