@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +44,11 @@ from tests.integration.test_tiered_failover_s3 import (
     copying,
     start_tiered_cluster,
 )
+from tests.integration.test_zookeeper_reassignment import (
+    LEGACY_RESOURCES,  # kafka-python's import-time warning, filtered there
+    KafkaAdminClient,
+)
+from tests.integration.test_zookeeper_reassignment import TopicPartition as KpTopicPartition
 from tests.integration.tiering_helpers import (
     check_rebuilt_from_the_tail,
     metric,
@@ -59,14 +63,6 @@ from tests.integration.zk_cluster import (
     zookeeper,  # noqa: F401 (a fixture)
 )
 from tests.zookeeper import ZooKeeperServer
-
-# kafka-python 3 loads its protocol schemas with a deprecated importlib.resources call, at
-# import and lazily: the library's warning, not the broker's (filterwarnings=error).
-LEGACY_RESOURCES = r"(read|open)_text is deprecated"
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", LEGACY_RESOURCES, DeprecationWarning)
-    from kafka import KafkaAdminClient
-    from kafka import TopicPartition as KpTopicPartition
 
 # Five broker processes and a produce spanning the moves: run on an otherwise idle machine.
 pytestmark = [
