@@ -550,6 +550,10 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and above `offset` (a follower diverged from its leader)."""
         if offset >= self.log_end_offset:
+            # No record to remove, but an epoch this broker began as leader at its log end,
+            # without appending, conflicts with the new leader's log: drop it, as Kafka does.
+            # Kept, the next fetch names it again and the leader answers the same divergence.
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
         if offset <= self.log_start_offset or offset < self.segments[0].base_offset:
             # Below the local log (its older part is in the remote tier): start over there.

@@ -23,14 +23,13 @@ from tests.integration.moto_server import (
     moto,  # noqa: F401 (a fixture)
 )
 from tests.integration.test_tiered_failover_s3 import (
-    BUCKET,
-    COPY_BYTES_PER_SECOND,
     PADDING,
     SEGMENT_BYTES,
     STUCK_COPY_TIMEOUT_MS,
     TOPIC,
     Bucket,
     copying,
+    start_tiered_cluster,
 )
 from tests.integration.zk_cluster import (
     AcknowledgedProducer,
@@ -47,6 +46,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.alone]
 MESSAGES = 10_000
 KILLS = 2
 METADATA = "__remote_log_metadata"
+METADATA_ON_ONE_BROKER = {
+    "remote.log.metadata.topic.num.partitions": "1",
+    "remote.log.metadata.topic.replication.factor": "1",
+}
 
 
 @pytest.fixture
@@ -55,18 +58,7 @@ def cluster(
     moto: MotoServer,  # noqa: F811 (the fixture)
     tmp_path: Path,
 ) -> Iterator[ZooKeeperCluster]:
-    moto.create_bucket(BUCKET)
-    overrides = {
-        **moto.rsm_overrides(BUCKET),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.manager.task.interval.ms": "200",
-        "remote.log.manager.copy.max.bytes.per.second": str(COPY_BYTES_PER_SECOND),
-        "remote.log.manager.stuck.copy.timeout.ms": str(STUCK_COPY_TIMEOUT_MS),
-        "log.retention.check.interval.ms": "200",
-        "remote.log.metadata.topic.num.partitions": "1",
-        "remote.log.metadata.topic.replication.factor": "1",
-    }
-    running = ZooKeeperCluster(zookeeper, tmp_path, brokers=4, overrides=overrides).start()
+    running = start_tiered_cluster(zookeeper, moto, tmp_path, 4, METADATA_ON_ONE_BROKER)
     yield running
     running.stop()
 

@@ -61,15 +61,17 @@ STUCK_COPY_TIMEOUT_MS = 3000
 OBJECT = re.compile(r"/(\d{20})-([A-Za-z0-9_-]+)\.(log|indexes|manifest\.json)$")
 
 
-@pytest.fixture
-def cluster(
-    zookeeper: ZooKeeperServer,  # noqa: F811 (the fixture)
-    moto: MotoServer,  # noqa: F811 (the fixture)
-    tmp_path: Path,
-) -> Iterator[ZooKeeperCluster]:
-    moto.create_bucket(BUCKET)
-    overrides = {
-        **moto.rsm_overrides(BUCKET),
+def start_tiered_cluster(
+    zk: ZooKeeperServer,
+    s3: MotoServer,
+    directory: Path,
+    brokers: int = 3,
+    overrides: dict[str, str] | None = None,
+) -> ZooKeeperCluster:
+    """`brokers` broker processes tiering to BUCKET on moto's server, started."""
+    s3.create_bucket(BUCKET)
+    tiered = {
+        **s3.rsm_overrides(BUCKET),
         "remote.log.storage.system.enable": "true",
         "remote.log.manager.task.interval.ms": "200",
         # Above the produce rate, but each copy waits a while, COPY_SEGMENT_STARTED recorded:
@@ -78,7 +80,17 @@ def cluster(
         "remote.log.manager.stuck.copy.timeout.ms": str(STUCK_COPY_TIMEOUT_MS),
         "log.retention.check.interval.ms": "200",
     }
-    running = ZooKeeperCluster(zookeeper, tmp_path, overrides=overrides).start()
+    cluster = ZooKeeperCluster(zk, directory, brokers, {**tiered, **(overrides or {})})
+    return cluster.start()
+
+
+@pytest.fixture
+def cluster(
+    zookeeper: ZooKeeperServer,  # noqa: F811 (the fixture)
+    moto: MotoServer,  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> Iterator[ZooKeeperCluster]:
+    running = start_tiered_cluster(zookeeper, moto, tmp_path)
     yield running
     running.stop()
 

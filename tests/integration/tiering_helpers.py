@@ -184,6 +184,16 @@ def metric(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+def check_rebuilt_from_the_tail(value: Callable[[str], float], produced_bytes: int) -> None:
+    """A follower whose log was erased rebuilt it from the remote tier: it took a remote
+    segment's auxiliary state at least once and fetched from its leader less than half of
+    what was produced (the leader's local tail, not the log from offset 0). `value` reads
+    one of its metrics of the topic by name."""
+    assert value("BuildRemoteLogAuxStateRequestsPerSec_total") >= 1
+    fetched = value("ReplicationBytesInPerSec_total")
+    assert fetched < produced_bytes / 2, f"fetched {fetched} of {produced_bytes} bytes"
+
+
 # Remote tiers ---------------------------------------------------------------------------
 
 SEGMENT_KEY = re.compile(r"/(\d{20})-[^/]+\.log$")

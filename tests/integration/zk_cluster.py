@@ -32,13 +32,16 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 
 
 class AcknowledgedProducer(threading.Thread):
-    """Produces `count` sequence numbers idempotently with acks=all, each value padded with
-    `padding` spaces; remembers which the brokers acknowledged."""
+    """Produces `count` sequence numbers from `first` idempotently with acks=all, each value
+    padded with `padding` spaces; remembers which the brokers acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str, count: int, padding: int = 0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, count: int, padding: int = 0, first: int = 0
+    ) -> None:
         super().__init__(daemon=True)
         self.topic = topic
         self.count = count
+        self.first = first
         self.padding = b" " * padding
         self.producer = Producer(
             {
@@ -64,7 +67,9 @@ class AcknowledgedProducer(threading.Thread):
             while True:
                 try:
                     self.producer.produce(
-                        self.topic, b"%d" % i + self.padding, on_delivery=self._delivered
+                        self.topic,
+                        b"%d" % (self.first + i) + self.padding,
+                        on_delivery=self._delivered,
                     )
                     break
                 except BufferError:
@@ -148,12 +153,23 @@ class ZooKeeperCluster:
         found = metadata.topics[topic].partitions[partition]
         return found.leader, list(found.isrs)
 
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        """The partition's replicas in their order (the first is the preferred leader)."""
+        metadata = self.admin().list_topics(topic, timeout=10)
+        return list(metadata.topics[topic].partitions[partition].replicas)
+
     def controller(self) -> int:
         admin = self.admin()
         return int(admin.describe_cluster().result(10).controller.id)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float = 60,
+    show: Callable[[], object] | None = None,
+) -> None:
+    """Poll `condition` until true; at the deadline fail, with what `show` returns then."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -161,5 +177,10 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) ->
                 return
         except Exception:  # a broker answering while it moves: ask again
             pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            try:
+                seen = show() if show is not None else None
+            except Exception as e:  # the cluster could not say: say why
+                seen = repr(e)
+            raise AssertionError(f"timed out waiting for {what}; last seen: {seen}")
         time.sleep(0.1)

@@ -1,5 +1,6 @@
 """A follower's append keeps what its leader stamped: offsets, leader epochs, producer state;
-a batch cut at the end of a fetch waits for the next fetch; a gap is refused."""
+a batch cut at the end of a fetch waits for the next fetch; a gap is refused; a former
+leader's epoch without records goes when the new leader's log diverges at its log end."""
 
 from __future__ import annotations
 
@@ -61,3 +62,21 @@ def test_batches_that_do_not_follow_the_log_end_are_refused(tmp_path: Path) -> N
         follower.append_as_follower(data)
     assert refused.value.code == ErrorCode.offset_out_of_range
     assert follower.log_end_offset == 9
+
+
+def test_a_former_leaders_epoch_without_records_goes_at_a_truncation_to_its_log_end(
+    tmp_path: Path,
+) -> None:
+    data = leader_batches(tmp_path)
+    topic_id = uuid.uuid4()
+    follower = Log(tmp_path / "follower" / "f-0", TP, LogConfig(), topic_id)
+    follower.append_as_follower(data)
+    # It led in epoch 3 from its log end and appended nothing before another leader took over.
+    follower.leader_epoch_cache.assign(3, follower.log_end_offset)
+    follower.truncate_to(follower.log_end_offset)  # the new leader: epoch 2 ends at 9
+    assert follower.log_end_offset == 9
+    assert follower.leader_epoch_cache.entries == [(0, 0), (2, 5)]
+    follower.close()
+    reopened = Log(tmp_path / "follower" / "f-0", TP, LogConfig(), topic_id)
+    assert reopened.leader_epoch_cache.entries == [(0, 0), (2, 5)]
+    reopened.close()
