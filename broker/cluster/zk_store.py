@@ -3,7 +3,10 @@
 kazoo runs its own threads (a connection loop and callback workers); every call here
 starts kazoo's asynchronous variant and waits on an asyncio future that kazoo's callback
 resolves with `call_soon_threadsafe`, so the event loop never blocks on ZooKeeper.
-Watches and session-state changes cross to the loop the same way. ZooKeeper's errors
+Watches and session-state changes cross to the loop the same way. kazoo drops every
+watch when the connection drops, even if the session lives on (it has no SetWatches, so
+the server forgets them): each dropped watch fires once the store is connected again,
+as a change, so its owner reads again and sets it anew. ZooKeeper's errors
 become the store's (`NoNodeError`, `BadVersionError`, `ConnectionLossError`, ...): a
 write during a disconnection fails with ConnectionLossError instead of being retried,
 and one after the session expired with SessionExpiredError, so a broker learns that
@@ -114,6 +117,8 @@ class ZooKeeperStore:
         self._client: KazooClient | None = None
         self._listeners: list[StateListener] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._connected = False  # as the loop last heard
+        self._dropped: list[tuple[Watcher, str]] = []  # watches to fire once connected
 
     @property
     def session_id(self) -> int:
@@ -169,21 +174,40 @@ class ZooKeeperStore:
         """kazoo's thread: hand the change to the loop; never block here."""
         ours = _STATES.get(state)
         if ours is not None and self._loop is not None:
-            for listener in list(self._listeners):
-                self._loop.call_soon_threadsafe(listener, ours)
+            self._loop.call_soon_threadsafe(self._session_changed, ours)
 
-    def _watch(self, watch: Watcher | None) -> Callable[[Any], None] | None:
+    def _session_changed(self, state: SessionState) -> None:
+        self._connected = state == SessionState.CONNECTED
+        for listener in list(self._listeners):
+            listener(state)
+        if self._connected:
+            dropped, self._dropped = self._dropped, []
+            for watch, path in dropped:
+                watch(WatchEvent.CHANGED, path)
+
+    def _watch(self, watch: Watcher | None, path: str) -> Callable[[Any], None] | None:
         if watch is None:
             return None
         loop = self._loop
         assert loop is not None
 
         def on_event(event: Any) -> None:
+            if loop.is_closed():
+                return
+            if event.type == EventType.NONE:  # dropped with the connection
+                loop.call_soon_threadsafe(self._watch_dropped, watch, path)
+                return
             ours = _EVENTS.get(event.type)
-            if ours is not None and not loop.is_closed():
+            if ours is not None:
                 loop.call_soon_threadsafe(watch, ours, event.path)
 
         return on_event
+
+    def _watch_dropped(self, watch: Watcher, path: str) -> None:
+        if self._connected:  # connected again before this was heard
+            watch(WatchEvent.CHANGED, path)
+        else:
+            self._dropped.append((watch, path))
 
     async def _call(self, path: str, start: Callable[[KazooClient], Any]) -> Any:
         """Start a kazoo async call and wait for its result on the loop."""
@@ -224,15 +248,17 @@ class ZooKeeperStore:
         return created
 
     async def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, Stat]:
-        data, stat = await self._call(path, lambda c: c.get_async(path, self._watch(watch)))
+        data, stat = await self._call(path, lambda c: c.get_async(path, self._watch(watch, path)))
         return data or b"", _stat(stat)
 
     async def exists(self, path: str, watch: Watcher | None = None) -> Stat | None:
-        stat = await self._call(path, lambda c: c.exists_async(path, self._watch(watch)))
+        stat = await self._call(path, lambda c: c.exists_async(path, self._watch(watch, path)))
         return _stat(stat) if stat is not None else None
 
     async def children(self, path: str, watch: Watcher | None = None) -> list[str]:
-        names = await self._call(path, lambda c: c.get_children_async(path, self._watch(watch)))
+        names = await self._call(
+            path, lambda c: c.get_children_async(path, self._watch(watch, path))
+        )
         return sorted(names)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:

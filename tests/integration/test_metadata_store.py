@@ -299,3 +299,33 @@ async def test_zookeeper_partition_longer_than_the_session_expires_it(
     await partitioned.close()
     await observer.close()
     proxy.close()
+
+
+async def test_a_zookeeper_watch_outlives_a_disconnection_the_session_survives(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    """kazoo drops its watches with the connection: the store fires each once connected
+    again, so a change made meanwhile (or since) is not missed."""
+    proxy = BlackHoleProxy(zookeeper.port)
+    watching = ZooKeeperStore(proxy.connect + "/reconnect-test", session_timeout_ms=8000)
+    writer = ZooKeeperStore(zookeeper.connect + "/reconnect-test")
+    await watching.start()
+    await writer.start()
+    states: list[SessionState] = []
+    watching.add_state_listener(states.append)
+    await writer.create("/w", b"before")
+    fired = asyncio.Event()
+    await watching.get("/w", lambda e, p: fired.set())
+    proxy.black_hole()
+    for _ in range(200):
+        if SessionState.SUSPENDED in states:
+            break
+        await asyncio.sleep(0.05)
+    await writer.set("/w", b"while disconnected")
+    proxy.heal()
+    await asyncio.wait_for(fired.wait(), 20)
+    assert SessionState.LOST not in states and states[-1] == SessionState.CONNECTED
+    assert (await watching.get("/w"))[0] == b"while disconnected"
+    await watching.close()
+    await writer.close()
+    proxy.close()
