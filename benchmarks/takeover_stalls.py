@@ -112,7 +112,7 @@ def one_round(sig: signal.Signals, partitions: int) -> Round:
             wait_until(lambda: set(leaders(watcher)) == {1}, "broker 1 to lead")
             took_over = time.time()
             time.sleep(SETTLED_S)
-            controller = watcher.describe_cluster().result(10).controller.id
+            controller = watcher.list_topics(timeout=10).controller_id
             return Round(
                 sig.name,
                 took_over - signalled,
