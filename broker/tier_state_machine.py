@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from tierbroker.broker.leader_endpoint import LeaderEndpoint
 from tierbroker.broker.partition import Partition
 from tierbroker.protocol.errors import KafkaError
-from tierbroker.rlm.follower_task import require_ready
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.storage.checkpoints import parse_epoch_entries
 from tierbroker.storage.leader_epoch import check_increasing
@@ -119,7 +118,7 @@ class TierStateMachine:
             if earlier_end > target:
                 target_epoch = earlier_epoch
         tip = TopicIdPartition(partition.topic_id, tp)
-        require_ready(self.rlmm, tip)  # retried: a partial view misses the segment
+        self.rlmm.require_ready(tip)  # retried: a partial view misses the segment
         segment = self.rlmm.remote_log_segment_metadata(tip, target_epoch, target)
         if segment is None:
             raise RemoteStorageError(

@@ -16,7 +16,6 @@ import asyncio
 import logging
 
 from tierbroker.rlm.config import RemoteLogManagerConfig
-from tierbroker.rlm.follower_task import require_ready
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.rlm.quota import ByteRateLimiter
 from tierbroker.rlm.tiered_partition import TieredPartition
@@ -80,7 +79,7 @@ class CopyTask:
         if self.partition.restore is not None and self.partition.leader:
             if not lg.config.remote_storage_enable:
                 return  # nothing remote to restore, nothing to copy
-            require_ready(self.rlmm, self.partition.tip)
+            self.rlmm.require_ready(self.partition.tip)
             self.partition.restore()
             self.partition.restore = None
         if (

@@ -10,14 +10,6 @@ from __future__ import annotations
 from tierbroker.storage.log import Log
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
-from tierbroker.storage.remote.storage_manager import RemoteStorageError
-
-
-def require_ready(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition) -> None:
-    """Raise a retriable error until the partition's remote metadata is caught up: work
-    done on a partial view would upload a segment again or miss the remote tier."""
-    if not rlmm.is_ready(tip):
-        raise RemoteStorageError(f"{tip}: remote log metadata not caught up yet")
 
 
 def highest_remote_offset(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, lg: Log) -> int:
@@ -44,7 +36,7 @@ class FollowerTask:
     async def run_once(self) -> None:
         if not self.log.config.remote_storage_enable:
             return
-        require_ready(self.rlmm, self.tip)
+        self.rlmm.require_ready(self.tip)
         self.log.update_highest_offset_in_remote_storage(
             highest_remote_offset(self.rlmm, self.tip, self.log)
         )

@@ -18,6 +18,7 @@ from tierbroker.storage.remote.segment_metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
+from tierbroker.storage.remote.storage_manager import RemoteStorageError
 
 
 class MetadataTopic(Protocol):
@@ -133,6 +134,12 @@ class RemoteLogMetadataManager(abc.ABC):
         """Whether the partition's metadata is known up to what was written before this
         broker led or followed it: until then, its tiering work waits (Kafka's readiness)."""
         return True
+
+    def require_ready(self, tip: TopicIdPartition) -> None:
+        """Raise a retriable error until `is_ready`: work done on a partial view would
+        upload a segment again or miss the remote tier."""
+        if not self.is_ready(tip):
+            raise RemoteStorageError(f"{tip}: remote log metadata not caught up yet")
 
     def maybe_snapshot(self) -> None:  # noqa: B027 (optional hook)
         """Persist recorded state if it is due (called periodically)."""
