@@ -59,7 +59,6 @@ from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.storage.free_space import FreeSpaceGuard
 from tierbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from tierbroker.storage.log_dir_failure import is_out_of_descriptors
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -114,7 +113,7 @@ class ReplicaFetcher:
         config: FetcherConfig,
         on_appended: Callable[[list[Partition]], None],
         bytes_fetched: dict[str, int],
-        on_storage_error: Callable[[Partition, OSError], None],
+        on_storage_error: Callable[[Partition, OSError], bool],
         free_space: FreeSpaceGuard | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -126,7 +125,7 @@ class ReplicaFetcher:
         self.config = config
         self.on_appended = on_appended  # partitions whose log or high watermark moved
         self.bytes_fetched = bytes_fetched  # record bytes by topic, shared by the fetchers
-        self.on_storage_error = on_storage_error  # takes the partition's log dir offline
+        self.on_storage_error = on_storage_error  # True: the partition's log dir is offline
         self.tier_state_machine: TierStateMachine | None = None  # set once tiering starts
         self.partitions: dict[TopicPartition, _FetchState] = {}
         self._changed = asyncio.Event()
@@ -299,20 +298,11 @@ class ReplicaFetcher:
             self.on_appended(moved)
 
     def _storage_failed(self, state: _FetchState, error: OSError) -> None:
-        """An OSError writing `state`'s log: its log dir goes offline and the partition
-        stops being fetched, unless the process is only out of file descriptors."""
-        tp = state.partition.topic_partition
-        if is_out_of_descriptors(error):
-            log.warning(
-                "replica fetcher %d: %s: %s; retrying in %d ms",
-                self.broker_id,
-                tp,
-                error,
-                self.config.backoff_ms,
-            )
+        """An OSError writing `state`'s log: the log dir goes offline and its partitions
+        stop being fetched, unless the dir stays online (out of file descriptors only):
+        then this partition is fetched again after the backoff."""
+        if not self.on_storage_error(state.partition, error):
             self._delay([state])
-            return
-        self.on_storage_error(state.partition, error)  # removes the dir's partitions
 
     def _is_current(self, tp: TopicPartition, state: _FetchState) -> bool:
         """`state` is still how `tp` is fetched here, under the same leader epoch."""
@@ -485,8 +475,8 @@ class ReplicaFetcherManager:
         self._following: dict[TopicPartition, tuple[int, str, int]] = {}
         self.bytes_fetched: dict[str, int] = {}  # record bytes appended, by topic
         self.tier_state_machine: TierStateMachine | None = None
-        # Takes a follower's log dir offline after an OSError appending to it.
-        self.on_storage_error: Callable[[Partition, OSError], object] = _log_storage_error
+        # After an OSError appending to a follower: True if its log dir is offline now.
+        self.on_storage_error: Callable[[Partition, OSError], bool] = _log_storage_error
         self.new_client: Callable[[str, int], BrokerClient] = lambda host, port: BrokerClient(
             host, port, f"broker-{broker_id}-fetcher", config.socket_timeout_ms
         )
@@ -524,10 +514,13 @@ class ReplicaFetcherManager:
         if key is not None:
             self.fetchers[key].remove(tp)
 
-    def _storage_failed(self, partition: Partition, error: OSError) -> None:
-        """Take `partition`'s log dir offline; none of its partitions is fetched again."""
-        self.on_storage_error(partition, error)
-        self.remove_log_dir(partition.log.dir.parent)
+    def _storage_failed(self, partition: Partition, error: OSError) -> bool:
+        """True if `partition`'s log dir is offline now: none of its partitions is fetched
+        again."""
+        offline = self.on_storage_error(partition, error)
+        if offline:
+            self.remove_log_dir(partition.log.dir.parent)
+        return offline
 
     def remove_log_dir(self, log_dir: Path) -> None:
         """Stop fetching the partitions of `log_dir`, which went offline."""
@@ -554,5 +547,6 @@ class ReplicaFetcherManager:
         await asyncio.gather(*(f.close() for f in fetchers.values()), return_exceptions=True)
 
 
-def _log_storage_error(partition: Partition, error: OSError) -> None:
+def _log_storage_error(partition: Partition, error: OSError) -> bool:
     log.error("%s: appending as a follower failed: %s", partition.topic_partition, error)
+    return True

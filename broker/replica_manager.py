@@ -115,9 +115,7 @@ class ReplicaManager:
             self._on_follower_appended,
             log_manager.free_space,
         )
-        self.fetchers.on_storage_error = lambda partition, error: log_manager.storage_error(
-            partition.log.dir.parent, partition.topic_partition, error, "a follower's append"
-        )
+        self.fetchers.on_storage_error = self._follower_storage_error
         self.reader = FetchReader(
             self.partition_or_error,
             self.partitions,
@@ -197,6 +195,12 @@ class ReplicaManager:
                 self.update_config(TopicPartition(topic, p), config)
         if delta.brokers_changed:
             self._refetch_from_new_endpoints()
+
+    def _follower_storage_error(self, partition: Partition, error: OSError) -> bool:
+        """The failure channel decides: True if the follower's log dir is offline now."""
+        return self.log_manager.failure_channel.maybe_add_offline_log_dir(
+            partition.log.dir.parent, error, f"appending to {partition.topic_partition}"
+        )
 
     def _take_offline(self, tp: TopicPartition, error: Exception) -> None:
         if tp not in self.offline:  # logged once, not at every retry

@@ -66,7 +66,7 @@ def test_a_follower_below_the_floor_fetches_again_later(
         FetcherConfig(),
         lambda partitions: None,
         {},
-        lambda partition, error: None,
+        lambda partition, error: True,
         free_space=FreeSpaceGuard(1 << 20),
     )
     fetcher.partitions[TP] = state = _FetchState(partition, 0)

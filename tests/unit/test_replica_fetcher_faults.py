@@ -79,8 +79,10 @@ async def following(
     leader = FakeLeader(names)
     manager = ReplicaFetcherManager(FOLLOWER, lambda: 1, CONFIG, lambda moved: None)
     manager.new_client = lambda host, port: leader  # type: ignore[assignment,return-value]
-    manager.on_storage_error = lambda partition, error: log_manager.storage_error(
-        partition.log.dir.parent, partition.topic_partition, error, "a follower's append"
+    manager.on_storage_error = lambda partition, error: (
+        log_manager.failure_channel.maybe_add_offline_log_dir(
+            partition.log.dir.parent, error, "a follower's append"
+        )
     )
     partitions = {}
     for tp, log_dir in placement.items():
