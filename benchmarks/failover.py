@@ -40,7 +40,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
-from benchmarks.replication import common, serving
+from benchmarks.replication import common, serving, zookeeper_member
 from benchmarks.targets import ROOT, api_versions_answered, free_port, tierbroker_command
 from benchmarks.tiering import Moto
 from tests.zookeeper import ZooKeeperServer
@@ -164,13 +164,7 @@ def failover(
         with ExitStack() as stack:
             processes = []
             for broker_id, port in enumerate(ports):
-                settings = [
-                    *common(workdir / f"broker-{broker_id}", port),
-                    f"broker.id={broker_id}",
-                    "metadata.store=zookeeper",
-                    f"zookeeper.connect={zookeeper.connect}/bench",
-                    f"zookeeper.session.timeout.ms={session_ms}",
-                ]
+                settings = zookeeper_member(workdir, port, broker_id, zookeeper.connect, session_ms)
                 if tiered is not None:
                     settings += [
                         "remote.log.storage.system.enable=true",

@@ -224,6 +224,19 @@ def common(workdir: Path, port: int) -> list[str]:
     ]
 
 
+def zookeeper_member(
+    workdir: Path, port: int, broker_id: int, connect: str, session_ms: int | None = None
+) -> list[str]:
+    """`common` settings of broker `broker_id` of a cluster over the ZooKeeper at `connect`."""
+    return [
+        *common(workdir / f"broker-{broker_id}", port),
+        f"broker.id={broker_id}",
+        "metadata.store=zookeeper",
+        f"zookeeper.connect={connect}/bench",
+        *([f"zookeeper.session.timeout.ms={session_ms}"] if session_ms is not None else []),
+    ]
+
+
 def run_single(mib: int, shape: Shape) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     port = free_port()
@@ -280,12 +293,7 @@ def run_zookeeper(mib: int, shape: Shape) -> Result:
         with ExitStack() as stack:
             processes = []
             for broker_id, port in enumerate(ports):
-                args = [
-                    *common(workdir / f"broker-{broker_id}", port),
-                    f"broker.id={broker_id}",
-                    "metadata.store=zookeeper",
-                    f"zookeeper.connect={zookeeper.connect}/bench",
-                ]
+                args = zookeeper_member(workdir, port, broker_id, zookeeper.connect)
                 processes.append(stack.enter_context(serving(args, workdir, f"zk-{broker_id}")))
             create_topic(f"127.0.0.1:{ports[0]}", True, shape.partitions)
             load(ports[0], -1, 4, shape)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchmarks.replication import common, serving
+from benchmarks.replication import serving, zookeeper_member
 from benchmarks.targets import free_port
 from tests.zookeeper import ZooKeeperServer
 
@@ -86,13 +86,7 @@ def one_round(sig: signal.Signals, partitions: int) -> Round:
         with ExitStack() as stack:
             processes = []
             for broker_id, port in enumerate(ports):
-                settings = [
-                    *common(workdir / f"broker-{broker_id}", port),
-                    f"broker.id={broker_id}",
-                    "metadata.store=zookeeper",
-                    f"zookeeper.connect={zookeeper.connect}/bench",
-                    "zookeeper.session.timeout.ms=3000",
-                ]
+                settings = zookeeper_member(workdir, port, broker_id, zookeeper.connect, 3000)
                 launcher = (
                     [sys.executable, "-m", "benchmarks.probed_serve", str(probe)]
                     if broker_id == 1
