@@ -397,7 +397,12 @@ class ReplicaFetcher:
         moved yet."""
         tp = state.partition.topic_partition
         if self.tier_state_machine is None:
-            log.warning("%s: offset moved to the remote tier, which this broker has not", tp)
+            log.warning(
+                "%s: the leader's log starts in the remote tier, which is not started here "
+                "(yet, or remote.log.storage.system.enable=false); retrying in %d ms",
+                tp,
+                self.config.backoff_ms,
+            )
             self._delay([state])
             return False
         state.rebuilding = asyncio.get_running_loop().create_task(
