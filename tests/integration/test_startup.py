@@ -216,9 +216,14 @@ def test_without_config_the_broker_tiers_into_its_data_dir_and_serves_metrics(
         tiered = {"remote.storage.enable": "true", "segment.bytes": "65536"}
         admin.create_topics([NewTopic("events", 1, 1, config=tiered)])["events"].result(10)
         produce(broker.bootstrap, "events", 0, 500, 1000, batch_size=16384)
+        # Every rolled segment copied: a copy cut short by the stop would be made again
+        # after the restart, under a new id, as Kafka does.
         wait_for(
-            lambda: status(broker, "events").get("remote_segments", 0) >= 3,
-            "segments in the remote tier",
+            lambda: (
+                status(broker, "events").get("remote_segments", 0) >= 3
+                and status(broker, "events").get("copy_lag_segments") == 0
+            ),
+            "every rolled segment in the remote tier",
             show=lambda: status(broker, "events"),
         )
         objects = tier.segment_objects("events")
