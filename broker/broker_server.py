@@ -446,7 +446,8 @@ class BrokerServer:
 
     async def crash(self) -> None:
         """Go as a killed process does: tasks cancelled, sockets and files closed, but no
-        log flushed, no checkpoint or `.kafka_cleanshutdown` written and no znode deleted.
+        log flushed, no checkpoint, remote-metadata snapshot or `.kafka_cleanshutdown`
+        written and no znode deleted.
         The session is the caller's to abandon (a dead process stops heartbeating), so the
         controller learns of the crash only when it expires; the next start recovers the
         logs. Idempotent with `stop`."""
@@ -466,7 +467,7 @@ class BrokerServer:
         await self.controller.stop()
         await self.cache.close()
         if self.remote is not None:
-            await self.remote.stop(0)
+            await self.remote.stop(0, crash=True)
         for lg in self.log_manager.logs.values():
             for segment in lg.segments:
                 segment.close()

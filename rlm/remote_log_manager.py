@@ -297,12 +297,14 @@ class RemoteLogManager:
 
     # Shutdown ------------------------------------------------------------------------
 
-    async def stop(self, timeout_s: float) -> None:
+    async def stop(self, timeout_s: float, *, crash: bool = False) -> None:
+        """Stop the tasks (waiting `timeout_s` for them) and close the plugins; `crash`:
+        the metadata manager persists nothing more, as a killed process would not."""
         for partition in self.partitions.values():
             partition.leader = False
         await self.copier.stop(timeout_s)
         await self.expirer.stop(timeout_s)
         await self.follower.stop(timeout_s)
         await self.reader.close()
-        await self.rlmm.close()
+        await (self.rlmm.abandon() if crash else self.rlmm.close())
         await self.rsm.close()

@@ -146,3 +146,7 @@ class RemoteLogMetadataManager(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Persist what needs persisting and release resources."""
+
+    async def abandon(self) -> None:
+        """Release resources, persisting nothing more: what a crash leaves behind."""
+        await self.close()

@@ -383,6 +383,13 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if self._dirty:
             await self.snapshot()
 
+    async def abandon(self) -> None:
+        """No snapshot: the next start replays the events since the last periodic one."""
+        await self.consumer.close()
+        await self.topic.close()
+        if self._writing is not None:  # written whole (renamed into place) or not at all
+            await asyncio.wait([self._writing])
+
 
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and (error := task.exception()) is not None:

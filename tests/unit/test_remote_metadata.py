@@ -185,6 +185,30 @@ def test_a_restart_replays_only_events_after_the_snapshot(tmp_path: Path) -> Non
     asyncio.run(run())
 
 
+def test_an_abandoned_manager_leaves_the_events_after_its_last_snapshot_to_replay(
+    tmp_path: Path,
+) -> None:
+    topic = MemoryTopic()
+
+    async def run() -> None:
+        rlmm = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
+        await rlmm.start()
+        first = segment(0, 9, state=STARTED)
+        await rlmm.add_remote_log_segment_metadata(first)
+        await rlmm.update_remote_log_segment_metadata(first.with_state(FINISHED, 1))
+        await rlmm.snapshot()
+        later = segment(10, 19, state=STARTED)
+        await rlmm.add_remote_log_segment_metadata(later)
+        await rlmm.update_remote_log_segment_metadata(later.with_state(FINISHED, 1))
+        await rlmm.abandon()  # as a crash: no snapshot at close
+        again = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
+        await again.start()
+        assert again.replayed_events == 2  # the later segment's two events
+        assert [m.start_offset for m in again.readable_segments(TIP)] == [0, 10]
+
+    asyncio.run(run())
+
+
 # ---------------------------------------------------------------------------------------
 # The state machine, exhaustively, at every layer that accepts a state.
 # ---------------------------------------------------------------------------------------
