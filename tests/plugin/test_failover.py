@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from tierbroker.storage.log_manager import CLEAN_SHUTDOWN_FILE
+from tierbroker.storage.topic_partition import TopicPartition
 from tierbroker.testing import TierbrokerCluster
 
 Factory = Callable[..., TierbrokerCluster]
@@ -73,6 +74,14 @@ def test_a_killed_broker_crashes_and_recovers_at_its_next_start(
     assert cluster.leader(TOPIC) not in (victim, -1)
     cluster.start_broker(victim)
     cluster.wait_for(lambda: victim in cluster.isr(TOPIC), "the crashed broker in the ISR")
+    # Alone, the partition is under min.insync.replicas and, as in Kafka, its high
+    # watermark stays where it is: the recovered broker must know it before the others go.
+    restarted = cluster.embedded.broker(victim)
+    hosted = restarted.replicas.partitions[TopicPartition(TOPIC, 0)]
+    cluster.wait_for(
+        lambda: cluster.embedded.read(lambda: hosted.high_watermark) == 100,
+        "the high watermark known to the recovered broker",
+    )
     for other in {0, 1, 2} - {victim}:
         cluster.stop_broker(other)  # the recovered broker alone serves every record
     assert cluster.leader(TOPIC) == victim
