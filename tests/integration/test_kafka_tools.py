@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from tests.apache_kafka import run_tool
+from tests.apache_kafka import run_java, run_tool
 from tierbroker.testing.clients import produce
 
 
@@ -78,3 +78,33 @@ def test_kafka_get_offsets_prints_latest_and_earliest(kafka_broker: str) -> None
 
     assert offsets("-1") == [f"{topic}:0:7", f"{topic}:1:3"]
     assert offsets("-2") == [f"{topic}:0:0", f"{topic}:1:0"]
+
+
+def test_kafka_consumer_groups_describes_and_resets_offsets(kafka_broker: str) -> None:
+    topic = unique("groups")
+    group = f"{topic}-group"
+    run_java("ProduceConsume.java", kafka_broker, topic, "2", "20", group)
+
+    def consumer_groups(*args: str) -> list[list[str]]:
+        out = run_tool(
+            "consumer.group.ConsumerGroupCommand", "--bootstrap-server", kafka_broker, *args
+        )
+        return sorted(line.split() for line in out.splitlines() if line.strip())
+
+    header = "GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID"
+    # Records keyed k0..k19 partition as Kafka's default partitioner puts them: 11 and 9.
+    assert consumer_groups("--describe", "--group", group) == [
+        header.split(),
+        [group, topic, "0", "11", "11", "0", "-", "-", "-"],
+        [group, topic, "1", "9", "9", "0", "-", "-", "-"],
+    ]
+    reset = ("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
+    assert consumer_groups(*reset) == [
+        "GROUP TOPIC PARTITION NEW-OFFSET".split(),
+        [group, topic, "0", "0"],
+        [group, topic, "1", "0"],
+    ]
+    assert consumer_groups("--describe", "--group", group)[1:] == [
+        [group, topic, "0", "0", "11", "11", "-", "-", "-"],
+        [group, topic, "1", "0", "9", "9", "-", "-", "-"],
+    ]
