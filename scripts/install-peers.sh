@@ -3,8 +3,8 @@
 # virtualenv needs (python3-venv, where the Python lacks ensurepip); otherwise what the
 # integration tests need too: kcat, curl (the README's examples use both), a Java
 # runtime for PySpark (the pipeline tests run Spark on local[*]), and ZooKeeper (the
-# multi-process cluster tests run Debian's server); then Apache Kafka's jars (see
-# install-kafka.sh).
+# multi-process cluster tests run Debian's server), Maven; then Apache Kafka's jars
+# (install-kafka.sh).
 set -euo pipefail
 missing=()
 ${PYTHON:-python3} -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
@@ -13,6 +13,7 @@ if [ "${1:-}" != venv ]; then
   command -v curl >/dev/null || missing+=(curl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+  command -v mvn >/dev/null || missing+=(maven)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
