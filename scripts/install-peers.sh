@@ -14,6 +14,8 @@ if [ "${1:-}" != venv ]; then
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
   command -v mvn >/dev/null || missing+=(maven)
+  # The tests launch Java programs from their source, which takes the JDK's compiler.
+  java --list-modules 2>/dev/null | grep jdk.compiler >/dev/null || missing+=(openjdk-17-jdk-headless)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
