@@ -61,7 +61,7 @@ def test_kafka_configs_describes_a_topic_with_sources(kafka_broker: str) -> None
     ]
 
 
-def test_kafka_get_offsets_prints_latest_and_earliest(kafka_broker: str) -> None:
+def test_kafka_get_offsets_prints_latest_earliest_and_tiered(kafka_broker: str) -> None:
     topic = unique("offsets")
     kafka_topics(
         kafka_broker,
@@ -78,6 +78,8 @@ def test_kafka_get_offsets_prints_latest_and_earliest(kafka_broker: str) -> None
 
     assert offsets("-1") == [f"{topic}:0:7", f"{topic}:1:3"]
     assert offsets("-2") == [f"{topic}:0:0", f"{topic}:1:0"]
+    assert offsets("-4") == [f"{topic}:0:0", f"{topic}:1:0"]  # earliest local
+    assert offsets("-5") == []  # latest tiered: none without a remote tier, so no line
 
 
 def test_kafka_consumer_groups_describes_and_resets_offsets(kafka_broker: str) -> None:
