@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -19,15 +20,17 @@ from pathlib import Path
 
 from tests.integration.broker_process import api_versions_answered, free_port
 
-KAFKA_VERSION = "4.4.0"
+POM = Path(__file__).parent.parent / "peers" / "kafka" / "pom.xml"
 INSTALL = "make peers (fetches Apache Kafka's jars with Maven, once per machine)"
 JAVA_SOURCES = Path(__file__).parent / "java"
 
 
 def jars() -> Path:
     """The directory of Kafka's jars, where scripts/install-kafka.sh puts them."""
+    pinned = re.search(r"<kafka.version>(.+)</kafka.version>", POM.read_text())
+    assert pinned is not None, f"no <kafka.version> in {POM}"
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    default = cache / "tierbroker" / f"kafka-{KAFKA_VERSION}"
+    default = cache / "tierbroker" / f"kafka-{pinned.group(1)}"
     directory = Path(os.environ.get("TIERBROKER_KAFKA_JARS", default))
     if not (directory / ".complete").exists():
         raise RuntimeError(f"Apache Kafka's jars are not in {directory}: {INSTALL}")
