@@ -3,7 +3,8 @@
 # virtualenv needs (python3-venv, where the Python lacks ensurepip); otherwise what the
 # integration tests need too: kcat, curl (the README's examples use both), a Java
 # runtime for PySpark (the pipeline tests run Spark on local[*]), and ZooKeeper (the
-# multi-process cluster tests run Debian's server).
+# multi-process cluster tests run Debian's server), Maven; then Apache Kafka's jars
+# (install-kafka.sh).
 set -euo pipefail
 missing=()
 ${PYTHON:-python3} -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
@@ -12,10 +13,15 @@ if [ "${1:-}" != venv ]; then
   command -v curl >/dev/null || missing+=(curl)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+  command -v mvn >/dev/null || missing+=(maven)
+  # The tests launch Java programs from their source, which takes the JDK's compiler.
+  java --list-modules 2>/dev/null | grep jdk.compiler >/dev/null || missing+=(openjdk-17-jdk-headless)
 fi
-[ ${#missing[@]} -eq 0 ] && exit 0
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "installing ${missing[*]} from Debian's packages"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing ${missing[*]} from Debian's packages"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+[ "${1:-}" = venv ] || "$(dirname "$0")/install-kafka.sh"

@@ -180,8 +180,10 @@ async def handle_describe_topic_partitions(
             m.DescribeTopicPartitionsResponsePartition,
             name,
             topic,
-            eligible_leader_replicas=None,
-            last_known_elr=None,
+            # No ELR here (KIP-966 is not implemented): empty, as Kafka's controller
+            # answers with it disabled; Kafka's Admin client fails on null.
+            eligible_leader_replicas=(),
+            last_known_elr=(),
         )[start:]
         if len(partitions) > budget:
             next_cursor = m.Cursor(topic_name=name, partition_index=start + budget)

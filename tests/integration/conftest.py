@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.apache_kafka import ApacheKafka
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.pipeline_topic import TieredTopic, create_tiered_topic
+from tierbroker.testing import cluster_fixture
 
 
 @pytest.fixture
@@ -39,3 +41,22 @@ def tiered_topic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredTop
     topic = create_tiered_topic(tmp_path_factory.mktemp("pipeline"))
     yield topic
     topic.broker.stop()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """Apache Kafka, one KRaft node, shared by the tests that compare tierbroker with it."""
+    kafka = ApacheKafka(tmp_path_factory.mktemp("apache-kafka")).start()
+    yield kafka
+    kafka.stop()
+
+
+shared_tierbroker = cluster_fixture("session")
+
+
+@pytest.fixture(params=["tierbroker", "apache-kafka"])
+def kafka_broker(request: pytest.FixtureRequest) -> str:
+    """The bootstrap servers of tierbroker, then of Apache Kafka: a test using it asserts
+    what both do, so tierbroker behaves as Apache Kafka. Topic names must be unique."""
+    fixture = "shared_tierbroker" if request.param == "tierbroker" else "apache_kafka"
+    return str(request.getfixturevalue(fixture).bootstrap_servers)
