@@ -6,6 +6,7 @@ Controller, and their results into a kio response entity; it holds no state.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -81,6 +82,21 @@ HANDLERS: dict[int, Handler] = {
 }
 
 
+# A response listing this many partitions is encoded in a worker thread: encoding a
+# Fetch or Metadata answer over 1,000 partitions takes 6 to 10 ms of CPU, which the loop
+# would otherwise spend in one callback. The worker yields the interpreter to the loop at
+# every switch interval.
+ENCODE_IN_WORKER_PARTITIONS = 256
+
+
+def _partitions_listed(body: Any) -> int:
+    """How many partitions a response lists under its topics (Fetch, Metadata, ...)."""
+    topics = getattr(body, "responses", None) or getattr(body, "topics", None)
+    if not isinstance(topics, tuple):
+        return 0
+    return sum(len(getattr(t, "partitions", ())) for t in topics)
+
+
 class RequestDispatcher:
     """Decodes a request frame, runs its handler, encodes the response."""
 
@@ -109,7 +125,13 @@ class RequestDispatcher:
         splicer = RecordsSplicer()
         CLIENT_HOST.set("/" + peer.rsplit(":", 1)[0])  # as Kafka shows it: "/127.0.0.1"
         body = await handler(self.ctx, request, splicer)
-        response = None if body is None else encode_response(request.correlation_id, body, splicer)
+        response = None
+        if body is not None and _partitions_listed(body) >= ENCODE_IN_WORKER_PARTITIONS:
+            response = await asyncio.get_running_loop().run_in_executor(
+                None, encode_response, request.correlation_id, body, splicer
+            )
+        elif body is not None:
+            response = encode_response(request.correlation_id, body, splicer)
         if logged:
             log_completed(request, peer, started_s)
         return response
