@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test install install-test peers bench check clean
+.PHONY: run test test-fast install install-test peers bench check clean
 
 $(BIN)/python:
 	@PYTHON=$(PYTHON) scripts/install-peers.sh venv
@@ -37,6 +37,11 @@ test: install-test
 	$(BIN)/pytest -n 3 --dist loadfile -m "not alone" --durations=25
 	$(BIN)/pytest -m alone
 	$(BIN)/pytest -n 2 tests/plugin
+
+# The inner loop: everything but the tests marked slow (Spark, packaging, leaders killed
+# mid-copy, 10,000 partitions, ...) and those run alone. CI runs `make test`.
+test-fast: install-test
+	$(BIN)/pytest -n 3 --dist loadfile -m "not slow and not alone"
 
 check: install-test
 	$(BIN)/ruff check protocol storage rlm broker pipeline testing tests benchmarks setup.py

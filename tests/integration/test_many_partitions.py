@@ -80,6 +80,7 @@ def consume(bootstrap: str, partitions: list[int]) -> dict[int, list[bytes]]:
     return got
 
 
+@pytest.mark.slow
 def test_ten_thousand_partitions_under_a_low_file_limit(
     broker_factory: type[BrokerProcess], tmp_path: Path
 ) -> None:

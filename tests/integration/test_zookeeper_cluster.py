@@ -48,6 +48,7 @@ def cluster(
     running.stop()
 
 
+@pytest.mark.slow
 def test_killing_leaders_loses_and_duplicates_nothing_acknowledged(
     cluster: ZooKeeperCluster,
 ) -> None:
