@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.test_follower_fetching import consume_confluent, log_of, sequence
-from tests.integration.test_replica_rebuild import metric, produce
+from tests.integration.test_replica_rebuild import metric, produce, tiered_properties
 from tests.integration.tiering_helpers import check_rebuilt_from_the_tail
 from tests.integration.waiting import wait_for
 from tierbroker.broker.embedded import EmbeddedCluster
@@ -47,14 +47,8 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Embedded
         tmp_path / "brokers",
         brokers=request.param,
         properties={
-            "replica.lag.time.max.ms": "4000",
-            "replica.fetch.backoff.ms": "200",
-            "zookeeper.session.timeout.ms": "3000",
-            "remote.log.storage.system.enable": "true",
-            "rsm.config.dir": str(tmp_path / "remote"),
-            "remote.log.manager.task.interval.ms": "200",
+            **tiered_properties(tmp_path / "remote"),
             "remote.log.manager.stuck.copy.timeout.ms": str(STUCK_COPY_TIMEOUT_MS),
-            "log.retention.check.interval.ms": "200",
             "remote.log.metadata.topic.num.partitions": "1",
             "remote.log.metadata.topic.replication.factor": "1",
         },

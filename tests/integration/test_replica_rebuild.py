@@ -34,6 +34,20 @@ SEGMENT_BYTES = 64 * 1024
 LOCAL_RETENTION_BYTES = 3 * SEGMENT_BYTES
 
 
+def tiered_properties(remote_dir: Path) -> dict[str, str]:
+    """In-process brokers that tier into `remote_dir` every 200 ms and see a lost follower
+    or broker within seconds."""
+    return {
+        "replica.lag.time.max.ms": "4000",
+        "replica.fetch.backoff.ms": "200",
+        "zookeeper.session.timeout.ms": "3000",
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.dir": str(remote_dir),
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+    }
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[EmbeddedCluster]:
     with EmbeddedCluster(
@@ -42,13 +56,7 @@ def cluster(tmp_path: Path) -> Iterator[EmbeddedCluster]:
         racks=RACKS,
         properties={
             "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
-            "replica.lag.time.max.ms": "4000",
-            "replica.fetch.backoff.ms": "200",
-            "zookeeper.session.timeout.ms": "3000",
-            "remote.log.storage.system.enable": "true",
-            "rsm.config.dir": str(tmp_path / "remote"),
-            "remote.log.manager.task.interval.ms": "200",
-            "log.retention.check.interval.ms": "200",
+            **tiered_properties(tmp_path / "remote"),
         },
     ) as running:
         yield running
