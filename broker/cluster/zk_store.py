@@ -177,13 +177,16 @@ class ZooKeeperStore:
             self._loop.call_soon_threadsafe(self._session_changed, ours)
 
     def _session_changed(self, state: SessionState) -> None:
+        """Each listener, then each dropped watch, in a callback of its own: one that raises
+        is logged by the loop and keeps none of the others from running."""
+        assert self._loop is not None
         self._connected = state == SessionState.CONNECTED
         for listener in list(self._listeners):
-            listener(state)
+            self._loop.call_soon(listener, state)
         if self._connected:
             dropped, self._dropped = self._dropped, []
             for watch, path in dropped:
-                watch(WatchEvent.CHANGED, path)
+                self._loop.call_soon(watch, WatchEvent.CHANGED, path)
 
     def _watch(self, watch: Watcher | None, path: str) -> Callable[[Any], None] | None:
         if watch is None:
