@@ -3,7 +3,9 @@ it keeps on disk serve the next start without downloading them again."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import multiprocessing
 import os
 import tracemalloc
 from pathlib import Path
@@ -42,17 +44,18 @@ async def fetch_synthetic(m: RemoteLogSegmentMetadata, index_type: IndexType) ->
     return offset_index(1000) if index_type == IndexType.OFFSET else time_index(1000)
 
 
-async def test_the_memory_held_stays_within_the_configured_bytes(tmp_path: Path) -> None:
-    max_bytes = 1 << 20
+async def lookups_held(directory: Path, max_bytes: int) -> tuple[int, int, int, int]:
+    """800 index downloads through one cache: (downloads, its size_bytes, the bytes still
+    held that the cache or this module allocated, the bytes of its files)."""
     segments = [metadata(i * 10_000) for i in range(400)]  # 400 x (8 KB + 12 KB) of indexes
-    warm_up = RemoteIndexCache(tmp_path / "warm-up", max_bytes, fetch_synthetic)
+    warm_up = RemoteIndexCache(directory / "warm-up", max_bytes, fetch_synthetic)
     await warm_up.lookup_timestamp(metadata(), 0)  # lazy imports and the like: not the cache's
     await warm_up.close()
     del warm_up
     gc.collect()
     tracemalloc.start(FRAMES)
     try:
-        cache = RemoteIndexCache(tmp_path, max_bytes, fetch_synthetic)
+        cache = RemoteIndexCache(directory, max_bytes, fetch_synthetic)
         for m in segments:
             assert await cache.lookup_offset(m, m.start_offset + 7) == 700_000
             assert await cache.lookup_timestamp(m, 1_000_075) == m.start_offset + 7
@@ -60,12 +63,27 @@ async def test_the_memory_held_stays_within_the_configured_bytes(tmp_path: Path)
         held = allocated_through(tracemalloc.take_snapshot(), __file__, index_cache.__file__)
     finally:
         tracemalloc.stop()
-    assert cache.downloads == 800  # every index was loaded, far more than the bound
-    assert cache.size_bytes <= max_bytes
-    assert held <= max_bytes, f"holds {held} bytes for a bound of {max_bytes}"
-    on_disk = sum(p.stat().st_size for p in (tmp_path / CACHE_DIR).iterdir())
-    assert on_disk <= cache.size_bytes  # the files are bounded alike
+    on_disk = sum(p.stat().st_size for p in (directory / CACHE_DIR).iterdir())
     await cache.close()
+    return cache.downloads, cache.size_bytes, held, on_disk
+
+
+def measure_in_this_process(directory: Path, max_bytes: int) -> tuple[int, int, int, int]:
+    return asyncio.run(lookups_held(directory, max_bytes))
+
+
+def test_the_memory_held_stays_within_the_configured_bytes(tmp_path: Path) -> None:
+    # Measured in a fresh interpreter: in a worker shared with other tests, what those left
+    # behind (hooks, frozen or disabled collection) changes what stays allocated.
+    max_bytes = 1 << 20
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        downloads, size_bytes, held, on_disk = pool.apply(
+            measure_in_this_process, (tmp_path, max_bytes)
+        )
+    assert downloads == 800  # every index was loaded, far more than the bound
+    assert size_bytes <= max_bytes
+    assert held <= max_bytes, f"holds {held} bytes for a bound of {max_bytes}"
+    assert on_disk <= size_bytes  # the files are bounded alike
 
 
 async def test_a_restart_reads_the_files_instead_of_downloading(tmp_path: Path) -> None:
