@@ -71,10 +71,12 @@ def _run(command: list[str], timeout_s: float) -> str:
 
 
 class ApacheKafka:
-    """One Apache Kafka node in KRaft mode (broker and controller) in `directory`."""
+    """One Apache Kafka node in KRaft mode (broker and controller) in `directory`, with
+    `properties` added to its server.properties."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, properties: dict[str, str] | None = None) -> None:
         self.dir = directory
+        self.properties = properties or {}
         self.port = free_port()
         self.controller_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -132,6 +134,7 @@ class ApacheKafka:
             "share.coordinator.state.topic.replication.factor=1\n"
             "share.coordinator.state.topic.min.isr=1\n"
             "group.initial.rebalance.delay.ms=0\n"
+            + "".join(f"{key}={value}\n" for key, value in self.properties.items())
         )
         return config
 
@@ -142,6 +145,34 @@ class ApacheKafka:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def compile_java(source: str, into: Path) -> Path:
+    """Compile tests/java/`source` against Kafka's jars into the class directory `into`."""
+    javac = shutil.which("javac")
+    if javac is None:
+        raise RuntimeError("no Java compiler: apt-get install -y openjdk-17-jdk-headless")
+    into.mkdir(parents=True, exist_ok=True)
+    _run([javac, "-d", str(into), "-cp", f"{jars()}/*", str(JAVA_SOURCES / source)], 120.0)
+    return into
+
+
+def tiered_storage(directory: Path) -> dict[str, str]:
+    """Properties that give Apache Kafka a remote tier in `directory/remote`: the RSM of
+    tests/java/rsm (compiled into `directory/rsm`), Kafka's topic-based metadata manager,
+    and tasks that run every half second instead of every 30 s."""
+    classes = compile_java("rsm/LocalDirectoryRsm.java", directory / "rsm")
+    return {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "LocalDirectoryRsm",
+        "remote.log.storage.manager.class.path": str(classes),
+        "rsm.config.dir": str(directory / "remote"),
+        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "5",
+        "remote.log.manager.task.interval.ms": "500",
+        "log.retention.check.interval.ms": "500",
+    }
 
 
 def _cluster_id() -> str:
