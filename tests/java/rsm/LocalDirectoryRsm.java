@@ -7,6 +7,7 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
 import java.util.Map;
 import java.util.Optional;
 
@@ -53,10 +54,11 @@ public class LocalDirectoryRsm implements RemoteStorageManager {
             if (data.transactionIndex().isPresent()) {
                 copy(data.transactionIndex().get(), file(segment, ".txnindex"));
             }
-            var epochs = data.leaderEpochIndex().duplicate();
-            var bytes = new byte[epochs.remaining()];
-            epochs.get(bytes);
-            Files.write(file(segment, ".leader-epoch-checkpoint"), bytes);
+            var epochIndex = data.leaderEpochIndex().duplicate();
+            var bytes = new byte[epochIndex.remaining()];
+            epochIndex.get(bytes);
+            var epochs = file(segment, ".leader-epoch-checkpoint");
+            publish(Files.write(partial(epochs), bytes), epochs);
             // The log file last: a segment whose log is present is complete.
             copy(data.logSegment(), file(segment, ".log"));
         } catch (IOException e) {
@@ -66,8 +68,20 @@ public class LocalDirectoryRsm implements RemoteStorageManager {
     }
 
     private static void copy(Path from, Path to) throws IOException {
-        var partial = to.resolveSibling(to.getFileName() + ".partial");
-        Files.copy(from, partial, StandardCopyOption.REPLACE_EXISTING);
+        Files.copy(from, partial(to), StandardCopyOption.REPLACE_EXISTING);
+        publish(partial(to), to);
+    }
+
+    private static Path partial(Path path) {
+        return path.resolveSibling(path.getFileName() + ".partial");
+    }
+
+    /** Each file is written under a temporary name, synced, then renamed, as tierbroker's
+     * tier writes its objects. */
+    private static void publish(Path partial, Path to) throws IOException {
+        try (var channel = FileChannel.open(partial, StandardOpenOption.WRITE)) {
+            channel.force(true);
+        }
         Files.move(partial, to, StandardCopyOption.ATOMIC_MOVE);
     }
 
