@@ -49,8 +49,9 @@ FAST = {"remote.log.manager.task.interval.ms": "200", "log.retention.check.inter
 class Running:
     """A started broker: its bootstrap, process id, local partition dir and remote dir."""
 
-    def __init__(self, bootstrap: str, pid: int, partition: Path, remote: Path,
-                 stop: Callable[[], None]) -> None:  # fmt: skip
+    def __init__(
+        self, bootstrap: str, pid: int, partition: Path, remote: Path, stop: Callable[[], None]
+    ) -> None:
         self.bootstrap, self.pid, self.partition, self.remote = bootstrap, pid, partition, remote
         self.port = int(bootstrap.rsplit(":", 1)[1])
         self.stop = stop
@@ -60,14 +61,18 @@ def start(name: str, workdir: Path) -> Running:
     if name == "tierbroker":
         broker = start_tierbroker(workdir, FAST)
         data = workdir / "data"
-        return Running(broker.bootstrap, broker.process.pid, data / f"{TOPIC}-0",
-                       data / "remote", lambda: stop(broker))  # fmt: skip
+        partition, remote = data / f"{TOPIC}-0", data / "remote"
+        return Running(
+            broker.bootstrap, broker.process.pid, partition, remote, lambda: stop(broker)
+        )
     # Log retention's first run waits log.initial.task.delay.ms (30 s by default).
     properties = {**tiered_storage(workdir), **FAST, "log.initial.task.delay.ms": "0"}
     kafka = ApacheKafka(workdir / "kafka", properties).start()
     assert kafka.process is not None
-    return Running(kafka.bootstrap_servers, kafka.process.pid,
-                   workdir / "kafka" / "data" / f"{TOPIC}-0", workdir / "remote", kafka.stop)  # fmt: skip
+    partition = workdir / "kafka" / "data" / f"{TOPIC}-0"
+    return Running(
+        kafka.bootstrap_servers, kafka.process.pid, partition, workdir / "remote", kafka.stop
+    )
 
 
 def remote_log_bytes(remote: Path) -> int:
@@ -147,8 +152,8 @@ def main() -> None:
     print(f"{'measure':24} {'tierbroker':>16} {'Apache Kafka':>16} {'ratio':>12}")
     for key in ("copy_mb_s", "copy_cpu_s_per_mb", "read_mb_s", "read_cpu_s_per_mb"):
         ratios = [a[key] / b[key] for a, b in zip(ours, theirs, strict=True)]
-        print(f"{key:24} {span([a[key] for a in ours]):>16} {span([b[key] for b in theirs]):>16}"
-              f" {span(ratios, 2):>12}")  # fmt: skip
+        columns = span([a[key] for a in ours]), span([b[key] for b in theirs]), span(ratios, 2)
+        print(f"{key:24} {columns[0]:>16} {columns[1]:>16} {columns[2]:>12}")
 
 
 def span(values: list[Any], digits: int = 3) -> str:
