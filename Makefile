@@ -14,11 +14,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(VENV)/.installed $@
 
@@ -43,10 +43,12 @@ test: install-test
 test-fast: install-test
 	$(BIN)/pytest -n 3 --dist loadfile -m "not slow and not alone"
 
+# mypy and import-linter check the package as installed (see scripts/installed-layout.sh).
 check: install-test
 	$(BIN)/ruff check protocol storage rlm broker pipeline testing tests benchmarks setup.py
-	$(BIN)/mypy
-	$(BIN)/lint-imports
+	scripts/installed-layout.sh build/installed
+	cd build/installed && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.mypy_cache
+	cd build/installed && $(CURDIR)/$(BIN)/lint-imports --config $(CURDIR)/pyproject.toml
 
 bench: install-test
 	$(BIN)/python -m benchmarks.throughput

@@ -1,4 +1,6 @@
-"""The built wheel, as a user gets it: one top-level package, and a plain install that works.
+"""The built wheel and sdist, as a user gets them: one top-level package laid out by
+setup.py's one mapping, the same modules in both, the layer contracts kept in the
+installed package, and a plain install that works.
 
 The plain install (`pip install tierbroker-*.whl`, no extras) goes into a fresh
 virtualenv; pip takes the dependencies from its index and cache. There it must
@@ -14,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from tests.integration.moto_server import CREDENTIALS, MotoServer
 from tests.integration.pipeline_topic import BROKER_OVERRIDES, small_tiered_topic
 
 ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ("protocol", "storage", "rlm", "broker", "pipeline", "testing")
 
 BACKFILL = """
 import asyncio, json, sys
@@ -54,34 +58,86 @@ async def backfill(bootstrap: str, storage: str, topic: str, key: str, secret: s
 
 
 offsets = asyncio.run(backfill(*sys.argv[1:]))
-layers = {"protocol", "storage", "rlm", "broker", "pipeline"}
+layers = {"protocol", "storage", "rlm", "broker", "pipeline", "testing"}
 print(json.dumps({
     "offsets": offsets,
     "installed": sorted({f.parts[0] for f in metadata.files("tierbroker") if f.parts[0] != ".."}),
     "extras_present": [m for m in ("boto3", "pyspark", "pyarrow", "uvloop") if util.find_spec(m)],
     "layers_loaded": sorted(set(sys.modules) & layers),
+    "layers_importable": sorted(layer for layer in layers if util.find_spec(layer)),
 }))
 """
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Built from a copy of the tracked files: a build in the tree leaves build/ behind,
-    # whose stale modules a later wheel would ship.
-    tmp_path = tmp_path_factory.mktemp("wheel")
-    source = tmp_path / "source"
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tracked files: a build in the tree leaves build/ behind, whose stale
+    modules a later build would ship."""
+    source = tmp_path_factory.mktemp("source")
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     for name in filter(None, tracked.stdout.split("\0")):
         target = source / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, target, follow_symlinks=False)
+        shutil.copy2(ROOT / name, target)
+    return source
+
+
+@pytest.fixture(scope="module")
+def wheel(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp_path = tmp_path_factory.mktemp("wheel")
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path)]
     built = subprocess.run([*pip_wheel, str(source)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     (found,) = tmp_path.glob("tierbroker-*.whl")
     return found
+
+
+def test_the_tree_holds_no_symbolic_links() -> None:
+    staged = subprocess.run(
+        ["git", "ls-files", "--stage"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert [line for line in staged.stdout.splitlines() if line.startswith("120000")] == []
+
+
+def test_the_sdist_and_the_wheel_hold_the_same_modules(source: Path, wheel: Path) -> None:
+    out = source.parent / "sdist"
+    build = "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])"
+    built = subprocess.run(
+        [sys.executable, "-c", build, str(out)], cwd=source, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr
+    (sdist,) = out.glob("tierbroker-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        # tierbroker-0.1.0/broker/x.py is installed as tierbroker/broker/x.py
+        in_sdist = {
+            name if name.startswith("tierbroker/") else f"tierbroker/{name}"
+            for member in archive.getnames()
+            for name in [member.split("/", 1)[1] if "/" in member else ""]
+            if name.split("/")[0] in {"tierbroker", *LAYERS} and name.endswith((".py", ".pyi"))
+        }
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = {name for name in archive.namelist() if name.endswith((".py", ".pyi"))}
+        assert "tierbroker/py.typed" in archive.namelist()
+    assert in_sdist == in_wheel
+    assert "tierbroker/broker/cli.py" in in_wheel
+
+
+def test_the_installed_package_keeps_the_layer_contracts(wheel: Path, tmp_path: Path) -> None:
+    """import-linter's contracts (pyproject.toml) over the package as the wheel lays it out:
+    import-linter reads files, and the editable install maps folders by an import hook."""
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path)
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    assert lint_imports.exists(), "import-linter is missing: pip install -e '.[test]'"
+    run = subprocess.run(
+        [lint_imports, "--config", ROOT / "pyproject.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
 
 
 def test_the_wheel_holds_one_top_level_package_and_its_command(wheel: Path) -> None:
@@ -91,7 +147,7 @@ def test_the_wheel_holds_one_top_level_package_and_its_command(wheel: Path) -> N
         scripts = archive.read(entry_points).decode()
     top_level = {name.split("/")[0] for name in names if ".dist-info/" not in name}
     assert top_level == {"tierbroker"}
-    for layer in ("protocol", "storage", "rlm", "broker", "pipeline", "testing"):
+    for layer in LAYERS:
         assert f"tierbroker/{layer}/__init__.py" in names
     assert "tierbroker/pipeline/spark/source.py" in names
     assert "tierbroker = tierbroker.broker.cli:main" in scripts
@@ -126,7 +182,9 @@ def test_a_plain_install_reads_s3_without_the_broker(wheel: Path, tmp_path: Path
         try:
             end = small_tiered_topic(broker, "events")["remote_log_end_offset"] + 1
             storage = f"s3://lake/tiered/?endpoint={server.endpoint}&path_style=true"
-            script = tmp_path / "backfill.py"
+            # In a folder of its own: the script's folder is on its import path.
+            script = tmp_path / "script" / "backfill.py"
+            script.parent.mkdir()
             script.write_text(BACKFILL)
             args = [broker.bootstrap, storage, "events", *CREDENTIALS.values()]
             ran = subprocess.run(
@@ -142,6 +200,7 @@ def test_a_plain_install_reads_s3_without_the_broker(wheel: Path, tmp_path: Path
             assert report["offsets"] == list(range(end))
             assert report["installed"] == ["tierbroker", "tierbroker-0.1.0.dist-info"]
             assert report["extras_present"] == [] and report["layers_loaded"] == []
+            assert report["layers_importable"] == []  # only as tierbroker.<layer>
 
             export = subprocess.run(
                 [
