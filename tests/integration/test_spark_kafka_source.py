@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.apache_kafka import ApacheKafka
 from tests.integration.pipeline_topic import produce, read_with_confluent
 from tests.integration.spark_rows import assert_same_rows
-from tests.spark_kafka import kafka_source_jars, read_kafka
+from tests.spark_kafka import kafka_source_jars, read_all, read_kafka
 from tierbroker.testing import TierbrokerCluster
 
 pytestmark = pytest.mark.slow
@@ -69,8 +69,13 @@ def test_spark_kafka_source_reads_the_same_rows_through_tierbroker_as_through_ap
         produce(bootstrap, topic, MESSAGES, PARTITIONS)
         ends = ends_of(bootstrap, topic)
         assert sum(ends.values()) == MESSAGES
+        rows = read_with_confluent(bootstrap, topic, ends)
         frame = read_kafka(spark, bootstrap, topic, ends)
-        assert_same_rows(spark, frame, read_with_confluent(bootstrap, topic, ends))
+        assert_same_rows(spark, frame, rows)
+        assert read_all(spark, bootstrap, topic, ends) == (
+            MESSAGES,
+            sum(len(r[3] or b"") for r in rows),
+        )
         frames.append(frame.select("topic", "partition", "key", "value", "headers"))
     through_tierbroker, through_kafka = frames
     assert through_tierbroker.count() == through_kafka.count() == MESSAGES
