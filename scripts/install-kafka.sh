@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# Copies Apache Kafka's jars (the versions peers/kafka/pom.xml pins) with their dependencies
-# into a cache outside the repository, once per machine: the tests run Kafka's broker, its
-# Java clients and its tools from there. A marker file names the pom's content it holds,
-# so a second run is instant and an edited pom fetches again. Needs Java and Maven.
+# Copies the jars a pom in peers/ pins into a cache outside the repository, once per
+# machine: `install-kafka.sh` (peers/kafka: Apache Kafka's broker, Java clients, tools,
+# Streams and Connect, with their dependencies) and `install-kafka.sh spark-kafka`
+# (peers/spark-kafka: Spark's own Kafka source). The cache directory is named after the
+# peer and the version its pom pins (its first `<NAME.version>` property). A marker file
+# names the pom's content it holds, so a second run is instant and an edited pom fetches
+# again. Needs Java and Maven.
 set -euo pipefail
-pom="$(cd "$(dirname "$0")/.." && pwd)/peers/kafka/pom.xml"
-version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")
-dir="${TIERBROKER_KAFKA_JARS:-${XDG_CACHE_HOME:-$HOME/.cache}/tierbroker/kafka-$version}"
+peer="${1:-kafka}"
+pom="$(cd "$(dirname "$0")/.." && pwd)/peers/$peer/pom.xml"
+version=$(sed -n 's:.*<[a-z.-]*\.version>\(.*\)</[a-z.-]*\.version>.*:\1:p' "$pom" | head -1)
+default="${XDG_CACHE_HOME:-$HOME/.cache}/tierbroker/$peer-$version"
+dir="$default"
+[ "$peer" = kafka ] && dir="${TIERBROKER_KAFKA_JARS:-$default}"
 sum=$(sha256sum "$pom" | cut -d' ' -f1)
 [ "$(cat "$dir/.complete" 2>/dev/null)" = "$sum" ] && exit 0
-command -v mvn >/dev/null || { echo "Maven (mvn) is needed to fetch Apache Kafka's jars: apt-get install -y maven" >&2; exit 1; }
-echo "fetching Apache Kafka $version's jars with Maven into $dir"
+command -v mvn >/dev/null || { echo "Maven (mvn) is needed to fetch the jars of peers/$peer/pom.xml: apt-get install -y maven" >&2; exit 1; }
+echo "fetching the jars of peers/$peer/pom.xml ($version) with Maven into $dir"
 rm -rf "$dir.partial"
 log=$(mktemp)
 if ! mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$dir.partial" >"$log" 2>&1; then
   missing=$(grep -oE '[[:alnum:]_.-]+:[[:alnum:]_.-]+:jar:[[:alnum:]_.-]+' "$log" | head -1 || true)
   if [ -n "$missing" ]; then
-    echo "Maven Central has no $missing (pinned in peers/kafka/pom.xml)" >&2
+    echo "Maven Central has no $missing (pinned in peers/$peer/pom.xml)" >&2
   else
     echo "Maven failed: $(grep -m1 ERROR "$log" || tail -1 "$log")" >&2
   fi

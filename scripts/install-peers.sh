@@ -4,7 +4,7 @@
 # integration tests need too: kcat, curl (the README's examples use both), a Java
 # runtime for PySpark (the pipeline tests run Spark on local[*]), and ZooKeeper (the
 # multi-process cluster tests run Debian's server), Maven; then Apache Kafka's jars
-# (install-kafka.sh).
+# (install-kafka.sh) and Spark's own Kafka source (install-kafka.sh spark-kafka).
 set -euo pipefail
 missing=()
 ${PYTHON:-python3} -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
@@ -24,4 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-[ "${1:-}" = venv ] || "$(dirname "$0")/install-kafka.sh"
+if [ "${1:-}" != venv ]; then
+  "$(dirname "$0")/install-kafka.sh"
+  "$(dirname "$0")/install-kafka.sh" spark-kafka
+fi

@@ -1,0 +1,170 @@
+// Kafka Streams' word count with a state store, run twice: creates INPUT and OUTPUT (two
+// partitions each), sends the first half of LINES_FILE's lines, counts the words
+// (groupBy, then count into an in-memory key-value store) until the output holds every
+// count, stops, wipes the local state and starts again, so the second half is counted on
+// top of counts restored from the store's changelog topic. Prints the changelog topic's
+// cleanup.policy and retention.ms ("changelog NAME VALUE") and the final count of every
+// word ("count WORD N"), the last value OUTPUT holds for it; exits non-zero if the output
+// does not reach every count within a minute.
+// GUARANTEE is Streams' processing.guarantee (at_least_once, exactly_once_v2). CHANGELOG is
+// the store's changelog: "compact" (Streams' default, cleanup.policy=compact) or "keep"
+// (cleanup.policy=delete with retention.ms=-1: every update kept, so a restore is as exact
+// as from a compacted topic; only the topic grows).
+// Usage: java -cp 'JARS/*' WordCount.java BOOTSTRAP INPUT OUTPUT LINES_FILE STATE_DIR GUARANTEE CHANGELOG
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.TreeMap;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.LongDeserializer;
+import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.streams.CloseOptions;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
+
+public class WordCount {
+    static final String STORE = "counts";
+
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0], input = args[1], output = args[2];
+        List<String> lines = Files.readAllLines(Path.of(args[3]));
+        String stateDir = args[4], guarantee = args[5], changelog = args[6];
+        String application = input + "-wordcount";
+        try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
+            admin.createTopics(List.of(new NewTopic(input, 2, (short) 1), new NewTopic(output, 2, (short) 1)))
+                .all().get();
+            Topology topology = topology(input, output, changelog);
+            Map<String, Long> counts = new TreeMap<>();
+            try (KafkaConsumer<String, Long> consumer = outputConsumer(bootstrap, output)) {
+                int half = lines.size() / 2;
+                run(topology, streamsConfig(bootstrap, application, stateDir, guarantee),
+                    lines.subList(0, half), bootstrap, input, consumer, counts, words(lines.subList(0, half)));
+                run(topology, streamsConfig(bootstrap, application, stateDir, guarantee),
+                    lines.subList(half, lines.size()), bootstrap, input, consumer, counts, words(lines));
+            }
+            String changelogTopic = application + "-" + STORE + "-changelog";
+            var resource = new ConfigResource(ConfigResource.Type.TOPIC, changelogTopic);
+            var config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            for (String name : List.of("cleanup.policy", "retention.ms")) {
+                System.out.println("changelog " + name + " " + config.get(name).value());
+            }
+            counts.forEach((word, count) -> System.out.println("count " + word + " " + count));
+        }
+    }
+
+    static Topology topology(String input, String output, String changelog) {
+        Materialized<String, Long, KeyValueStore<Bytes, byte[]>> materialized = Materialized
+            .<String, Long>as(Stores.inMemoryKeyValueStore(STORE))
+            .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long());
+        if (changelog.equals("keep")) {
+            materialized = materialized.withLoggingEnabled(Map.of("cleanup.policy", "delete", "retention.ms", "-1"));
+        } else if (!changelog.equals("compact")) {
+            throw new IllegalArgumentException("CHANGELOG must be compact or keep, not " + changelog);
+        }
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.<String, String>stream(input)
+            .flatMapValues(line -> Arrays.asList(line.toLowerCase().split("\\W+")))
+            .filter((key, word) -> !word.isEmpty())
+            .groupBy((key, word) -> word)
+            .count(materialized)
+            .toStream()
+            .to(output, Produced.with(Serdes.String(), Serdes.Long()));
+        return builder.build();
+    }
+
+    static Properties streamsConfig(String bootstrap, String application, String stateDir, String guarantee) {
+        Properties config = new Properties();
+        config.put(StreamsConfig.APPLICATION_ID_CONFIG, application);
+        config.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        config.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
+        config.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
+        config.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        config.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        config.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
+        // Counts reach the output at each commit: commit often (at_least_once waits 30 s).
+        config.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
+        config.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+        return config;
+    }
+
+    /** Sends `lines` to `input` with a fresh Streams instance running (its local state
+     * wiped first, so it restores the store from the changelog), and reads the output
+     * into `counts` until the counts add up to `total` words. */
+    static void run(Topology topology, Properties config, List<String> lines, String bootstrap, String input,
+                    KafkaConsumer<String, Long> consumer, Map<String, Long> counts, long total) throws Exception {
+        KafkaStreams streams = new KafkaStreams(topology, config);
+        try {
+            streams.cleanUp();
+            streams.start();
+            send(bootstrap, input, lines);
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (counts.values().stream().mapToLong(Long::longValue).sum() < total) {
+                if (System.currentTimeMillis() > deadline || streams.state() == KafkaStreams.State.ERROR) {
+                    throw new IllegalStateException("counts " + counts + " (state " + streams.state()
+                        + ") do not add up to " + total + " words");
+                }
+                for (ConsumerRecord<String, Long> record : consumer.poll(Duration.ofMillis(200))) {
+                    counts.put(record.key(), record.value());
+                }
+            }
+        } finally {
+            // Leave the group: the next instance is then assigned at once, not after this
+            // member's session times out.
+            streams.close(CloseOptions.groupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP));
+        }
+    }
+
+    static long words(List<String> lines) {
+        return lines.stream()
+            .flatMap(line -> Arrays.stream(line.toLowerCase().split("\\W+")))
+            .filter(word -> !word.isEmpty())
+            .count();
+    }
+
+    static void send(String bootstrap, String topic, List<String> lines) throws Exception {
+        Properties config = new Properties();
+        config.put("bootstrap.servers", bootstrap);
+        config.put("key.serializer", StringSerializer.class.getName());
+        config.put("value.serializer", StringSerializer.class.getName());
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(config)) {
+            for (String line : lines) {
+                producer.send(new ProducerRecord<>(topic, null, line));
+            }
+            producer.flush();
+        }
+    }
+
+    static KafkaConsumer<String, Long> outputConsumer(String bootstrap, String output) {
+        Properties config = new Properties();
+        config.put("bootstrap.servers", bootstrap);
+        config.put("key.deserializer", StringDeserializer.class.getName());
+        config.put("value.deserializer", LongDeserializer.class.getName());
+        config.put("isolation.level", "read_committed");
+        var consumer = new KafkaConsumer<String, Long>(config);
+        var partitions = List.of(new TopicPartition(output, 0), new TopicPartition(output, 1));
+        consumer.assign(partitions);
+        consumer.seekToBeginning(partitions);
+        return consumer;
+    }
+}
