@@ -7,13 +7,13 @@ retention 8 MiB), then the same offsets (0 to the end of the remote tier) are re
 
 - as a backfill through the broker: `TieredConsumer` in KAFKA_ONLY (aiokafka);
 - as a backfill from the object store: `TieredConsumer` in REMOTE_ONLY;
-- by Spark (`local[N]`, `sum(length(value))` and `count(*)`), four ways, in one
-  session: the `tierbroker` source; Spark through the broker, emulated
-  (`benchmarks.spark_via_broker`: one task per Kafka partition reading with
-  librdkafka, as Spark's Kafka source plans); a source that reads nothing, with
-  the `tierbroker` source's very input partitioning (`benchmarks.spark_floor`:
-  Spark's own cost); Spark's native Parquet reader over the same rows, written
-  once beforehand.
+- by Spark (`local[N]`, `sum(length(value))` and `count(*)`), five ways, in one
+  session: the `tierbroker` source; Spark's own Kafka source (`spark-sql-kafka-0-10`,
+  the jars `make peers` fetches) through tierbroker, and through Apache Kafka holding
+  the same rows (produced alike, one KRaft node beside it); a source that reads
+  nothing, with the `tierbroker` source's very input partitioning
+  (`benchmarks.spark_floor`: Spark's own cost); Spark's native Parquet reader over
+  the same rows, written once beforehand.
 
 The Spark variants run interleaved: a warm-up round (not counted, it compiles
 Spark's code paths and starts the Python workers), then `--rounds` rounds, each
@@ -50,6 +50,7 @@ from benchmarks.targets import (
     start_tierbroker,
     stop,
 )
+from tests.apache_kafka import ApacheKafka
 from tierbroker.pipeline import TieredConsumer
 
 MIB = 1 << 20
@@ -71,13 +72,12 @@ def tier_status(metrics_port: str) -> dict[int, dict[str, Any]]:
         return {row["partition"]: row for row in json.load(r) if row["topic"] == TOPIC}
 
 
-def fill(broker: Broker, metrics_port: str, mib: int, value_size: int) -> dict[int, int]:
-    """Produce `mib` MiB and wait until it is tiered; the remote end offset per partition."""
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=TOPIC_CONFIG)])[TOPIC].result(15)
-    producer = Producer(
-        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 262144}
-    )
+def produce(bootstrap: str, mib: int, value_size: int, config: dict[str, str]) -> None:
+    """`mib` MiB of distinct values to TOPIC, created with `config`: the same records at
+    the same offsets on any broker."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=config)])[TOPIC].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 262144})
     # Distinct values (an index, then random bytes from a random place), so that no
     # reader gets them cheaper by compressing or dictionary-encoding repeats.
     noise = os.urandom(8 * MIB)
@@ -91,6 +91,11 @@ def fill(broker: Broker, metrics_port: str, mib: int, value_size: int) -> dict[i
             except BufferError:
                 producer.poll(0.01)
     assert producer.flush(60) == 0
+
+
+def fill(broker: Broker, metrics_port: str, mib: int, value_size: int) -> dict[int, int]:
+    """Produce `mib` MiB and wait until it is tiered; the remote end offset per partition."""
+    produce(broker.bootstrap, mib, value_size, TOPIC_CONFIG)
     deadline = time.monotonic() + 300
     while True:
         rows = tier_status(metrics_port)
@@ -177,10 +182,11 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-SPARK_VARIANTS = ("tierbroker", "via_broker", "floor", "parquet")
+SPARK_VARIANTS = ("tierbroker", "kafka_source", "kafka_source_apache", "floor", "parquet")
 LABELS = {
     "tierbroker": "Spark, `tierbroker` source",
-    "via_broker": "Spark through the broker (emulated)",
+    "kafka_source": "Spark's Kafka source, tierbroker",
+    "kafka_source_apache": "Spark's Kafka source, Apache Kafka",
     "floor": "Spark, a source that reads nothing",
     "parquet": "Spark, native Parquet reader",
 }
@@ -191,14 +197,18 @@ def median(values: list[float]) -> float:
 
 
 def spark_rounds(
-    broker: Broker, storage: str, ends: dict[int, int], args: argparse.Namespace, workdir: Path
+    brokers: tuple[Broker, ApacheKafka],
+    storage: str,
+    ends: dict[int, int],
+    args: argparse.Namespace,
+    workdir: Path,
 ) -> dict[str, Any]:
     """The Spark variants, interleaved: a warm-up round, then `args.rounds` timed rounds,
     each running every variant once (the order rotating from round to round)."""
     from pyspark.sql import DataFrame, SparkSession
 
     from benchmarks.spark_floor import FloorDataSource
-    from benchmarks.spark_via_broker import ViaBrokerDataSource
+    from tests.spark_kafka import kafka_source_jars, read_kafka
     from tierbroker.pipeline.spark import register
     from tierbroker.pipeline.spark.options import ReadOptions
     from tierbroker.pipeline.spark.plan import plan
@@ -212,12 +222,14 @@ def spark_rounds(
         .appName("tierbroker-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.jars", kafka_source_jars())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     spark.dataSource.register(FloorDataSource)
-    spark.dataSource.register(ViaBrokerDataSource)
+    broker, kafka = brokers
+    assert kafka.process is not None
     jvm = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[union-attr]
     ending = json.dumps({TOPIC: {str(p): end for p, end in ends.items()}})
     options = {"storage": storage, "subscribe": TOPIC, "endingOffsets": ending}
@@ -227,11 +239,8 @@ def spark_rounds(
 
     frames: dict[str, Callable[[], DataFrame]] = {
         "tierbroker": lambda: spark.read.format("tierbroker").options(**options).load(),
-        "via_broker": lambda: (
-            spark.read.format("tierbroker-via-broker")
-            .options(bootstrap=broker.bootstrap, topic=TOPIC, ends=json.dumps(ends))
-            .load()
-        ),
+        "kafka_source": lambda: read_kafka(spark, broker.bootstrap, TOPIC, ends),
+        "kafka_source_apache": lambda: read_kafka(spark, kafka.bootstrap_servers, TOPIC, ends),
         "floor": lambda: (
             spark.read.format("tierbroker-floor")
             .options(
@@ -244,13 +253,16 @@ def spark_rounds(
         "parquet": lambda: spark.read.parquet(parquet),
     }
 
+    def brokers_cpu() -> float:
+        return broker.cpu_seconds() + process_cpu_seconds(kafka.process.pid)  # type: ignore[union-attr]
+
     def timed(name: str) -> dict[str, float]:
-        broker_cpu = broker.cpu_seconds()
+        broker_cpu = brokers_cpu()
         cpu, started = tree_cpu_seconds(jvm) + time.process_time(), time.monotonic()
         read, rows = frames[name]().selectExpr("sum(length(value))", "count(*)").collect()[0]
         seconds = time.monotonic() - started
         spark_cpu = tree_cpu_seconds(jvm) + time.process_time() - cpu
-        broker_cpu = broker.cpu_seconds() - broker_cpu
+        broker_cpu = brokers_cpu() - broker_cpu
         assert rows == sum(ends.values()), (name, rows, ends)
         return {
             "mb": read / 1e6,
@@ -289,9 +301,11 @@ def spark_rounds(
     summary["ratios"] = {
         f"{a}_vs_{b}": {"median": median(values), "min": min(values), "max": max(values)}
         for a, b in (
-            ("tierbroker", "via_broker"),
+            ("tierbroker", "kafka_source_apache"),
+            ("tierbroker", "kafka_source"),
+            ("kafka_source", "kafka_source_apache"),
             ("tierbroker", "floor"),
-            ("parquet", "via_broker"),
+            ("parquet", "kafka_source_apache"),
         )
         for values in [ratios(a, b)]
     }
@@ -311,8 +325,10 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         metrics_port = str(free_port())
         broker = start_tierbroker(workdir, {**OVERRIDES, "metrics.port": metrics_port})
+        kafka = ApacheKafka(workdir / "apache-kafka").start()
         try:
             ends = fill(broker, metrics_port, args.mib, args.value_size)
+            produce(kafka.bootstrap_servers, args.mib, args.value_size, {})
             storage = (workdir / "data" / "remote").as_uri()
             print(f"remote tier: {sum(ends.values())} records in {TOPIC}", flush=True)
             results: dict[str, Any] = {
@@ -327,9 +343,10 @@ def main(argv: list[str] | None = None) -> int:
                     lambda: asyncio.run(backfill(broker, storage, "REMOTE_ONLY", ends)),
                 ),
             }
-            results["spark"] = spark_rounds(broker, storage, ends, args, workdir)
+            results["spark"] = spark_rounds((broker, kafka), storage, ends, args, workdir)
         finally:
             stop(broker)
+            kafka.stop()
     kafka, remote, spark = results["kafka_only"], results["remote_only"], results["spark"]
     print(
         f"Spark local[{args.spark_cores}], {spark['input_partitions']} input partitions of "
@@ -340,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         row = spark[name]
         print(
             f"  {LABELS[name]:<38} {row['mb_per_s']:7.1f} MB/s  spark {row['spark_cpu_s']:5.2f}"
-            f" CPU s  broker {row['broker_cpu_s']:5.2f} CPU s  {row['mb_per_cpu_s']:6.1f} MB/CPU s",
+            f" CPU s  brokers {row['broker_cpu_s']:5.2f} CPU s"
+            f"  {row['mb_per_cpu_s']:6.1f} MB/CPU s",
             flush=True,
         )
     for name, ratio in spark["ratios"].items():
