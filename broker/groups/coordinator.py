@@ -467,18 +467,33 @@ class GroupCoordinator:
                 log.warning(
                     "group %s: storing generation %d failed: %s",
                     group.group_id,
-                    group.generation_id,
+                    generation_id,
                     e,
                 )
-                for m in group.members.values():
-                    m.assignment = b""
-                    self._resolve_sync(m, SyncResult(e.code))
-                self._prepare_rebalance(group, "storing the assignment failed")
+                if self._still_completing(group, generation_id, member):
+                    for m in group.members.values():
+                        m.assignment = b""
+                        self._resolve_sync(m, SyncResult(e.code))
+                    self._prepare_rebalance(group, "storing the assignment failed")
+                return await waiter
+            if not self._still_completing(group, generation_id, member):
                 return await waiter
             group.transition_to(Stable, now_ms())
             for m in group.members.values():
                 self._resolve_sync(m, self._sync_result(group, m))
         return await waiter
+
+    def _still_completing(
+        self, group: GroupMetadata, generation_id: int, leader: MemberMetadata
+    ) -> bool:
+        """Whether the group still awaits this generation's assignment after it was stored.
+        A rebalance begun meanwhile (a join, a leave, an expiry) has answered the members
+        REBALANCE_IN_PROGRESS and cleared their assignments; the leader is answered so too,
+        and the group stays as that rebalance left it, as in Kafka."""
+        if group.is_in(Completing) and group.generation_id == generation_id:
+            return True
+        self._resolve_sync(leader, SyncResult(ErrorCode.rebalance_in_progress))
+        return False
 
     def _sync_result(self, group: GroupMetadata, member: MemberMetadata) -> SyncResult:
         return SyncResult(
