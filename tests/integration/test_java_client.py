@@ -4,17 +4,21 @@ Apache Kafka and asserts both print the same results, and the results expected."
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
 
 from tests.apache_kafka import run_java
 
+# A result's name; the client's own log lines start with a time or a class name.
+RESULT = re.compile(r"([a-z][a-z0-9_.]*) (.+)")
+
 
 def results(output: str) -> dict[str, str]:
-    """The program's "name value" lines (the client's own log lines start with a time)."""
-    lines = (line.split(" ", 1) for line in output.splitlines() if line[:1].isalpha())
-    return {name: value for name, value in lines}
+    """The program's "name value" lines."""
+    found = (RESULT.fullmatch(line) for line in output.splitlines())
+    return {m[1]: m[2] for m in found if m is not None}
 
 
 def both(request: pytest.FixtureRequest, kind: str, program: str, *args: str) -> dict[str, str]:
@@ -143,6 +147,29 @@ ADMIN = {
     "elect_leader_is_preferred": "true",
     "elect_again": "ElectionNotNeededException",
     "log_dirs_sized": "true",
+    # Edges: empty partitions, unknown names, validate-only, list configs.
+    "edge_validate_only": "ok",
+    "edge_validate_only_listed": "false",
+    "edge_empty_earliest": "0 -1 true",
+    "edge_empty_for_timestamp": "-1 -1 false",
+    "edge_empty_latest": "0 -1 true",
+    "edge_empty_max_timestamp": "-1 -1 false",
+    "edge_offsets_unknown": "UnknownTopicOrPartitionException",
+    "edge_delete_records_hw": "0",
+    "edge_cancel_no_reassignment": "NoReassignmentInProgressException",
+    "edge_reassign_bad_broker": "InvalidReplicaAssignmentException",
+    "edge_list_reassignments_unknown": "0",
+    "edge_elect_unknown": "UnknownTopicOrPartitionException",
+    "edge_elect_unclean_not_needed": "ElectionNotNeededException",
+    "edge_partitions_unknown": "UnknownTopicOrPartitionException",
+    "edge_partitions_validate_only": "ok",
+    "edge_partitions_after_validate": "1",
+    "edge_append_subtract_leader.replication.throttled.replicas": "0:2 DYNAMIC_TOPIC_CONFIG",
+    "edge_append_not_a_list": "InvalidConfigurationException",
+    "edge_config_unknown_topic": "UnknownTopicOrPartitionException",
+    "edge_create_bad_name": "InvalidTopicException",
+    "edge_create_bad_config": "InvalidConfigurationException",
+    "edge_create_zero_partitions": "InvalidPartitionsException",
     "deleted_listed": "false",
     "delete_missing": "UnknownTopicOrPartitionException",
 }
@@ -155,9 +182,10 @@ ADMIN = {
 def test_the_admin_api_answers_as_apache_kafka(
     request: pytest.FixtureRequest, kind: str, brokers: int
 ) -> None:
-    """Topics, configs, partitions, ListOffsets for every OffsetSpec (-1 to -5 and a
-    timestamp), DeleteRecords, a reassignment then a preferred election, DescribeCluster
-    and DescribeLogDirs (AdminApi.java)."""
+    """Topics, configs (APPEND and SUBTRACT on list configs too), partitions, ListOffsets
+    for every OffsetSpec (-1 to -5 and a timestamp), DeleteRecords, a reassignment then a
+    preferred election, DescribeCluster and DescribeLogDirs, with the errors of bad
+    arguments (AdminApi.java)."""
     printed = both(request, kind, "AdminApi.java", unique("admin"))
     replicas = min(3, brokers)
     assert printed == {

@@ -33,6 +33,7 @@ import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 public class AdminApi {
@@ -40,7 +41,9 @@ public class AdminApi {
 
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], prefix = args[1];
-        try (Admin client = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
+        // A call that would only time out fails in 20 s, not the default minute.
+        try (Admin client = Admin.create(Map.of("bootstrap.servers", bootstrap,
+                "request.timeout.ms", "15000", "default.api.timeout.ms", "20000"))) {
             admin = client;
             DescribeClusterResult cluster = admin.describeCluster();
             Collection<Node> nodes = cluster.nodes().get();
@@ -56,6 +59,7 @@ public class AdminApi {
             offsets(bootstrap, new TopicPartition(prefix + "-a", 0));
             reassignAndElect(prefix + "-b", ids);
             logDirs(prefix + "-a", ids, replicas);
+            edges(prefix, replicas);
             deleteTopics(prefix);
         }
     }
@@ -84,11 +88,11 @@ public class AdminApi {
         admin.incrementalAlterConfigs(Map.of(resource, List.of(
             new AlterConfigOp(new ConfigEntry("retention.ms", "7200000"), AlterConfigOp.OpType.SET),
             new AlterConfigOp(new ConfigEntry("segment.bytes", "1048576"), AlterConfigOp.OpType.SET)))).all().get();
-        printConfig("config_set", resource, "retention.ms");
-        printConfig("config_set", resource, "segment.bytes");
+        printAwaited("config_set", resource, "retention.ms", "7200000");
+        printAwaited("config_set", resource, "segment.bytes", "1048576");
         admin.incrementalAlterConfigs(Map.of(resource, List.of(
             new AlterConfigOp(new ConfigEntry("retention.ms", ""), AlterConfigOp.OpType.DELETE)))).all().get();
-        printConfig("config_deleted", resource, "retention.ms");
+        printAwaited("config_deleted", resource, "retention.ms", "604800000");
         print("config_unknown", error(admin.incrementalAlterConfigs(Map.of(resource, List.of(
             new AlterConfigOp(new ConfigEntry("no.such.config", "1"), AlterConfigOp.OpType.SET)))).all()));
         print("config_bad_value", error(admin.incrementalAlterConfigs(Map.of(resource, List.of(
@@ -96,9 +100,20 @@ public class AdminApi {
     }
 
     static void printConfig(String name, ConfigResource resource, String key) throws Exception {
-        Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
-        ConfigEntry entry = config.get(key);
+        ConfigEntry entry = config(resource, key);
         print(name + "_" + key, entry.value() + " " + entry.source());
+    }
+
+    static ConfigEntry config(ConfigResource resource, String key) throws Exception {
+        return admin.describeConfigs(List.of(resource)).all().get().get(resource).get(key);
+    }
+
+    /** Waits until a broker describes `key` as `value` and prints what it describes: the
+     *  brokers apply a change in turn, the one asked may not have it yet. */
+    static void printAwaited(String name, ConfigResource resource, String key, String value) throws Exception {
+        ConfigEntry[] seen = {null};
+        waitFor(() -> value.equals((seen[0] = config(resource, key)).value()), key + "=" + value);
+        print(name + "_" + key, seen[0].value() + " " + seen[0].source());
     }
 
     static void partitions(String topic) throws Exception {
@@ -170,6 +185,50 @@ public class AdminApi {
         print("elect_again", error(admin.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all()));
     }
 
+    /** Calls with arguments Kafka refuses or answers specially. */
+    static void edges(String prefix, short replicas) throws Exception {
+        String topic = prefix + "-e";
+        TopicPartition tp = new TopicPartition(topic, 0), none = new TopicPartition(prefix + "-none", 0);
+        print("edge_validate_only", error(admin.createTopics(List.of(new NewTopic(topic, 1, replicas)),
+            new org.apache.kafka.clients.admin.CreateTopicsOptions().validateOnly(true)).all()));
+        print("edge_validate_only_listed", admin.listTopics().names().get().contains(topic));
+        admin.createTopics(List.of(new NewTopic(topic, 1, replicas))).all().get();
+        waitFor(() -> fullIsr(topic), "full ISR");
+        var empty = Map.of("earliest", OffsetSpec.earliest(), "latest", OffsetSpec.latest(),
+            "max_timestamp", OffsetSpec.maxTimestamp(), "for_timestamp", OffsetSpec.forTimestamp(0));
+        for (String spec : new TreeSet<>(empty.keySet())) {
+            var info = admin.listOffsets(Map.of(tp, empty.get(spec))).partitionResult(tp).get();
+            print("edge_empty_" + spec, info.offset() + " " + info.timestamp() + " " + info.leaderEpoch().isPresent());
+        }
+        print("edge_offsets_unknown", error(admin.listOffsets(Map.of(none, OffsetSpec.latest())).all()));
+        print("edge_delete_records_hw", admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(-1))).lowWatermarks().get(tp).get().lowWatermark());
+        print("edge_cancel_no_reassignment", error(admin.alterPartitionReassignments(Map.of(tp, Optional.empty())).all()));
+        print("edge_reassign_bad_broker", error(admin.alterPartitionReassignments(Map.of(tp, Optional.of(new NewPartitionReassignment(List.of(99))))).all()));
+        print("edge_list_reassignments_unknown", admin.listPartitionReassignments(Set.of(none)).reassignments().get().size());
+        print("edge_elect_unknown", error(admin.electLeaders(ElectionType.PREFERRED, Set.of(none)).all()));
+        print("edge_elect_unclean_not_needed", error(admin.electLeaders(ElectionType.UNCLEAN, Set.of(tp)).all()));
+        print("edge_partitions_unknown", error(admin.createPartitions(Map.of(prefix + "-none", NewPartitions.increaseTo(3))).all()));
+        print("edge_partitions_validate_only", error(admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(5)),
+            new org.apache.kafka.clients.admin.CreatePartitionsOptions().validateOnly(true)).all()));
+        print("edge_partitions_after_validate", describe(topic).partitions().size());
+        ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+        String throttled = "leader.replication.throttled.replicas";
+        for (String[] op : new String[][] {{"APPEND", "0:1"}, {"APPEND", "0:2,0:1"}, {"SUBTRACT", "0:1"}}) {
+            admin.incrementalAlterConfigs(Map.of(resource, List.of(new AlterConfigOp(
+                new ConfigEntry(throttled, op[1]), AlterConfigOp.OpType.valueOf(op[0]))))).all().get();
+        }
+        printAwaited("edge_append_subtract", resource, throttled, "0:2");
+        print("edge_append_not_a_list", error(admin.incrementalAlterConfigs(Map.of(resource, List.of(
+            new AlterConfigOp(new ConfigEntry("retention.ms", "1"), AlterConfigOp.OpType.APPEND)))).all()));
+        print("edge_config_unknown_topic", error(admin.describeConfigs(List.of(
+            new ConfigResource(ConfigResource.Type.TOPIC, prefix + "-none"))).all()));
+        print("edge_create_bad_name", error(admin.createTopics(List.of(new NewTopic("bad/name", 1, replicas))).all()));
+        print("edge_create_bad_config", error(admin.createTopics(List.of(new NewTopic(prefix + "-f", 1, replicas)
+            .configs(Map.of("retention.ms", "soon")))).all()));
+        print("edge_create_zero_partitions", error(admin.createTopics(List.of(new NewTopic(prefix + "-g", 0, replicas))).all()));
+        admin.deleteTopics(List.of(topic)).all().get();
+    }
+
     static void logDirs(String topic, Set<Integer> ids, short replicas) throws Exception {
         Map<Integer, Map<String, LogDirDescription>> dirs = admin.describeLogDirs(ids).allDescriptions().get();
         int found = 0;
@@ -203,7 +262,14 @@ public class AdminApi {
     }
 
     static boolean fullIsr(String topic) throws Exception {
-        return describe(topic).partitions().stream().allMatch(p -> p.leader() != null && p.isr().size() == p.replicas().size());
+        try {
+            return describe(topic).partitions().stream()
+                .allMatch(p -> p.leader() != null && p.isr().size() == p.replicas().size());
+        } catch (ExecutionException e) {
+            // A broker may learn of a topic just created after the one that created it.
+            if (e.getCause() instanceof UnknownTopicOrPartitionException) return false;
+            throw e;
+        }
     }
 
     static TopicDescription describe(String topic) throws Exception {
