@@ -53,6 +53,8 @@ public class Groups {
             consume.put("group.id", group);
             consume.put("client.id", group + "-" + i);
             consume.put("partition.assignment.strategy", assignor);
+            // A member learns of a rebalance by its heartbeat: soon, so that the test is short.
+            consume.put("heartbeat.interval.ms", "200");
             consume.put("auto.offset.reset", "earliest");
             consume.put("enable.auto.commit", "false");
             consume.put("key.deserializer", StringDeserializer.class.getName());
