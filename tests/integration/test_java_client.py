@@ -59,6 +59,17 @@ def group_results() -> dict[str, str]:
             "acked": "400",
             "member_0_has_partitions": "true",
             "member_1_has_partitions": "true",
+            "describe_state": "Stable",
+            "describe_members": "2",
+            "describe_assignor": strategy.replace("_", "-"),
+            "delete_active": "GroupNotEmptyException",
+            "closed_state": "Empty",
+            "altered_offset": "1",
+            "delete_offsets": "ok",
+            "offsets_after_delete": "3",
+            "delete_empty": "ok",
+            "listed_after_delete": "false",
+            "describe_deleted": "GroupIdNotFoundException",
             "assigned": "4",
             "distinct_assigned": "4",
             "received": "400",
@@ -78,7 +89,8 @@ def test_two_consumers_in_a_group_share_the_partitions_with_each_assignor(
 ) -> None:
     """The idempotent producer (acks=all), then two group members with the range and the
     cooperative-sticky assignor: each gets partitions, every record is read once, and the
-    commits cover them all."""
+    commits cover them all; then the Admin API's group calls (describe, alter and delete
+    offsets, delete the group) on the group while active and once its members left."""
     printed = both(
         request,
         kind,

@@ -2,7 +2,8 @@
 // in STRATEGIES ("range", "cooperative-sticky"): both join, then the idempotent producer
 // (acks=all) sends COUNT records to TOPIC-STRATEGY (PARTITIONS partitions, replication
 // factor RF), which the two read between them, committing what they read on revocation and
-// at the end. Prints one "STRATEGY_name value" line per result for the test.
+// at the end; then the Admin API describes the group, alters and deletes its offsets and
+// deletes it. Prints one "STRATEGY_name value" line per result for the test.
 // Usage: java -cp 'JARS/*' Groups.java BOOTSTRAP TOPIC PARTITIONS RF COUNT STRATEGIES
 
 import java.time.Duration;
@@ -14,6 +15,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -25,6 +27,7 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.RangeAssignor;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -39,7 +42,7 @@ public class Groups {
     }
 
     static void run(String bootstrap, String topic, int partitions, short replicas, int count,
-            String group, String strategy) throws Exception {
+            String groupId, String strategy) throws Exception {
         String name = strategy.replace("-", "_") + "_";
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
             admin.createTopics(List.of(new NewTopic(topic, partitions, replicas))).all().get();
@@ -50,8 +53,8 @@ public class Groups {
         for (int i = 0; i < 2; i++) {
             Properties consume = new Properties();
             consume.put("bootstrap.servers", bootstrap);
-            consume.put("group.id", group);
-            consume.put("client.id", group + "-" + i);
+            consume.put("group.id", groupId);
+            consume.put("client.id", groupId + "-" + i);
             consume.put("partition.assignment.strategy", assignor);
             // A member learns of a rebalance by its heartbeat: soon, so that the test is short.
             consume.put("heartbeat.interval.ms", "200");
@@ -112,12 +115,40 @@ public class Groups {
         for (OffsetAndMetadata offset : consumers.get(0).committed(all).values()) {
             committed += offset == null ? 0 : offset.offset();
         }
-        for (KafkaConsumer<String, String> consumer : consumers) consumer.close();
+        try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
+            var group = admin.describeConsumerGroups(List.of(groupId)).all().get().get(groupId);
+            System.out.println(name + "describe_state " + group.groupState());
+            System.out.println(name + "describe_members " + group.members().size());
+            System.out.println(name + "describe_assignor " + group.partitionAssignor());
+            System.out.println(name + "delete_active " + error(admin.deleteConsumerGroups(List.of(groupId)).all()));
+            for (KafkaConsumer<String, String> consumer : consumers) consumer.close();
+            group = admin.describeConsumerGroups(List.of(groupId)).all().get().get(groupId);
+            System.out.println(name + "closed_state " + group.groupState());
+            TopicPartition first = new TopicPartition(topic, 0);
+            admin.alterConsumerGroupOffsets(groupId, Map.of(first, new OffsetAndMetadata(1))).all().get();
+            long reset = admin.listConsumerGroupOffsets(groupId).partitionsToOffsetAndMetadata().get().get(first).offset();
+            System.out.println(name + "altered_offset " + reset);
+            System.out.println(name + "delete_offsets " + error(admin.deleteConsumerGroupOffsets(groupId, Set.of(first)).all()));
+            System.out.println(name + "offsets_after_delete " + admin.listConsumerGroupOffsets(groupId).partitionsToOffsetAndMetadata().get().size());
+            System.out.println(name + "delete_empty " + error(admin.deleteConsumerGroups(List.of(groupId)).all()));
+            System.out.println(name + "listed_after_delete " + admin.listGroups().all().get().stream().anyMatch(g -> g.groupId().equals(groupId)));
+            System.out.println(name + "describe_deleted " + error(admin.describeConsumerGroups(List.of(groupId)).all()));
+        }
         System.out.println(name + "assigned " + assigned);
         System.out.println(name + "distinct_assigned " + all.size());
         System.out.println(name + "received " + received[0]);
         System.out.println(name + "distinct " + values.size());
         System.out.println(name + "committed " + committed);
+    }
+
+    /** "ok" if the call succeeds, else its exception's simple class name. */
+    static String error(KafkaFuture<?> future) throws InterruptedException {
+        try {
+            future.get();
+            return "ok";
+        } catch (ExecutionException e) {
+            return e.getCause().getClass().getSimpleName();
+        }
     }
 
     static void poll(KafkaConsumer<String, String> consumer, Set<String> values, long[] received) {
