@@ -70,8 +70,9 @@ public class AdminApi {
             new NewTopic(prefix + "-b", 1, (short) Math.min(2, replicas)))).all().get();
         print("create_existing", error(admin.createTopics(List.of(new NewTopic(prefix + "-a", 1, replicas))).all()));
         print("create_bad_replication", error(admin.createTopics(List.of(new NewTopic(prefix + "-c", 1, (short) 9))).all()));
-        Set<String> names = admin.listTopics().names().get();
-        print("list_has_created", names.contains(prefix + "-a") && names.contains(prefix + "-b"));
+        // Brokers learn of new topics in turn: the one asked may list them a moment later.
+        waitFor(() -> admin.listTopics().names().get().containsAll(List.of(prefix + "-a", prefix + "-b")), "topics listed");
+        print("list_has_created", true);
         waitFor(() -> fullIsr(prefix + "-a") && fullIsr(prefix + "-b"), "full ISRs");
         TopicDescription a = describe(prefix + "-a");
         print("describe_partitions", a.partitions().size());

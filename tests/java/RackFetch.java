@@ -10,6 +10,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -22,6 +23,7 @@ import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
@@ -33,12 +35,18 @@ public class RackFetch {
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
             admin.createTopics(List.of(new NewTopic(topic, 1, (short) 3))).all().get();
             long deadline = System.currentTimeMillis() + 30_000;
-            do {
-                TopicDescription description =
-                    admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
-                partition = description.partitions().get(0);
+            partition = null;
+            while (partition == null || partition.leader() == null || partition.isr().size() < 3) {
                 if (System.currentTimeMillis() > deadline) throw new AssertionError("ISR not full");
-            } while (partition.leader() == null || partition.isr().size() < 3);
+                try {
+                    TopicDescription description =
+                        admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                    partition = description.partitions().get(0);
+                } catch (ExecutionException e) {
+                    // A broker may learn of the new topic after the one that created it.
+                    if (!(e.getCause() instanceof UnknownTopicOrPartitionException)) throw e;
+                }
+            }
         }
         Properties produce = new Properties();
         produce.put("bootstrap.servers", bootstrap);
