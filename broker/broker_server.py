@@ -360,7 +360,7 @@ class BrokerServer:
         self.replicas.maybe_shrink_isr()
 
     async def _expire_offsets(self) -> None:
-        await self.groups.expire_offsets()
+        await self.groups.offsets.expire()
 
     async def _expire_producers(self) -> None:
         self.log_manager.remove_expired_producers(now_ms() - self.config.producer_id_expiration_ms)

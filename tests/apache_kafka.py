@@ -2,9 +2,12 @@
 
 `ApacheKafka(dir).start()` formats a one-node KRaft log dir with Kafka's storage tool,
 runs `kafka.Kafka` as broker and controller and waits until it answers ApiVersions;
-`stop()` kills it. `run_java` runs a single-file Java program from tests/java and
-`run_tool` one of Kafka's command-line tools as its class, both against those jars. A test
-that needs them and finds no jars fails with the command that fetches them.
+`stop()` kills it. `ApacheKafkaCluster(dir, racks).start()` does the same for three such
+nodes (one per rack, a static controller quorum of all three) with Kafka's
+`RackAwareReplicaSelector`, for the replication and `client.rack` tests. `run_java` runs a
+single-file Java program from tests/java and `run_tool` one of Kafka's command-line tools
+as its class, both against those jars. A test that needs them and finds no jars fails
+with the command that fetches them.
 """
 
 from __future__ import annotations
@@ -72,11 +75,22 @@ def _run(command: list[str], timeout_s: float) -> str:
 
 class ApacheKafka:
     """One Apache Kafka node in KRaft mode (broker and controller) in `directory`, with
-    `properties` added to its server.properties."""
+    `properties` added to its server.properties.
 
-    def __init__(self, directory: Path, properties: dict[str, str] | None = None) -> None:
+    Alone by default; `ApacheKafkaCluster` gives it a node id, a rack, and the quorum
+    and settings of three nodes."""
+
+    def __init__(
+        self,
+        directory: Path,
+        properties: dict[str, str] | None = None,
+        node_id: int = 1,
+        rack: str | None = None,
+    ) -> None:
         self.dir = directory
         self.properties = properties or {}
+        self.node_id = node_id
+        self.rack = rack
         self.port = free_port()
         self.controller_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -85,44 +99,56 @@ class ApacheKafka:
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def controller(self) -> str:
+        return f"127.0.0.1:{self.controller_port}"
+
     def start(self, timeout_s: float = 60.0) -> ApacheKafka:
         config = self._write_config()
-        _run(
-            _java(
-                "kafka.tools.StorageTool",
-                "format",
-                "--standalone",
-                "-t",
-                _cluster_id(),
-                "-c",
-                str(config),
-            ),
-            timeout_s,
-        )
+        self.format(config, "--standalone")
+        self.launch(config)
+        self.wait_started(timeout_s)
+        return self
+
+    def format(self, config: Path, *options: str, cluster_id: str | None = None) -> None:
+        """Format the log dir with Kafka's storage tool, as `kafka-storage format` does."""
+        tool = ("kafka.tools.StorageTool", "format", *options)
+        _run(_java(*tool, "-t", cluster_id or _cluster_id(), "-c", str(config)), 60.0)
+
+    def launch(self, config: Path, heap: str = "-Xmx768m") -> None:
         with open(self.dir / "kafka.log", "wb") as log:
             self.process = subprocess.Popen(
-                _java("kafka.Kafka", str(config), options=("-Xmx768m",)),
+                _java("kafka.Kafka", str(config), options=(heap,)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+
+    def wait_started(self, timeout_s: float) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + timeout_s
         while not api_versions_answered(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"Apache Kafka did not start on port {self.port}:\n{self.log()}")
             time.sleep(0.1)
-        return self
 
-    def _write_config(self) -> Path:
+    def _write_config(self, quorum: str = "", extra: str = "") -> Path:
+        """server.properties; `quorum`: the static `controller.quorum.voters` of a cluster
+        (empty: this node alone, bootstrapped as `--standalone`)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "server.properties"
-        controller = f"127.0.0.1:{self.controller_port}"
+        voters = (
+            f"controller.quorum.voters={quorum}\n"
+            if quorum
+            else f"controller.quorum.bootstrap.servers={self.controller}\n"
+        )
+        rack = f"broker.rack={self.rack}\n" if self.rack else ""
         # One node: internal topics with one replica, groups that rebalance at once.
         config.write_text(
             "process.roles=broker,controller\n"
-            "node.id=1\n"
-            f"controller.quorum.bootstrap.servers={controller}\n"
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://{controller}\n"
+            f"node.id={self.node_id}\n"
+            f"{voters}{rack}"
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://{self.controller}\n"
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
             "controller.listener.names=CONTROLLER\n"
             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
@@ -134,7 +160,7 @@ class ApacheKafka:
             "share.coordinator.state.topic.replication.factor=1\n"
             "share.coordinator.state.topic.min.isr=1\n"
             "group.initial.rebalance.delay.ms=0\n"
-            + "".join(f"{key}={value}\n" for key, value in self.properties.items())
+            f"{extra}" + "".join(f"{key}={value}\n" for key, value in self.properties.items())
         )
         return config
 
@@ -145,6 +171,53 @@ class ApacheKafka:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+# Three nodes (after the one-node lines, which they override: the last value counts):
+# internal topics replicated on all, consumers in a rack fetch from its replica.
+CLUSTER_SETTINGS = (
+    "offsets.topic.replication.factor=3\n"
+    "transaction.state.log.replication.factor=3\n"
+    "share.coordinator.state.topic.replication.factor=3\n"
+    "default.replication.factor=3\n"
+    "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector\n"
+)
+
+
+class ApacheKafkaCluster:
+    """Three Apache Kafka nodes in KRaft mode, each broker and controller (node ids 1 to
+    3, one per rack in `racks`), under `directory`; each JVM with a 512 MiB heap, which
+    these tests' topics need, so that three fit beside the rest on a small machine."""
+
+    def __init__(self, directory: Path, racks: tuple[str, ...] = ("a", "b", "c")) -> None:
+        self.nodes = [
+            ApacheKafka(directory / f"node-{i}", node_id=i, rack=rack)
+            for i, rack in enumerate(racks, start=1)
+        ]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(node.bootstrap_servers for node in self.nodes)
+
+    def start(self, timeout_s: float = 90.0) -> ApacheKafkaCluster:
+        quorum = ",".join(f"{n.node_id}@{n.controller}" for n in self.nodes)
+        cluster_id = _cluster_id()
+        try:
+            for node in self.nodes:
+                # Each node's quorum: the static voters (the controllers form it themselves).
+                config = node._write_config(quorum, CLUSTER_SETTINGS)
+                node.format(config, cluster_id=cluster_id)
+                node.launch(config, heap="-Xmx512m")
+            for node in self.nodes:
+                node.wait_started(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
 
 
 def compile_java(source: str, into: Path) -> Path:

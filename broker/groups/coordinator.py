@@ -3,8 +3,9 @@
 Members join (JoinGroup), the leader's assignment is relayed (SyncGroup), and
 heartbeats keep members alive until they leave or their session times out. The
 broker never computes an assignment: the group leader does, with whatever
-assignor the members agreed on. Committed offsets and completed generations go
-through the `GroupMetadataManager` to `__consumer_offsets`.
+assignor the members agreed on. Completed generations go through the
+`GroupMetadataManager` to `__consumer_offsets`; committed offsets, and deleting groups,
+are `offsets` (`GroupOffsets`).
 
 A group is coordinated by the leader of its `__consumer_offsets` partition: when this
 broker becomes that leader it loads the partition's groups (COORDINATOR_LOAD_IN_PROGRESS
@@ -31,8 +32,9 @@ from tierbroker.broker.groups.group import (
     MemberMetadata,
     SyncResult,
 )
+from tierbroker.broker.groups.offset_commits import GroupOffsets
 from tierbroker.broker.groups.offsets_store import GroupMetadataManager
-from tierbroker.broker.groups.records import GroupValue, MemberValue, OffsetValue
+from tierbroker.broker.groups.records import GroupValue, MemberValue
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
@@ -85,6 +87,7 @@ class GroupCoordinator:
         self.owned: set[int] = set()  # partitions of __consumer_offsets led and loaded here
         self.loading: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.offsets = GroupOffsets(self)
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -467,18 +470,33 @@ class GroupCoordinator:
                 log.warning(
                     "group %s: storing generation %d failed: %s",
                     group.group_id,
-                    group.generation_id,
+                    generation_id,
                     e,
                 )
-                for m in group.members.values():
-                    m.assignment = b""
-                    self._resolve_sync(m, SyncResult(e.code))
-                self._prepare_rebalance(group, "storing the assignment failed")
+                if self._still_completing(group, generation_id, member):
+                    for m in group.members.values():
+                        m.assignment = b""
+                        self._resolve_sync(m, SyncResult(e.code))
+                    self._prepare_rebalance(group, "storing the assignment failed")
+                return await waiter
+            if not self._still_completing(group, generation_id, member):
                 return await waiter
             group.transition_to(Stable, now_ms())
             for m in group.members.values():
                 self._resolve_sync(m, self._sync_result(group, m))
         return await waiter
+
+    def _still_completing(
+        self, group: GroupMetadata, generation_id: int, leader: MemberMetadata
+    ) -> bool:
+        """Whether the group still awaits this generation's assignment after it was stored.
+        A rebalance begun meanwhile (a join, a leave, an expiry) has answered the members
+        REBALANCE_IN_PROGRESS and cleared their assignments; the leader is answered so too,
+        and the group stays as that rebalance left it, as in Kafka."""
+        if group.is_in(Completing) and group.generation_id == generation_id:
+            return True
+        self._resolve_sync(leader, SyncResult(ErrorCode.rebalance_in_progress))
+        return False
 
     def _sync_result(self, group: GroupMetadata, member: MemberMetadata) -> SyncResult:
         return SyncResult(
@@ -626,126 +644,3 @@ class GroupCoordinator:
                 ),
             ),
         )
-
-    # Offsets -------------------------------------------------------------------------
-
-    async def commit_offsets(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        generation_id: int,
-        offsets: dict[TopicPartition, OffsetValue],
-    ) -> dict[TopicPartition, ErrorCode]:
-        error = self._commit_error(group_id, member_id, group_instance_id, generation_id)
-        if error != ErrorCode.none:
-            return dict.fromkeys(offsets, error)
-        results: dict[TopicPartition, ErrorCode] = {}
-        valid: dict[TopicPartition, OffsetValue] = {}
-        for tp, value in offsets.items():
-            if not self.topic_exists(tp):
-                results[tp] = ErrorCode.unknown_topic_or_partition
-            elif len(value.metadata.encode()) > self.store.config.metadata_max_bytes:
-                results[tp] = ErrorCode.offset_metadata_too_large
-            else:
-                valid[tp] = value
-        if valid:
-            try:
-                await self.store.commit(group_id, valid)
-                results.update(dict.fromkeys(valid, ErrorCode.none))
-            except KafkaError as e:
-                results.update(dict.fromkeys(valid, e.code))
-        self.groups.setdefault(group_id, GroupMetadata(group_id, state_timestamp_ms=now_ms()))
-        return results
-
-    def _commit_error(
-        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
-    ) -> ErrorCode:
-        if not group_id:
-            return ErrorCode.invalid_group_id
-        error = self.coordinator_error(group_id)
-        if error != ErrorCode.none:
-            return error
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
-        if generation_id < 0 and group.is_in(Empty):
-            return ErrorCode.none  # a consumer that assigns its own partitions
-        if group.is_in(Completing):
-            return ErrorCode.rebalance_in_progress
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member.group_instance_id != group_instance_id:
-            return ErrorCode.fenced_instance_id
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
-        return ErrorCode.none
-
-    # Administration ------------------------------------------------------------------
-
-    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
-        results: dict[str, ErrorCode] = {}
-        for group_id in group_ids:
-            group = self.groups.get(group_id)
-            error = self.coordinator_error(group_id)
-            if error != ErrorCode.none:
-                results[group_id] = error
-            elif group is None:
-                results[group_id] = ErrorCode.group_id_not_found
-            elif group.members:
-                results[group_id] = ErrorCode.non_empty_group
-            else:
-                try:
-                    await self.store.delete_group(group_id)
-                except KafkaError as e:
-                    results[group_id] = e.code
-                    continue
-                group.transition_to(GroupState.DEAD, now_ms())
-                del self.groups[group_id]
-                results[group_id] = ErrorCode.none
-        return results
-
-    async def delete_offsets(
-        self, group_id: str, partitions: list[TopicPartition]
-    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        error = self.coordinator_error(group_id)
-        if error != ErrorCode.none:
-            return error, {}
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.group_id_not_found, {}
-        subscribed = group.subscribed_topics() if group.members else set()
-        if subscribed is None:
-            return ErrorCode.non_empty_group, {}
-        results = {
-            tp: ErrorCode.group_subscribed_to_topic if tp.topic in subscribed else ErrorCode.none
-            for tp in partitions
-        }
-        try:
-            await self.store.delete_offsets(
-                group_id, [tp for tp, e in results.items() if e == ErrorCode.none]
-            )
-        except KafkaError as e:
-            return e.code, {}
-        return ErrorCode.none, results
-
-    async def expire_offsets(self) -> None:
-        """Remove offsets past offsets.retention.minutes, and the empty groups left behind."""
-        now = now_ms()
-        for group_id, group in list(self.groups.items()):
-            empty_since = group.state_timestamp_ms if group.is_in(Empty) else None
-            if group.members and group.protocol_type:
-                continue  # offsets of active groups are kept (KIP-211)
-            expired = self.store.expired_offsets(group_id, empty_since, now)
-            if expired:
-                log.info("group %s: expiring %d committed offsets", group_id, len(expired))
-                await self.store.delete_offsets(group_id, expired)
-            if (
-                group.is_in(Empty)
-                and group_id not in self.store.offsets
-                and empty_since is not None
-                and empty_since + self.store.config.retention_ms < now
-            ):
-                await self.store.delete_group(group_id)
-                self.groups.pop(group_id, None)

@@ -21,6 +21,7 @@ from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_configs import (
     TOPIC_CONFIGS,
     ConfigDef,
+    ConfigType,
     check_overrides,
     format_value,
 )
@@ -31,7 +32,7 @@ DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 UNKNOWN_CONFIG_TYPE = 0  # broker configs: their Java types are not tracked here
-SET, DELETE = 0, 1  # IncrementalAlterConfigs operations; APPEND and SUBTRACT are refused
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 ZERO_UUID = uuid.UUID(int=0)
 
 log = logging.getLogger(__name__)
@@ -314,7 +315,8 @@ async def handle_alter_configs(ctx: BrokerContext, request: Request, _splicer: o
 async def handle_incremental_alter_configs(
     ctx: BrokerContext, request: Request, _splicer: object
 ) -> Any:
-    """IncrementalAlterConfigs sets or deletes single overrides (topic configs have no lists)."""
+    """IncrementalAlterConfigs sets or deletes single overrides, or adds items to or
+    removes items from a list config (`cleanup.policy`, the throttled replicas)."""
     m = response_module(request.api_key, request.api_version)
 
     def new_configs(r: Any, current: dict[str, str]) -> dict[str, str]:
@@ -324,10 +326,11 @@ async def handle_incremental_alter_configs(
                 configs[c.name] = c.value or ""
             elif c.config_operation == DELETE:
                 configs.pop(c.name, None)
+            elif c.config_operation in (APPEND, SUBTRACT):
+                configs[c.name] = _altered_list(c.name, c.config_operation, c.value, configs)
             else:
                 raise KafkaError(
-                    ErrorCode.invalid_config,
-                    f"{c.name}: APPEND and SUBTRACT apply to list configs only",
+                    ErrorCode.invalid_request, f"{c.name}: unknown operation {c.config_operation}"
                 )
         return configs
 
@@ -339,6 +342,22 @@ async def handle_incremental_alter_configs(
         request,
         new_configs,
     )
+
+
+def _altered_list(name: str, operation: int, value: str | None, configs: dict[str, str]) -> str:
+    """The list `name` (its override, else its default) with the items of `value` appended
+    (those not in it yet) or subtracted, as Kafka's APPEND and SUBTRACT make it."""
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None or definition.config_type != ConfigType.LIST:
+        raise KafkaError(
+            ErrorCode.invalid_config, f"{name}: APPEND and SUBTRACT apply to list configs only"
+        )
+    old = configs.get(name, format_value(definition.default))
+    items = [item.strip() for item in old.split(",") if item.strip()]
+    altered = [item.strip() for item in (value or "").split(",") if item.strip()]
+    if operation == APPEND:
+        return ",".join(items + [item for item in altered if item not in items])
+    return ",".join(item for item in items if item not in altered)
 
 
 async def _alter(

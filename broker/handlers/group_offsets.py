@@ -45,7 +45,7 @@ async def handle_offset_commit(ctx: BrokerContext, request: Request, _splicer: o
                 p.committed_metadata or "",
                 timestamp,
             )
-    results = await ctx.groups.commit_offsets(
+    results = await ctx.groups.offsets.commit(
         body.group_id,
         body.member_id,
         field(body, "group_instance_id"),
@@ -159,7 +159,7 @@ async def handle_offset_delete(ctx: BrokerContext, request: Request, _splicer: o
     partitions = [
         TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions
     ]
-    error, results = await ctx.groups.delete_offsets(body.group_id, partitions)
+    error, results = await ctx.groups.offsets.delete(body.group_id, partitions)
     return make(
         m.OffsetDeleteResponse,
         error_code=error,

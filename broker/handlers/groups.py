@@ -246,7 +246,7 @@ async def handle_list_groups(ctx: BrokerContext, request: Request, _splicer: obj
 
 async def handle_delete_groups(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
-    results = await ctx.groups.delete_groups(list(request.body.groups_names))
+    results = await ctx.groups.offsets.delete_groups(list(request.body.groups_names))
     return make(
         m.DeleteGroupsResponse,
         throttle_time=NO_THROTTLE,

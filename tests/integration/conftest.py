@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.apache_kafka import ApacheKafka
+from tests.apache_kafka import ApacheKafka, ApacheKafkaCluster
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.pipeline_topic import TieredTopic, create_tiered_topic
 from tierbroker.testing import cluster_fixture
+
+RACKS = ("a", "b", "c")
 
 
 @pytest.fixture
@@ -51,7 +53,20 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKaf
     kafka.stop()
 
 
+@pytest.fixture(scope="session")
+def apache_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafkaCluster]:
+    """Apache Kafka, three KRaft nodes in racks a, b and c with Kafka's rack-aware replica
+    selector, shared by the tests that compare a tierbroker cluster with it."""
+    cluster = ApacheKafkaCluster(tmp_path_factory.mktemp("apache-kafka-cluster"), RACKS).start()
+    yield cluster
+    cluster.stop()
+
+
 shared_tierbroker = cluster_fixture("session")
+# The counterpart of `apache_kafka_cluster`: three brokers, racks a, b, c, follower fetching.
+shared_tierbroker_cluster = cluster_fixture(
+    "session", brokers=3, racks=RACKS, follower_fetching=True
+)
 
 
 @pytest.fixture(params=["tierbroker", "apache-kafka"])
