@@ -65,24 +65,38 @@ def test_kafka_reassign_partitions_moves_replicas(
     assert [r.value for r in cluster.records(topic)] == [b"before"] * 5
 
 
-def test_kafka_leader_election_restores_the_preferred_leader(cluster: TierbrokerCluster) -> None:
+def test_kafka_leader_election_restores_preferred_leaders(cluster: TierbrokerCluster) -> None:
     topic = unique("preferred")
-    cluster.create_topic(topic, partitions=1, replication_factor=3)
-    preferred = cluster.leader(topic)
-    cluster.kill_broker(preferred)
-    cluster.start_broker(preferred)
-    cluster.wait_for(lambda: preferred in cluster.isr(topic), f"broker {preferred} in the ISR")
-    assert cluster.leader(topic) != preferred
+    cluster.create_topic(topic, partitions=6, replication_factor=3)
+    preferred = {p: cluster.leader(topic, p) for p in range(6)}  # a new topic's leaders
+    crashed = preferred[0]
+    first, second = [p for p, leader in preferred.items() if leader == crashed]
+    cluster.kill_broker(crashed)
+    cluster.start_broker(crashed)
+    cluster.wait_for(
+        lambda: all(crashed in cluster.isr(topic, p) for p in range(6)),
+        f"broker {crashed} back in every ISR",
+    )
+    assert cluster.leader(topic, first) != crashed and cluster.leader(topic, second) != crashed
 
-    elected = run_tool(
-        "LeaderElectionCommand",
-        *("--bootstrap-server", cluster.bootstrap_servers, "--election-type", "preferred"),
-        *("--topic", topic, "--partition", "0"),
-    )
-    assert (
-        elected == f"Successfully completed leader election (PREFERRED) for partitions {topic}-0\n"
-    )
-    assert cluster.leader(topic) == preferred
+    def elect(*which: str) -> list[str]:
+        return run_tool(
+            "LeaderElectionCommand",
+            *("--bootstrap-server", cluster.bootstrap_servers, "--election-type", "preferred"),
+            *which,
+        ).splitlines()
+
+    success = "Successfully completed leader election (PREFERRED) for partitions "
+    assert elect("--topic", topic, "--partition", str(first)) == [f"{success}{topic}-{first}"]
+    assert cluster.leader(topic, first) == crashed
+    # Every partition: the controller answers for those it elected (the crash also moved
+    # leaders of internal topics), and the tool names them.
+    (elected,) = elect("--all-topic-partitions")
+    assert elected.startswith(success)
+    assert f"{topic}-{second}" in elected.removeprefix(success).split(", ")
+    assert f"{topic}-{first}" not in elected.removeprefix(success).split(", ")
+    assert cluster.leader(topic, second) == crashed
+    assert elect("--all-topic-partitions") == []
 
 
 def events(path: Path, name: str) -> list[dict[str, Any]]:
