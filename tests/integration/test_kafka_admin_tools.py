@@ -8,6 +8,14 @@ import json
 import re
 from pathlib import Path
 
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+
 from tests.apache_kafka import run_tool
 from tests.integration.kafka_tools import create_topic, leaders, reassign, unique, write
 from tierbroker.testing.clients import produce
@@ -104,3 +112,16 @@ def test_kafka_log_dirs_describes_each_replica(kafka_broker: str) -> None:
         {"partition": f"{topic}-0", "size": 170, "offsetLag": 0, "isFuture": False},
         {"partition": f"{topic}-1", "size": 0, "offsetLag": 0, "isFuture": False},
     ]
+
+
+def test_deleting_unset_broker_configs_succeeds(kafka_broker: str) -> None:
+    """What kafka-reassign-partitions --verify does to clear replication throttles."""
+    admin = AdminClient({"bootstrap.servers": kafka_broker})
+    (node,) = admin.list_topics(timeout=10).brokers
+    throttles = [
+        ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE)
+        for name in ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+    ]
+    resource = ConfigResource(ResourceType.BROKER, str(node), incremental_configs=throttles)
+    (future,) = admin.incremental_alter_configs([resource]).values()
+    assert future.result(timeout=10) is None
