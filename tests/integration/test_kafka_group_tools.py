@@ -34,11 +34,26 @@ def test_kafka_consumer_groups_describes_resets_and_deletes(kafka_broker: str) -
         [group, topic, "1", "9", "9", "0", "-", "-", "-"],
     ]
     assert reset("--to-offset", "5", "--dry-run") == new_offsets(5, 5)
+    # ListOffsets by timestamp: the first record at or after it, else the log end.
+    assert reset("--to-datetime", "2000-01-01T00:00:00.000", "--dry-run") == new_offsets(0, 0)
+    warnings = [
+        f"Warn: Partition {p} from topic {topic} is empty. Falling back to latest known offset."
+        for p in (0, 1)
+    ]
+    assert reset("--to-datetime", "2100-01-01T00:00:00.000", "--dry-run") == sorted(
+        new_offsets(11, 9) + [w.split() for w in warnings]
+    )
     assert reset("--to-earliest", "--execute") == new_offsets(0, 0)
     assert reset("--shift-by", "3", "--execute") == new_offsets(3, 3)
     assert groups("--describe", "--group", group)[1:] == [
         [group, topic, "0", "3", "11", "8", "-", "-", "-"],
         [group, topic, "1", "3", "9", "6", "-", "-", "-"],
+    ]
+    state = groups("--describe", "--group", group, "--state")
+    # The coordinator: "host:port (id)", which differs by broker.
+    assert [row[:1] + row[3:] for row in state] == [
+        "GROUP ASSIGNMENT-STRATEGY STATE #MEMBERS".split(),
+        [group, "-", "Empty", "0"],
     ]
     assert groups("--delete", "--group", group) == [
         f"Deletion of requested consumer groups ('{group}') was successful.".split()
