@@ -64,6 +64,21 @@ def test_kafka_reassign_partitions_moves_replicas(
     ]
     assert [r.value for r in cluster.records(topic)] == [b"before"] * 5
 
+    # The new replicas hold the whole log, the old one is gone.
+    log_dirs = run_tool(
+        "LogDirsCommand",
+        *("--bootstrap-server", cluster.bootstrap_servers, "--describe", "--topic-list", topic),
+    ).splitlines()
+    assert log_dirs[1] == "Received log directory information from brokers 0,1,2"
+    sizes = {
+        broker["broker"]: [(p["partition"], p["size"]) for p in log_dir["partitions"]]
+        for broker in json.loads(log_dirs[2])["brokers"]
+        for log_dir in broker["logDirs"]
+    }
+    (size,) = {size for _, size in sizes[target[0]]}
+    assert size > 0
+    assert sizes == {source: [], **{b: [(f"{topic}-0", size)] for b in target}}
+
 
 def test_kafka_leader_election_restores_preferred_leaders(cluster: TierbrokerCluster) -> None:
     topic = unique("preferred")
