@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 from tierbroker.broker.cluster.topic_admin import check_request_size
 from tierbroker.broker.cluster.zk_data import TopicAssignment
@@ -379,7 +380,18 @@ async def _alter(
     return make(response_cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-def _deletes_unset_broker_configs(ctx: BrokerContext, r: Any) -> bool:
+class _AlteredResource(Protocol):
+    """A resource of an (Incremental)AlterConfigs request, of any version."""
+
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def configs(self) -> Sequence[Any]: ...
+
+
+def _deletes_unset_broker_configs(ctx: BrokerContext, r: _AlteredResource) -> bool:
     """Whether `r` only DELETEs (IncrementalAlterConfigs) configs of this broker: it has
     no dynamic configs, so nothing is to be deleted and, as in Kafka, that succeeds
     (kafka-reassign-partitions --verify clears replication throttles so)."""
