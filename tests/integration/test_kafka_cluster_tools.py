@@ -127,7 +127,6 @@ def test_verifiable_producer_and_consumer_lose_nothing_acked_when_the_leader_die
     cluster.create_topic(
         topic, partitions=1, replication_factor=3, config={"min.insync.replicas": 2}
     )
-    records = 6000
     produced, consumed = tmp_path / "producer.jsonl", tmp_path / "consumer.jsonl"
     consumer = background(
         consumed,
@@ -139,27 +138,29 @@ def test_verifiable_producer_and_consumer_lose_nothing_acked_when_the_leader_die
         produced,
         "VerifiableProducer",
         *("--bootstrap-server", cluster.bootstrap_servers, "--topic", topic),
-        *("--max-messages", str(records), "--throughput", "1000", "--acks", "-1"),
+        *("--max-messages", "-1", "--throughput", "1000", "--acks", "-1"),
     )
+
+    def acked_at_least(count: int) -> bool:
+        return len(events(produced, "producer_send_success")) >= count
+
     try:
-        wait_for(
-            lambda: len(events(produced, "producer_send_success")) >= 1000,
-            "a thousand records acknowledged",
-        )
+        wait_for(lambda: acked_at_least(1000), "a thousand records acknowledged")
         leader = cluster.leader(topic)
         cluster.kill_broker(leader)
         cluster.start_broker(leader)
-        assert producer.wait(timeout=120) == 0
+        restarted = len(events(produced, "producer_send_success"))
+        wait_for(lambda: acked_at_least(restarted + 1000), "a thousand more acknowledged")
+        producer.terminate()  # it stops sending, flushes and prints its summary
+        producer.wait(timeout=60)
         # The tool does not retry (its producer has retries=0, as in Kafka's system
         # tests): records in flight when the leader dies fail; every one acked must stay.
         (summary,) = events(produced, "tool_data")
-        assert summary["sent"] == records
         acked = {
             (e["partition"], e["offset"], e["value"])
             for e in events(produced, "producer_send_success")
         }
         assert len(acked) == summary["acked"]
-        assert (0, max(offset for _, offset, _ in acked), str(records - 1)) in acked
 
         def missing() -> set[tuple[int, int, str]]:
             read = {
