@@ -51,10 +51,16 @@ def _java(*args: str, options: tuple[str, ...] = SHORT_RUN) -> list[str]:
     return [java, *options, "-cp", f"{jars()}/*", *args]
 
 
+def tool_command(tool: str, *args: str) -> list[str]:
+    """The command that runs Kafka's command-line tool `tool` (a class in
+    org.apache.kafka.tools), for a test that runs it in the background."""
+    return _java(f"org.apache.kafka.tools.{tool}", *args)
+
+
 def run_tool(tool: str, *args: str, timeout_s: float = 60.0) -> str:
-    """Run Kafka's command-line tool `tool` (a class in org.apache.kafka.tools) and
-    return its standard output; fail with its output if it exits non-zero."""
-    return _run(_java(f"org.apache.kafka.tools.{tool}", *args), timeout_s)
+    """Run Kafka's command-line tool `tool` and return its standard output; fail with
+    its output if it exits non-zero."""
+    return _run(tool_command(tool, *args), timeout_s)
 
 
 def run_java(source: str, *args: str, timeout_s: float = 120.0) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 from tierbroker.broker.cluster.topic_admin import check_request_size
 from tierbroker.broker.cluster.zk_data import TopicAssignment
@@ -372,17 +373,18 @@ async def _alter(
     for r in request.body.resources:
         error, message = ErrorCode.none, None
         try:
-            if r.resource_type != TOPIC_RESOURCE:
+            if r.resource_type == TOPIC_RESOURCE:
+                ctx.admin.topic_or_error(r.resource_name)
+                await ctx.admin.alter_configs(
+                    r.resource_name,
+                    new_configs(r, ctx.metadata.configs.get(r.resource_name, {})),
+                    field(request.body, "validate_only", False),
+                )
+            elif not _deletes_unset_broker_configs(ctx, r):
                 raise KafkaError(
                     ErrorCode.invalid_request,
                     f"resource type {r.resource_type}: only topic configs can be altered",
                 )
-            ctx.admin.topic_or_error(r.resource_name)
-            await ctx.admin.alter_configs(
-                r.resource_name,
-                new_configs(r, ctx.metadata.configs.get(r.resource_name, {})),
-                field(request.body, "validate_only", False),
-            )
         except KafkaError as e:
             error, message = _error(e)
         results.append(
@@ -395,3 +397,27 @@ async def _alter(
             )
         )
     return make(response_cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+class _AlteredResource(Protocol):
+    """A resource of an (Incremental)AlterConfigs request, of any version."""
+
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def configs(self) -> Sequence[Any]: ...
+
+
+def _deletes_unset_broker_configs(ctx: BrokerContext, r: _AlteredResource) -> bool:
+    """Whether `r` only DELETEs (IncrementalAlterConfigs) configs of this broker: it has
+    no dynamic configs, so nothing is to be deleted and, as in Kafka, that succeeds
+    (kafka-reassign-partitions --verify clears replication throttles so)."""
+    if r.resource_type != BROKER_RESOURCE:
+        return False
+    if r.resource_name not in ("", str(ctx.config.broker_id)):
+        raise KafkaError(
+            ErrorCode.invalid_request, f"broker {r.resource_name!r} is not this broker"
+        )
+    return all(field(c, "config_operation", SET) == DELETE for c in r.configs)

@@ -4,18 +4,10 @@ each works and prints the same, but for ids (topic ids, node ids)."""
 from __future__ import annotations
 
 import re
-import uuid
 
-from tests.apache_kafka import run_java, run_tool
+from tests.apache_kafka import run_tool
+from tests.integration.kafka_tools import kafka_topics, unique
 from tierbroker.testing.clients import produce
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def kafka_topics(bootstrap: str, *args: str) -> str:
-    return run_tool("TopicCommand", "--bootstrap-server", bootstrap, *args)
 
 
 def test_kafka_topics_creates_lists_and_describes(kafka_broker: str) -> None:
@@ -82,31 +74,26 @@ def test_kafka_get_offsets_prints_latest_earliest_and_tiered(kafka_broker: str) 
     assert offsets("-5") == []  # latest tiered: none without a remote tier, so no line
 
 
-def test_kafka_consumer_groups_describes_and_resets_offsets(kafka_broker: str) -> None:
-    topic = unique("groups")
-    group = f"{topic}-group"
-    run_java("ProduceConsume.java", kafka_broker, topic, "2", "20", group)
+def test_perf_tools_produce_and_consume_every_record(kafka_broker: str) -> None:
+    topic = unique("perf")
+    kafka_topics(
+        kafka_broker,
+        *("--create", "--topic", topic, "--partitions", "2", "--replication-factor", "1"),
+    )
+    produced = run_tool(
+        "ProducerPerformance",
+        *("--topic", topic, "--num-records", "20000", "--record-size", "100"),
+        *("--throughput", "-1", "--command-property", f"bootstrap.servers={kafka_broker}"),
+        "acks=all",
+    )
+    # The summary: "20000 records sent, R records/sec (M MB/sec), L ms avg latency, ...".
+    assert re.fullmatch(r"20000 records sent, [\d.]+ records/sec .*", produced.splitlines()[-1])
 
-    def consumer_groups(*args: str) -> list[list[str]]:
-        out = run_tool(
-            "consumer.group.ConsumerGroupCommand", "--bootstrap-server", kafka_broker, *args
-        )
-        return sorted(line.split() for line in out.splitlines() if line.strip())
-
-    header = "GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID"
-    # Records keyed k0..k19 partition as Kafka's default partitioner puts them: 11 and 9.
-    assert consumer_groups("--describe", "--group", group) == [
-        header.split(),
-        [group, topic, "0", "11", "11", "0", "-", "-", "-"],
-        [group, topic, "1", "9", "9", "0", "-", "-", "-"],
-    ]
-    reset = ("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
-    assert consumer_groups(*reset) == [
-        "GROUP TOPIC PARTITION NEW-OFFSET".split(),
-        [group, topic, "0", "0"],
-        [group, topic, "1", "0"],
-    ]
-    assert consumer_groups("--describe", "--group", group)[1:] == [
-        [group, topic, "0", "0", "11", "11", "-", "-", "-"],
-        [group, topic, "1", "0", "9", "9", "-", "-", "-"],
-    ]
+    consumed = run_tool(
+        "ConsumerPerformance",
+        *("--bootstrap-server", kafka_broker, "--topic", topic, "--num-records", "20000"),
+    ).splitlines()
+    header = [name.strip() for name in consumed[0].split(",")]
+    summary = dict(zip(header, (value.strip() for value in consumed[1].split(",")), strict=True))
+    assert summary["data.consumed.in.nMsg"] == "20000"
+    assert float(summary["data.consumed.in.MB"]) == round(20000 * 100 / 1024 / 1024, 4)
