@@ -48,10 +48,12 @@ def _java(*args: str, options: tuple[str, ...] = SHORT_RUN) -> list[str]:
     return [java, *options, "-cp", f"{jars()}/*", *args]
 
 
-def run_tool(tool: str, *args: str, timeout_s: float = 60.0) -> str:
-    """Run Kafka's command-line tool `tool` (a class in org.apache.kafka.tools) and
-    return its standard output; fail with its output if it exits non-zero."""
-    return _run(_java(f"org.apache.kafka.tools.{tool}", *args), timeout_s)
+def run_tool(
+    tool: str, *args: str, timeout_s: float = 60.0, options: tuple[str, ...] = SHORT_RUN
+) -> str:
+    """Run Kafka's command-line tool `tool` (a class in org.apache.kafka.tools) with JVM
+    `options` and return its standard output; fail with its output if it exits non-zero."""
+    return _run(_java(f"org.apache.kafka.tools.{tool}", *args, options=options), timeout_s)
 
 
 def run_java(source: str, *args: str, timeout_s: float = 120.0) -> str:
@@ -71,13 +73,28 @@ def _run(command: list[str], timeout_s: float) -> str:
 
 
 class ApacheKafka:
-    """One Apache Kafka node in KRaft mode (broker and controller) in `directory`."""
+    """One Apache Kafka node in KRaft mode (broker and controller) in `directory`, its JVM
+    run with `jvm_options`; `startup_s` is from spawning it to its first ApiVersions answer.
+    Alone by default; with `quorum` (`controller.quorum.voters`, "ID@HOST:PORT,...") it is
+    node `node_id` of that static quorum, and answers once a majority of it runs."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        jvm_options: tuple[str, ...] = ("-Xmx768m",),
+        *,
+        node_id: int = 1,
+        quorum: str | None = None,
+    ) -> None:
         self.dir = directory
         self.port = free_port()
         self.controller_port = free_port()
+        self.jvm_options = jvm_options
+        self.node_id = node_id
+        self.quorum = quorum
+        self.cluster_id = _cluster_id()
         self.process: subprocess.Popen[bytes] | None = None
+        self.startup_s = 0.0
 
     @property
     def bootstrap_servers(self) -> str:
@@ -85,21 +102,23 @@ class ApacheKafka:
 
     def start(self, timeout_s: float = 60.0) -> ApacheKafka:
         config = self._write_config()
+        alone = () if self.quorum else ("--standalone",)
         _run(
             _java(
                 "kafka.tools.StorageTool",
                 "format",
-                "--standalone",
+                *alone,
                 "-t",
-                _cluster_id(),
+                self.cluster_id,
                 "-c",
                 str(config),
             ),
             timeout_s,
         )
+        started = time.perf_counter()
         with open(self.dir / "kafka.log", "wb") as log:
             self.process = subprocess.Popen(
-                _java("kafka.Kafka", str(config), options=("-Xmx768m",)),
+                _java("kafka.Kafka", str(config), options=self.jvm_options),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -108,18 +127,24 @@ class ApacheKafka:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"Apache Kafka did not start on port {self.port}:\n{self.log()}")
-            time.sleep(0.1)
+            time.sleep(0.01)
+        self.startup_s = time.perf_counter() - started
         return self
 
     def _write_config(self) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "server.properties"
         controller = f"127.0.0.1:{self.controller_port}"
-        # One node: internal topics with one replica, groups that rebalance at once.
+        quorum = (
+            f"controller.quorum.voters={self.quorum}"
+            if self.quorum
+            else f"controller.quorum.bootstrap.servers={controller}"
+        )
+        # Internal topics with one replica, groups that rebalance at once.
         config.write_text(
             "process.roles=broker,controller\n"
-            "node.id=1\n"
-            f"controller.quorum.bootstrap.servers={controller}\n"
+            f"node.id={self.node_id}\n"
+            f"{quorum}\n"
             f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://{controller}\n"
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
             "controller.listener.names=CONTROLLER\n"
