@@ -49,8 +49,6 @@ from benchmarks.targets import KAFKA_JVM_OPTIONS, STARTERS, Broker, stop
 from tests.apache_kafka import run_tool
 
 NAMES = ("tierbroker", "apache-kafka")
-LOADS = ("librdkafka", "perf-test")
-PHASES = ("produce", "consume")
 # A load generator runs long enough for the JIT's top tier; it must not be the bottleneck.
 TOOL_JVM = ("-Xmx1g",)
 TOOL_PRODUCER = [f"{k}={v}" for k, v in workload.PRODUCER_SETTINGS.items() if "stat" not in k]
@@ -165,6 +163,13 @@ def start(name: str, workdir: Path, idle_s: float) -> tuple[Broker, dict[str, fl
     return broker, {"startup_s": broker.startup_s, "idle_rss_mib": broker.tree_rss_mib()}
 
 
+def ratios(ours: list[Sample], kafka: list[Sample], measure: str) -> list[float]:
+    """Per round, ours / Kafka's; a round where Kafka's is 0 (no CPU tick in a short
+    phase) has no ratio."""
+    pairs = zip(ours, kafka, strict=True)
+    return [a[measure] / b[measure] for a, b in pairs if b[measure] > 0]
+
+
 def spread(values: list[float]) -> str:
     if not values:
         return "-"
@@ -177,10 +182,10 @@ def report(starts: dict[str, list[dict[str, float]]], rounds: dict[str, list[dic
     for key, label in (("startup_s", "start-up s"), ("idle_rss_mib", "idle RSS MiB")):
         mine = [s[key] for s in starts["tierbroker"]]
         theirs = [s[key] for s in starts["apache-kafka"]]
-        ratios = [a / b for a, b in zip(mine, theirs, strict=False)]
+        per_start = [a / b for a, b in zip(mine, theirs, strict=False)]
         lines.append(
             f"  {label:<20} tierbroker {statistics.median(mine):8.2f}  apache-kafka "
-            f"{statistics.median(theirs):8.2f}  ratio {spread(ratios)}"
+            f"{statistics.median(theirs):8.2f}  ratio {spread(per_start)}"
         )
     lines.append(
         f"  {'RSS under load MiB':<20} tierbroker {peaks['tierbroker']:8.1f}  apache-kafka "
@@ -198,8 +203,7 @@ def report(starts: dict[str, list[dict[str, float]]], rounds: dict[str, list[dic
             m: [statistics.median(s[m] for s in side) for side in (ours, kafka)]
             for m in ("mib_per_s", "cpu_s_per_mib")
         }
-        rate = [a["mib_per_s"] / b["mib_per_s"] for a, b in zip(ours, kafka, strict=True)]
-        cpu = [a["cpu_s_per_mib"] / b["cpu_s_per_mib"] for a, b in zip(ours, kafka, strict=True)]
+        rate, cpu = (ratios(ours, kafka, m) for m in ("mib_per_s", "cpu_s_per_mib"))
         lines.append(
             f"{key:<26}{med['mib_per_s'][0]:>10.1f}{med['mib_per_s'][1]:>8.1f}"
             f"{med['cpu_s_per_mib'][0]:>12.4f}{med['cpu_s_per_mib'][1]:>10.4f}   "
