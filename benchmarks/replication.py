@@ -312,6 +312,10 @@ def run_zookeeper(mib: int, shape: Shape) -> Result:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+# Kafka's JVM compiles its hot paths in the first tens of MiB; tierbroker has no JIT.
+KAFKA_WARM_UP_MIB = 64
+
+
 def run_kafka(mib: int, shape: Shape, nodes: int) -> Result:
     """Apache Kafka: one node with replication factor 1 and acks=1, or three with
     replication factor 3, acks=all, min.insync.replicas=2, every partition led by node 1."""
@@ -322,7 +326,7 @@ def run_kafka(mib: int, shape: Shape, nodes: int) -> Result:
             replicated, acks = nodes > 1, -1 if nodes > 1 else 1
             create_topic(leader.bootstrap_servers, replicated, shape.partitions, (1, 2, 3))
             wait_for_leader(leader.bootstrap_servers, TOPIC, leader.node_id)
-            warm_up(leader.port, acks, shape)
+            warm_up(leader.port, acks, shape, KAFKA_WARM_UP_MIB)
             recycle_page_cache(mib * nodes)
             pids = [m.process.pid for m in members if m.process is not None]
             before = [process_cpu_seconds(pid) for pid in pids]
@@ -335,13 +339,13 @@ def run_kafka(mib: int, shape: Shape, nodes: int) -> Result:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def warm_up(port: int, acks: int, shape: Shape, timeout_s: float = 30.0) -> None:
-    """A small load, again until no partition refuses it: a Kafka node shows itself the
-    leader in its metadata a moment before its replica manager takes the partition."""
+def warm_up(port: int, acks: int, shape: Shape, mib: int, timeout_s: float = 30.0) -> None:
+    """`mib` MiB of load, again until no partition refuses it: a Kafka node shows itself
+    the leader in its metadata a moment before its replica manager takes the partition."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            load(port, acks, 4, shape)
+            load(port, acks, mib, shape)
             return
         except RuntimeError as e:
             if "NOT_LEADER_OR_FOLLOWER" not in str(e) or time.monotonic() > deadline:
