@@ -46,10 +46,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -57,6 +58,7 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.serial import entity_writer
 
 from benchmarks.ceiling import measure as measure_ceiling
+from benchmarks.kafka_cluster import kafka_nodes, wait_for_leader
 from benchmarks.targets import (
     ROOT,
     api_versions_answered,
@@ -175,13 +177,15 @@ def load(port: int, acks: int, mib: int, shape: Shape) -> tuple[int, float]:
     return per_connection * n * len(batch), time.perf_counter() - started
 
 
-def create_topic(bootstrap: str, replicated: bool, partitions: int) -> None:
+def create_topic(
+    bootstrap: str, replicated: bool, partitions: int, replicas: tuple[int, ...] = (0, 1, 2)
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     if replicated:
         topic = NewTopic(
             TOPIC,
             num_partitions=partitions,
-            replica_assignment=[[0, 1, 2]] * partitions,
+            replica_assignment=[list(replicas)] * partitions,
             config={"min.insync.replicas": "2"},
         )
     else:
@@ -308,6 +312,57 @@ def run_zookeeper(mib: int, shape: Shape) -> Result:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+# Kafka's JVM compiles its hot paths in the first tens of MiB; tierbroker has no JIT.
+KAFKA_WARM_UP_MIB = 64
+
+
+def run_kafka(mib: int, shape: Shape, nodes: int) -> Result:
+    """Apache Kafka: one node with replication factor 1 and acks=1, or three with
+    replication factor 3, acks=all, min.insync.replicas=2, every partition led by node 1."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-replication-kafka-"))
+    try:
+        with kafka_nodes(workdir, nodes) as members:
+            leader = members[0]
+            replicated, acks = nodes > 1, -1 if nodes > 1 else 1
+            create_topic(leader.bootstrap_servers, replicated, shape.partitions, (1, 2, 3))
+            wait_for_leader(leader.bootstrap_servers, TOPIC, leader.node_id)
+            warm_up(leader.port, acks, shape, KAFKA_WARM_UP_MIB)
+            recycle_page_cache(mib * nodes)
+            pids = [m.process.pid for m in members if m.process is not None]
+            before = [process_cpu_seconds(pid) for pid in pids]
+            size, seconds = load(leader.port, acks, mib, shape)
+            spent = [process_cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+        mib_moved = size / 2**20
+        followers = sum(spent[1:]) / 2 / mib_moved if nodes > 1 else None
+        return Result(mib_moved / seconds, sum(spent) / mib_moved, followers)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def warm_up(port: int, acks: int, shape: Shape, mib: int, timeout_s: float = 30.0) -> None:
+    """`mib` MiB of load, again until no partition refuses it: a Kafka node shows itself
+    the leader in its metadata a moment before its replica manager takes the partition."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            load(port, acks, mib, shape)
+            return
+        except RuntimeError as e:
+            if "NOT_LEADER_OR_FOLLOWER" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+SETUPS: dict[str, Callable[[int, Shape], Result]] = {
+    "single": run_single,
+    "single x3": run_single_x3,
+    "in-process": run_in_process,
+    "zookeeper": run_zookeeper,
+    "kafka single": partial(run_kafka, nodes=1),
+    "kafka x3": partial(run_kafka, nodes=3),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256)
@@ -316,14 +371,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=Shape.partitions)
     parser.add_argument("--batch-kib", type=int, default=Shape.batch_kib)
     parser.add_argument("--in-flight", type=int, default=Shape.in_flight)
+    parser.add_argument("--setups", default=",".join(SETUPS), help="comma-separated, in order")
     args = parser.parse_args()
     shape = Shape(args.connections, args.partitions, args.batch_kib, args.in_flight)
-    setups = {
-        "single": run_single,
-        "single x3": run_single_x3,
-        "in-process": run_in_process,
-        "zookeeper": run_zookeeper,
-    }
+    setups = {name: SETUPS[name] for name in args.setups.split(",")}
     runs: dict[str, list[Result]] = {name: [] for name in setups}
     for round_ in range(args.repeat):
         order = list(setups) if round_ % 2 == 0 else list(reversed(setups))
@@ -333,26 +384,52 @@ def main() -> None:
             print(f"round {round_ + 1} {name}: {last.mib_per_s:.1f} MiB/s", file=sys.stderr)
     request_bytes = shape.batch_kib * 1024
     ceiling, _ = measure_ceiling(args.mib * 2**20, args.mib * 1024, request_bytes, repeat=1)
-    base = statistics.median(r.mib_per_s for r in runs["single"])
-    same_writes = statistics.median(r.mib_per_s for r in runs["single x3"])
     print(
         f"{shape.connections} connections x {shape.in_flight} in flight, "
         f"{shape.partitions} partitions, {shape.batch_kib} KiB per request; "
         f"ceiling (loopback into a file): {ceiling.mib_per_s:.0f} MiB/s"
     )
-    print(
+    print("\n".join(report(runs)))
+
+
+def report(runs: dict[str, list[Result]]) -> list[str]:
+    """Medians per setup, each against its own broker's single node (and `single x3`),
+    and tierbroker's replicated setups against Apache Kafka's, per round."""
+
+    def median_rate(name: str) -> float | None:
+        return statistics.median(r.mib_per_s for r in runs[name]) if name in runs else None
+
+    lines = [
         f"{'setup':<12} {'MiB/s':>8} {'vs single':>10} {'vs x3':>7} {'CPU s/MiB':>10} "
         f"{'follower CPU s/MiB':>19}"
-    )
+    ]
     for name, results in runs.items():
         rate = statistics.median(r.mib_per_s for r in results)
+        base = median_rate("kafka single" if name.startswith("kafka") else "single")
+        same_writes = None if name.startswith("kafka") else median_rate("single x3")
         cpu = statistics.median(r.cpu_s_per_mib for r in results)
         followers = [r.follower_cpu_s_per_mib for r in results if r.follower_cpu_s_per_mib]
         follower = f"{statistics.median(followers):.4f}" if followers else "-"
-        print(
-            f"{name:<12} {rate:>8.1f} {rate / base:>9.2f}x {rate / same_writes:>6.2f}x "
-            f"{cpu:>10.4f} {follower:>19}"
+        vs_base = f"{rate / base:.2f}x" if base else "-"
+        vs_x3 = f"{rate / same_writes:.2f}x" if same_writes else "-"
+        lines.append(
+            f"{name:<12} {rate:>8.1f} {vs_base:>10} {vs_x3:>7} {cpu:>10.4f} {follower:>19}"
         )
+    for mine, theirs in (
+        ("single", "kafka single"),
+        ("in-process", "kafka x3"),
+        ("zookeeper", "kafka x3"),
+    ):
+        if mine in runs and theirs in runs:
+            pairs = list(zip(runs[mine], runs[theirs], strict=True))
+            rates = [a.mib_per_s / b.mib_per_s for a, b in pairs]
+            cpus = [a.cpu_s_per_mib / b.cpu_s_per_mib for a, b in pairs]
+            lines.append(
+                f"{mine} / {theirs}: MiB/s {statistics.median(rates):.2f}x "
+                f"({min(rates):.2f}-{max(rates):.2f}), CPU s/MiB {statistics.median(cpus):.2f}x "
+                f"({min(cpus):.2f}-{max(cpus):.2f})"
+            )
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Start and stop the brokers under test: tierbroker (the CLI, as a user runs it) and Tansu.
+"""Start and stop the brokers under test: tierbroker (the CLI, as a user runs it), Tansu
+and Apache Kafka (one KRaft node, as `tests/apache_kafka.py` starts it).
 
 Every broker runs as a subprocess on a free loopback port, with its files in a temp dir
 that `running()` removes again; the process is always stopped (SIGTERM, then SIGKILL).
@@ -19,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.apache_kafka import ApacheKafka, jars
 
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -52,15 +55,37 @@ class Broker:
         """The memory resident now (VmRSS): what the process kept after its work."""
         return self._status_mib("VmRSS:")
 
+    def tree_rss_mib(self) -> float:
+        """The memory resident now in the process and all its descendants (sum of VmRSS)."""
+        return sum(_status_kib(pid, "VmRSS:") for pid in process_tree(self.process.pid)) / 1024
+
     def _status_mib(self, field: str) -> float:
-        with open(f"/proc/{self.process.pid}/status") as f:
-            kib = next(int(line.split()[1]) for line in f if line.startswith(field))
-        return kib / 1024
+        return _status_kib(self.process.pid, field) / 1024
 
     def log_tail(self, lines: int = 20) -> str:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _status_kib(pid: int, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(field))
+    except (FileNotFoundError, StopIteration):  # exited meanwhile, or a zombie
+        return 0
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants now, from /proc/PID/task/*/children."""
+    found = [pid]
+    for parent in found:  # grows while walked: breadth first
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                found += [int(child) for child in children.read_text().split()]
+            except FileNotFoundError:
+                pass
+    return found
 
 
 def free_port() -> int:
@@ -169,7 +194,35 @@ def start_tansu(workdir: Path) -> Broker:
     return spawn("tansu", args, port, workdir, cwd=workdir)
 
 
-STARTERS = {"tierbroker": start_tierbroker, "tansu": start_tansu}
+# kafka-server-start.sh's defaults (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS): Kafka as
+# its users start it.
+KAFKA_JVM_OPTIONS = (
+    "-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true",
+)  # fmt: skip
+
+
+def start_apache_kafka(workdir: Path) -> Broker:
+    """One KRaft node (broker and controller), formatted first; its start-up is from
+    spawning `kafka.Kafka` to its first ApiVersions answer (the format is not counted)."""
+    if shutil.which("java") is None:
+        raise TargetUnavailable("no Java runtime (apt-get install -y openjdk-17-jdk-headless)")
+    try:
+        jars()
+    except RuntimeError as e:
+        raise TargetUnavailable(str(e)) from None
+    kafka = ApacheKafka(workdir / "kafka", jvm_options=KAFKA_JVM_OPTIONS).start()
+    assert kafka.process is not None
+    log_path = kafka.dir / "kafka.log"
+    return Broker("apache-kafka", kafka.process, kafka.port, workdir, log_path, kafka.startup_s)
+
+
+STARTERS = {
+    "tierbroker": start_tierbroker,
+    "tansu": start_tansu,
+    "apache-kafka": start_apache_kafka,
+}
 
 
 def stop(broker: Broker, timeout_s: float = 10.0) -> None:

@@ -1,10 +1,11 @@
-"""Throughput: one produce/consume workload against tierbroker, Tansu and the machine's ceiling.
+"""Throughput: one produce/consume workload against tierbroker, Tansu, Apache Kafka and the
+machine's ceiling.
 
     .venv/bin/python -m benchmarks.throughput [--messages N | --mib M] [--sizes 1024,16384]
-                                              [--targets tierbroker,tansu,ceiling] [--json OUT]
+                                   [--targets tierbroker,tansu,apache-kafka,ceiling] [--json OUT]
 
 Prints, for each value size, MiB/s, msgs/s and broker CPU seconds for each phase, the
-ratios tierbroker/tansu and tierbroker/ceiling, and each broker's startup time.
+ratios of tierbroker to each other target, and each broker's startup time.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from benchmarks import ceiling, workload
 from benchmarks.phase import Phase
 from benchmarks.targets import Broker, TargetUnavailable, api_versions, running
 
-BROKERS = ("tierbroker", "tansu")
+BROKERS = ("tierbroker", "tansu", "apache-kafka")
 ALL_TARGETS = (*BROKERS, "ceiling")
 PHASES = ("produce", "consume")
 API_NAMES = {0: "Produce", 1: "Fetch", 3: "Metadata", 18: "ApiVersions", 19: "CreateTopics"}
@@ -182,7 +183,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
             else:
                 lines.append(f"{target:<20}{status_note(results, target, size)}")
         mine = [phase_of(results, "tierbroker", size, p) for p in PHASES]
-        for other in (t for t in ("tansu", "ceiling") if {"tierbroker", t} <= set(args.targets)):
+        others = [t for t in ALL_TARGETS[1:] if {"tierbroker", t} <= set(args.targets)]
+        for other in others:
             theirs = [phase_of(results, other, size, p) for p in PHASES]
             produce_ratio, consume_ratio = ratio(mine[0], theirs[0]), ratio(mine[1], theirs[1])
             lines.append(f"{'tierbroker/' + other:<20}{produce_ratio:>9}{consume_ratio:>31}")

@@ -51,16 +51,18 @@ def _java(*args: str, options: tuple[str, ...] = SHORT_RUN) -> list[str]:
     return [java, *options, "-cp", f"{jars()}/*", *args]
 
 
-def tool_command(tool: str, *args: str) -> list[str]:
+def tool_command(tool: str, *args: str, options: tuple[str, ...] = SHORT_RUN) -> list[str]:
     """The command that runs Kafka's command-line tool `tool` (a class in
-    org.apache.kafka.tools), for a test that runs it in the background."""
-    return _java(f"org.apache.kafka.tools.{tool}", *args)
+    org.apache.kafka.tools) with JVM `options`, for a test that runs it in the background."""
+    return _java(f"org.apache.kafka.tools.{tool}", *args, options=options)
 
 
-def run_tool(tool: str, *args: str, timeout_s: float = 60.0) -> str:
-    """Run Kafka's command-line tool `tool` and return its standard output; fail with
-    its output if it exits non-zero."""
-    return _run(tool_command(tool, *args), timeout_s)
+def run_tool(
+    tool: str, *args: str, timeout_s: float = 60.0, options: tuple[str, ...] = SHORT_RUN
+) -> str:
+    """Run Kafka's command-line tool `tool` with JVM `options` and return its standard
+    output; fail with its output if it exits non-zero."""
+    return _run(tool_command(tool, *args, options=options), timeout_s)
 
 
 def run_java(source: str, *args: str, timeout_s: float = 120.0) -> str:
@@ -80,8 +82,9 @@ def _run(command: list[str], timeout_s: float) -> str:
 
 
 class ApacheKafka:
-    """One Apache Kafka node in KRaft mode (broker and controller) in `directory`, with
-    `properties` added to its server.properties.
+    """One Apache Kafka node in KRaft mode (broker and controller) in `directory`, its JVM
+    run with `jvm_options`, with `properties` added to its server.properties; `startup_s`
+    is from spawning it to its first ApiVersions answer.
 
     Alone by default; `ApacheKafkaCluster` gives it a node id, a rack, and the quorum
     and settings of three nodes."""
@@ -90,16 +93,21 @@ class ApacheKafka:
         self,
         directory: Path,
         properties: dict[str, str] | None = None,
+        *,
+        jvm_options: tuple[str, ...] = ("-Xmx768m",),
         node_id: int = 1,
         rack: str | None = None,
     ) -> None:
         self.dir = directory
         self.properties = properties or {}
+        self.jvm_options = jvm_options
         self.node_id = node_id
         self.rack = rack
         self.port = free_port()
         self.controller_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.startup_s = 0.0
+        self._launched = 0.0
 
     @property
     def bootstrap_servers(self) -> str:
@@ -121,10 +129,11 @@ class ApacheKafka:
         tool = ("kafka.tools.StorageTool", "format", *options)
         _run(_java(*tool, "-t", cluster_id or _cluster_id(), "-c", str(config)), 60.0)
 
-    def launch(self, config: Path, heap: str = "-Xmx768m") -> None:
+    def launch(self, config: Path) -> None:
+        self._launched = time.perf_counter()
         with open(self.dir / "kafka.log", "wb") as log:
             self.process = subprocess.Popen(
-                _java("kafka.Kafka", str(config), options=(heap,)),
+                _java("kafka.Kafka", str(config), options=self.jvm_options),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -136,7 +145,8 @@ class ApacheKafka:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"Apache Kafka did not start on port {self.port}:\n{self.log()}")
-            time.sleep(0.1)
+            time.sleep(0.01)
+        self.startup_s = time.perf_counter() - self._launched
 
     def _write_config(self, quorum: str = "", extra: str = "") -> Path:
         """server.properties; `quorum`: the static `controller.quorum.voters` of a cluster
@@ -191,13 +201,19 @@ CLUSTER_SETTINGS = (
 
 
 class ApacheKafkaCluster:
-    """Three Apache Kafka nodes in KRaft mode, each broker and controller (node ids 1 to
-    3, one per rack in `racks`), under `directory`; each JVM with a 512 MiB heap, which
-    these tests' topics need, so that three fit beside the rest on a small machine."""
+    """Apache Kafka nodes in KRaft mode, each broker and controller (node ids from 1, one
+    per rack in `racks`), under `directory`; each JVM run with `jvm_options`, by default
+    a 512 MiB heap, which the tests' topics need, so that three fit beside the rest on a
+    small machine."""
 
-    def __init__(self, directory: Path, racks: tuple[str, ...] = ("a", "b", "c")) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        racks: tuple[str, ...] = ("a", "b", "c"),
+        jvm_options: tuple[str, ...] = ("-Xmx512m",),
+    ) -> None:
         self.nodes = [
-            ApacheKafka(directory / f"node-{i}", node_id=i, rack=rack)
+            ApacheKafka(directory / f"node-{i}", jvm_options=jvm_options, node_id=i, rack=rack)
             for i, rack in enumerate(racks, start=1)
         ]
 
@@ -213,7 +229,7 @@ class ApacheKafkaCluster:
                 # Each node's quorum: the static voters (the controllers form it themselves).
                 config = node._write_config(quorum, CLUSTER_SETTINGS)
                 node.format(config, cluster_id=cluster_id)
-                node.launch(config, heap="-Xmx512m")
+                node.launch(config)
             for node in self.nodes:
                 node.wait_started(timeout_s)
         except BaseException:
