@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
+from collections import Counter
 from typing import Any, NamedTuple
 
 from tierbroker.broker.cluster.topic_admin import check_request_size
@@ -57,12 +58,22 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
     except KafkaError as e:
         log.info("CreateTopics of %d topics refused: %s", len(request.body.topics), e)
         too_large = e
+    # A name given twice is refused, with one result, and neither entry is created.
+    counts = Counter(t.name for t in request.body.topics)
+    answered: set[str] = set()
     results = []
     for t in request.body.topics:
+        if t.name in answered:
+            continue
+        answered.add(t.name)
         topic: TopicAssignment | None = None
         overrides = {c.name: c.value for c in t.configs}
         error, message = ErrorCode.none, None
         try:
+            if counts[t.name] > 1:
+                raise KafkaError(
+                    ErrorCode.invalid_request, f"topic {t.name!r} is given more than once"
+                )
             if too_large is not None:
                 raise too_large
             partitions, replication = t.num_partitions, t.replication_factor
