@@ -490,19 +490,16 @@ class Log:
                 return offset, -1, epoch
         if timestamp_ms == MAX_TIMESTAMP:
             best = max(self.segments, key=lambda s: s.max_timestamp)
-            found = best.max_timestamp_record()
-        else:
-            found = next(
-                (
-                    hit
-                    for segment in self.segments
-                    if segment.max_timestamp >= timestamp_ms
-                    and (
-                        hit := segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
-                    )
-                ),
-                None,
-            )
+            return best.max_timestamp_record()
+        found = next(
+            (
+                hit
+                for segment in self.segments
+                if segment.max_timestamp >= timestamp_ms
+                and (hit := segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset))
+            ),
+            None,
+        )
         if found is None:
             return None
         offset, timestamp = found
