@@ -474,8 +474,9 @@ class Log:
             ),
         }
         if timestamp_ms not in offsets and timestamp_ms != MAX_TIMESTAMP:
+            # As Kafka: a special timestamp it does not know is one of a newer version.
             raise KafkaError(
-                ErrorCode.invalid_request, f"unknown ListOffsets timestamp {timestamp_ms}"
+                ErrorCode.unsupported_version, f"unknown ListOffsets timestamp {timestamp_ms}"
             )
         return offsets.get(timestamp_ms)
 
