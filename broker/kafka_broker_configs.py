@@ -142,3 +142,22 @@ KAFKA_BROKER_CONFIGS = frozenset(
     zookeeper.ssl.truststore.type
     """.split()
 )
+
+
+# Kafka's types (ConfigDef.Type) of the broker properties tierbroker reads, where the
+# Python type does not tell them (an int may be Kafka's INT, LONG or SHORT; a string a LIST).
+KAFKA_BROKER_CONFIG_TYPES = {
+    **dict.fromkeys(("listeners", "advertised.listeners", "log.dirs"), "LIST"),
+    "offsets.topic.replication.factor": "SHORT",
+    **dict.fromkeys(
+        """
+        queued.max.request.bytes connections.max.idle.ms log.retention.check.interval.ms
+        replica.high.watermark.checkpoint.interval.ms offsets.retention.check.interval.ms
+        remote.log.manager.task.interval.ms remote.log.index.file.cache.total.size.bytes
+        remote.log.manager.copy.max.bytes.per.second remote.log.manager.fetch.max.bytes.per.second
+        remote.log.manager.task.retry.backoff.ms remote.log.manager.task.retry.backoff.max.ms
+        replica.lag.time.max.ms leader.imbalance.check.interval.seconds
+        """.split(),
+        "LONG",
+    ),
+}

@@ -38,6 +38,7 @@ class ConfigType(enum.IntEnum):
     BOOLEAN = 1
     STRING = 2
     INT = 3
+    SHORT = 4
     LONG = 5
     DOUBLE = 6
     LIST = 7
