@@ -57,10 +57,11 @@ ACCEPTED: dict[tuple[str, str], str] = {
     **_topic_config_differences("create_topics_created", "[0]."),
     **_topic_config_differences("describe_configs_topic", ""),
     ("describe_configs_topic", "configs.min.insync.replicas.synonyms"): CLUSTER_MIN_ISR,
-    ("describe_configs_broker", "configs.*"): (
-        "tierbroker describes the broker from its own config model: every property it knows "
-        "as STATIC_BROKER_CONFIG with config type UNKNOWN and no synonyms, and not the log.* "
-        "properties behind topic defaults (those show as synonyms of the topic configs)"
+    ("describe_configs_broker", "configs.min.insync.replicas.config_source"): CLUSTER_MIN_ISR,
+    ("describe_configs_broker", "configs.min.insync.replicas.synonyms"): CLUSTER_MIN_ISR,
+    ("describe_configs_broker", "configs.*.read_only"): (
+        "tierbroker changes no broker config at run time (AlterConfigs of a broker is refused), "
+        "so it reports every broker config read-only; Kafka's dynamic ones are not"
     ),
     ("produce_corrupt", "magic_1.error_code"): (
         "a magic 0 or 1 batch gets UNSUPPORTED_FOR_MESSAGE_FORMAT, as the project's bad-input "
@@ -269,6 +270,17 @@ BROKER_KEYS = (
     "offsets.topic.num.partitions",
     "group.initial.rebalance.delay.ms",
     "auto.create.topics.enable",
+    "log.retention.minutes",
+    "log.roll.hours",
+    "log.roll.ms",
+    "log.cleanup.policy",
+    "compression.type",
+    "min.insync.replicas",
+    "socket.request.max.bytes",
+    "connections.max.idle.ms",
+    "delete.topic.enable",
+    "replica.lag.time.max.ms",
+    "max.connections.per.ip",
 )
 
 
