@@ -222,6 +222,48 @@ def create_partitions_same_count(side: Side) -> Any:
     return comparable(response, side)
 
 
+@scenario
+def create_partitions_more(side: Side) -> Any:
+    side.create_topic("diff-grown", partitions=1)
+    m = request_module(37, 3)
+
+    def grow(count: int, validate_only: bool, assignments: Any = None) -> Any:
+        request = m.CreatePartitionsRequest(
+            topics=(
+                m.CreatePartitionsTopic(name="diff-grown", count=count, assignments=assignments),
+            ),
+            timeout=datetime.timedelta(seconds=10),
+            validate_only=validate_only,
+        )
+        return comparable(side.request(request), side)
+
+    unknown_broker = (m.CreatePartitionsAssignment(broker_ids=(77,)),)
+    return {
+        "validate_only": grow(3, True),
+        "unknown_broker": grow(2, False, unknown_broker),
+        "grown": grow(3, False),
+        "metadata": metadata(side, ["diff-grown"]),
+    }
+
+
+@scenario
+def delete_topics_deleted(side: Side) -> Any:
+    topic_id = side.create_topic("diff-deleted")
+    m = request_module(20, 6)
+    response = side.request(
+        m.DeleteTopicsRequest(
+            topics=(m.DeleteTopicState(name=None, topic_id=topic_id),),
+            timeout=datetime.timedelta(seconds=10),
+        )
+    )
+    gone = wait_for(
+        lambda: metadata(side, ["diff-deleted"])["diff-deleted"]["error_code"] != 0,
+        "the deleted topic to leave the metadata",
+        timeout_s=10,
+    )
+    return {"answer": comparable(response, side), "gone": gone}
+
+
 # Admin: configs ---------------------------------------------------------------------------------
 
 
@@ -599,6 +641,38 @@ def fetch_unknown(side: Side) -> Any:
         "unknown_topic_id": comparable(
             side.request(fetch_request(16, [(uuid.uuid4(), [(0, 0)])])), side
         ),
+    }
+
+
+@scenario
+def offset_for_leader_epoch(side: Side) -> Any:
+    topic = "diff-epoch-ends"
+    side.create_topic(topic)
+    side.produce(topic, batch(3))
+    m = request_module(23, 4)
+
+    def ask(partition: int, current: int, epoch: int, name: str = topic) -> Any:
+        request = m.OffsetForLeaderEpochRequest(
+            replica_id=-1,
+            topics=(
+                m.OffsetForLeaderTopic(
+                    topic=name,
+                    partitions=(
+                        m.OffsetForLeaderPartition(
+                            partition=partition, current_leader_epoch=current, leader_epoch=epoch
+                        ),
+                    ),
+                ),
+            ),
+        )
+        return comparable(side.request(request).topics[0].partitions[0], side)
+
+    return {
+        "epoch_0": ask(0, -1, 0),
+        "epoch_after": ask(0, -1, 3),
+        "fenced": ask(0, 7, 0),
+        "unknown_partition": ask(4, -1, 0),
+        "unknown_topic": ask(0, -1, 0, "diff-not-there"),
     }
 
 
