@@ -63,6 +63,10 @@ ACCEPTED: dict[tuple[str, str], str] = {
         "tierbroker changes no broker config at run time (AlterConfigs of a broker is refused), "
         "so it reports every broker config read-only; Kafka's dynamic ones are not"
     ),
+    ("alter_broker_configs_validate_only", "error_code"): (
+        "tierbroker has no dynamic broker configs (Kafka keeps them in its KRaft metadata): "
+        "altering a broker's config is refused with INVALID_REQUEST"
+    ),
     ("produce_corrupt", "magic_1.error_code"): (
         "a magic 0 or 1 batch gets UNSUPPORTED_FOR_MESSAGE_FORMAT, as the project's bad-input "
         "requirement asks (tests/integration/test_bad_input.py); Kafka refuses it earlier, in "
@@ -382,6 +386,30 @@ def incremental_alter_configs(side: Side) -> Any:
         "retention.ms": topic_config(side, topic, "retention.ms", DEFAULT_CONFIG),
         "segment.bytes": topic_config(side, topic, "segment.bytes", DYNAMIC_TOPIC_CONFIG),
     }
+
+
+@scenario
+def alter_broker_configs_validate_only(side: Side) -> Any:
+    """Checked, not applied: the brokers stay as the other scenarios expect."""
+    m = request_module(44, 1)
+    response = side.request(
+        m.IncrementalAlterConfigsRequest(
+            resources=(
+                m.AlterConfigsResource(
+                    resource_type=BROKER_RESOURCE,
+                    resource_name=str(side.node_id),
+                    configs=(
+                        m.AlterableConfig(
+                            name="log.retention.ms", config_operation=SET, value="3600000"
+                        ),
+                    ),
+                ),
+            ),
+            validate_only=True,
+        )
+    )
+    (result,) = response.responses
+    return {**comparable(result, side), "resource_name": "self"}
 
 
 def alter(side: Side, topic: str, configs: dict[str, str]) -> Any:
