@@ -1,4 +1,4 @@
-"""The names of Apache Kafka's broker configs (Kafka 3.9 / 4.0, ZooKeeper-era names included).
+"""The names of Apache Kafka's broker configs (Kafka 3.9 to 4.4, ZooKeeper-era names included).
 
 `load_config` refuses a property that is neither one of these nor tierbroker's own, and
 notes the ones tierbroker accepts but does not implement. Taken from the `define` calls
@@ -58,7 +58,8 @@ KAFKA_BROKER_CONFIGS = frozenset(
     log.retention.hours log.retention.minutes log.retention.ms log.roll.hours log.roll.jitter.hours
     log.roll.jitter.ms log.roll.ms log.segment.bytes log.segment.delete.delay.ms
     max.connection.creation.rate max.connections max.connections.per.ip
-    max.connections.per.ip.overrides max.incremental.fetch.session.cache.slots
+    max.connections.per.ip.overrides max.decompressed.message.bytes
+    max.incremental.fetch.session.cache.slots
     max.request.partition.size.limit message.max.bytes metadata.log.dir
     metadata.log.max.record.bytes.between.snapshots metadata.log.max.snapshot.interval.ms
     metadata.log.segment.bytes metadata.log.segment.min.bytes metadata.log.segment.ms
@@ -141,3 +142,22 @@ KAFKA_BROKER_CONFIGS = frozenset(
     zookeeper.ssl.truststore.type
     """.split()
 )
+
+
+# Kafka's types (ConfigDef.Type) of the broker properties tierbroker reads, where the
+# Python type does not tell them (an int may be Kafka's INT, LONG or SHORT; a string a LIST).
+KAFKA_BROKER_CONFIG_TYPES = {
+    **dict.fromkeys(("listeners", "advertised.listeners", "log.dirs"), "LIST"),
+    "offsets.topic.replication.factor": "SHORT",
+    **dict.fromkeys(
+        """
+        queued.max.request.bytes connections.max.idle.ms log.retention.check.interval.ms
+        replica.high.watermark.checkpoint.interval.ms offsets.retention.check.interval.ms
+        remote.log.manager.task.interval.ms remote.log.index.file.cache.total.size.bytes
+        remote.log.manager.copy.max.bytes.per.second remote.log.manager.fetch.max.bytes.per.second
+        remote.log.manager.task.retry.backoff.ms remote.log.manager.task.retry.backoff.max.ms
+        replica.lag.time.max.ms leader.imbalance.check.interval.seconds
+        """.split(),
+        "LONG",
+    ),
+}

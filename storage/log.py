@@ -474,8 +474,9 @@ class Log:
             ),
         }
         if timestamp_ms not in offsets and timestamp_ms != MAX_TIMESTAMP:
+            # As Kafka: a special timestamp it does not know is one of a newer version.
             raise KafkaError(
-                ErrorCode.invalid_request, f"unknown ListOffsets timestamp {timestamp_ms}"
+                ErrorCode.unsupported_version, f"unknown ListOffsets timestamp {timestamp_ms}"
             )
         return offsets.get(timestamp_ms)
 
@@ -490,19 +491,16 @@ class Log:
                 return offset, -1, epoch
         if timestamp_ms == MAX_TIMESTAMP:
             best = max(self.segments, key=lambda s: s.max_timestamp)
-            found = best.max_timestamp_record()
-        else:
-            found = next(
-                (
-                    hit
-                    for segment in self.segments
-                    if segment.max_timestamp >= timestamp_ms
-                    and (
-                        hit := segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
-                    )
-                ),
-                None,
-            )
+            return best.max_timestamp_record()
+        found = next(
+            (
+                hit
+                for segment in self.segments
+                if segment.max_timestamp >= timestamp_ms
+                and (hit := segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset))
+            ),
+            None,
+        )
         if found is None:
             return None
         offset, timestamp = found

@@ -235,18 +235,20 @@ class LogSegment:
                     return record.offset, record.timestamp
         return None
 
-    def max_timestamp_record(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record holding the segment's largest timestamp."""
+    def max_timestamp_record(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, batch leader epoch) of the first record holding the segment's
+        largest timestamp: the epoch is the batch's own, as Kafka answers ListOffsets -3."""
         if self.max_timestamp < 0:
             return None
         location = self.translate_offset(self.offset_of_max_timestamp)
         if location is None:
             return None
         header = BatchView(os.pread(self.file.fileno(), BATCH_HEADER_SIZE, location.position))
+        epoch = max(header.partition_leader_epoch, -1)
         for record in self._records_of(location.position, header):
             if record.timestamp == self.max_timestamp:
-                return record.offset, record.timestamp
-        return location.last_offset, self.max_timestamp
+                return record.offset, record.timestamp, epoch
+        return location.last_offset, self.max_timestamp, epoch
 
     def _records_of(self, position: int, header: BatchView) -> list[Record]:
         data = os.pread(self.file.fileno(), header.size_in_bytes, position)

@@ -272,5 +272,9 @@ def tiered_storage(directory: Path) -> dict[str, str]:
 
 def _cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as
-    `kafka-storage random-uuid` prints."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    `kafka-storage random-uuid` prints; never starting with '-' (Kafka's Uuid.randomUuid
+    rule), which the storage tool would read as an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id

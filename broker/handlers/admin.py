@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -17,6 +19,7 @@ from tierbroker.broker.handlers.common import (
     make,
     response_module,
 )
+from tierbroker.broker.kafka_broker_configs import KAFKA_BROKER_CONFIG_TYPES
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_configs import (
@@ -32,7 +35,6 @@ BROKER_RESOURCE = 4
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
-UNKNOWN_CONFIG_TYPE = 0  # broker configs: their Java types are not tracked here
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -59,12 +61,22 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
     except KafkaError as e:
         log.info("CreateTopics of %d topics refused: %s", len(request.body.topics), e)
         too_large = e
+    # A name given twice is refused, with one result, and neither entry is created.
+    counts = Counter(t.name for t in request.body.topics)
+    answered: set[str] = set()
     results = []
     for t in request.body.topics:
+        if t.name in answered:
+            continue
+        answered.add(t.name)
         topic: TopicAssignment | None = None
         overrides = {c.name: c.value for c in t.configs}
         error, message = ErrorCode.none, None
         try:
+            if counts[t.name] > 1:
+                raise KafkaError(
+                    ErrorCode.invalid_request, f"topic {t.name!r} is given more than once"
+                )
             if too_large is not None:
                 raise too_large
             partitions, replication = t.num_partitions, t.replication_factor
@@ -124,10 +136,11 @@ class ConfigRow(NamedTuple):
     """One config as DescribeConfigs reports it."""
 
     name: str
-    value: str
+    value: str | None
     source: int
     config_type: int
     synonyms: tuple[Synonym, ...] = ()
+    read_only: bool = False
 
 
 def _topic_configs(ctx: BrokerContext, configs: dict[str, str]) -> list[ConfigRow]:
@@ -253,7 +266,7 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
                 m.DescribeConfigsResourceResult,
                 name=row.name,
                 value=row.value,
-                read_only=r.resource_type == BROKER_RESOURCE,
+                read_only=row.read_only,
                 config_source=row.source,
                 is_sensitive=False,
                 synonyms=tuple(
@@ -288,17 +301,72 @@ def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[ConfigR
     if resource_type == BROKER_RESOURCE:
         if name not in ("", str(ctx.config.broker_id)):
             raise KafkaError(ErrorCode.invalid_request, f"broker {name!r} is not this broker")
-        values = ctx.config.model_dump(by_alias=True)
-        # The port bound, which `tier status` asks for (metrics.port=0 binds a free one).
-        metrics_port = ctx.endpoints.metrics_port
-        values["metrics.port"] = -1 if metrics_port is None else metrics_port
-        return sorted(
-            ConfigRow(
-                k, "" if v is None else format_value(v), STATIC_BROKER_CONFIG, UNKNOWN_CONFIG_TYPE
-            )
-            for k, v in values.items()
-        )
+        return _broker_configs(ctx)
     raise KafkaError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
+
+
+def _broker_configs(ctx: BrokerContext) -> list[ConfigRow]:
+    """Every property the broker reads, as Kafka describes a static broker config: from
+    server.properties if set there, else its default, each with the synonyms behind it.
+    All are read-only: tierbroker changes no broker config at run time."""
+    config = ctx.config
+    values = config.model_dump(by_alias=True)
+    # The port bound, which `tier status` asks for (metrics.port=0 binds a free one).
+    metrics_port = ctx.endpoints.metrics_port
+    values["metrics.port"] = -1 if metrics_port is None else metrics_port
+    rows = []
+    for field_name, info in type(config).model_fields.items():
+        prop = info.alias
+        if prop is None or prop not in values:
+            continue
+        value = None if values[prop] is None else format_value(values[prop])
+        default = info.get_default(call_default_factory=True)
+        synonyms: list[Synonym] = []
+        if field_name in config.model_fields_set:
+            synonyms.append((prop, value or "", STATIC_BROKER_CONFIG))
+        if default is not None:
+            synonyms.append((prop, format_value(default), DEFAULT_CONFIG))
+        source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
+        config_type = _config_type(prop, info.annotation)
+        rows.append(ConfigRow(prop, value, source, config_type, tuple(synonyms), read_only=True))
+    return sorted(rows + _topic_default_properties(config.log_default_synonyms))
+
+
+def _topic_default_properties(set_properties: dict[str, str]) -> list[ConfigRow]:
+    """The broker properties behind topic defaults (`log.retention.ms`, ...)."""
+    rows = []
+    for definition in TOPIC_CONFIGS.values():
+        for synonym in definition.synonyms:
+            value = set_properties.get(synonym.name)
+            synonyms: list[Synonym] = []
+            if value is not None:
+                synonyms.append((synonym.name, value, STATIC_BROKER_CONFIG))
+            if synonym.has_default:
+                default = format_value(_in_unit(definition.default, synonym.unit_ms))
+                synonyms.append((synonym.name, default, DEFAULT_CONFIG))
+            rows.append(
+                ConfigRow(
+                    synonym.name,
+                    synonyms[0][1] if synonyms else None,
+                    synonyms[0][2] if synonyms else DEFAULT_CONFIG,
+                    # Kafka's hours and minutes are ints where the topic's ms are longs.
+                    definition.config_type if synonym.unit_ms == 1 else ConfigType.INT,
+                    tuple(synonyms),
+                    read_only=True,
+                )
+            )
+    return rows
+
+
+def _config_type(prop: str, annotation: Any) -> int:
+    """Kafka's type of broker property `prop`, read by tierbroker as `annotation`."""
+    kafka_type = KAFKA_BROKER_CONFIG_TYPES.get(prop)
+    if kafka_type is not None:
+        return ConfigType[kafka_type]
+    text = str(annotation)  # "int | None", "typing.Annotated[bool, ...]", "<class 'str'>"
+    if re.search(r"\bbool\b", text):
+        return ConfigType.BOOLEAN
+    return ConfigType.INT if re.search(r"\bint\b", text) else ConfigType.STRING
 
 
 async def handle_alter_configs(ctx: BrokerContext, request: Request, _splicer: object) -> Any:

@@ -110,15 +110,23 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
     )
 
 
+_UNKNOWN = (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id)
+
+
 def _partition(m: Any, splicer: RecordsSplicer, index: int, result: FetchResultPartition) -> Any:
+    # As Kafka: a read that failed reports no offsets (an offset out of range: the client
+    # asks ListOffsets), but for a follower sent to the remote tier, which starts there;
+    # a partition the metadata does not know has an empty list of aborted transactions.
+    failed = result.error not in (ErrorCode.none, ErrorCode.offset_moved_to_tiered_storage)
+    high_watermark = -1 if failed else result.high_watermark
     return make(
         m.PartitionData,
         partition_index=index,
         error_code=result.error,
-        high_watermark=result.high_watermark,
-        last_stable_offset=result.high_watermark,
-        log_start_offset=result.log_start_offset,
-        aborted_transactions=None,
+        high_watermark=high_watermark,
+        last_stable_offset=high_watermark,
+        log_start_offset=-1 if failed else result.log_start_offset,
+        aborted_transactions=() if result.error in _UNKNOWN else None,
         preferred_read_replica=result.preferred_read_replica,
         records=splicer.placeholder(result.records) if result.records else b"",
         **_diverging_epoch(m, result),

@@ -16,6 +16,11 @@ from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
 
+# The special timestamps and the ListOffsets version that brought each (max timestamp,
+# earliest local, latest tiered, earliest pending upload); older versions get
+# UNSUPPORTED_VERSION, as from Kafka.
+_SPECIAL_TIMESTAMP_SINCE = {-3: 7, -4: 8, -5: 9, -6: 11}
+
 
 async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
@@ -32,6 +37,12 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
             "leader_epoch": -1,
         }
         try:
+            if request.api_version < _SPECIAL_TIMESTAMP_SINCE.get(p.timestamp, 0):
+                raise KafkaError(
+                    ErrorCode.unsupported_version,
+                    f"timestamp {p.timestamp} needs ListOffsets v"
+                    f"{_SPECIAL_TIMESTAMP_SINCE[p.timestamp]}",
+                )
             found = await ctx.replicas.fetch_offset_for_timestamp(
                 TopicPartition(topic, p.partition_index),
                 p.timestamp,

@@ -15,6 +15,7 @@ from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, 
 from tierbroker.broker.replica_manager import ProduceResult
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records.batch import LOG_OVERHEAD, whole_batches_size
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
                     ErrorCode.transactional_id_authorization_failed,
                     error_message="transactions are not supported by this broker",
                 )
+            elif (reason := _not_one_batch(p.records or b"")) is not None:
+                log.info("produce to %s refused: %s", tp, reason)
+                results[tp] = ProduceResult(ErrorCode.invalid_record, error_message=reason)
             else:
                 entries[tp] = p.records or b""
         keys.append((topic.topic_id if by_id else topic.name, partitions))
@@ -93,6 +97,18 @@ def _short_of_space(
         if reason is not None:
             refused[tp] = reason
     return refused
+
+
+def _not_one_batch(records: bytes) -> str | None:
+    """Why `records` is not exactly one whole batch, as Produce v3+ requires (Kafka's
+    ProduceRequest.validateRecords); None if it is."""
+    whole_bytes = whole_batches_size(records)
+    if whole_bytes == 0:
+        return f"{len(records)} bytes of records hold no whole record batch"
+    first_bytes = LOG_OVERHEAD + int.from_bytes(records[8:12], "big", signed=True)
+    if whole_bytes > first_bytes:
+        return "a partition's records hold more than one record batch"
+    return None
 
 
 def _topic_error(name: str, known: bool, by_id: bool) -> ErrorCode | None:

@@ -217,7 +217,7 @@ class BatchView:
         """
         if self.magic != 2:
             raise InvalidRecordError(
-                ErrorCode.unsupported_for_message_format,
+                magic_error(self.magic),
                 f"magic {self.magic} at position {self.position}; only magic 2 is accepted",
             )
         if self.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
@@ -271,6 +271,15 @@ class BatchView:
             )
 
 
+def magic_error(magic: int) -> ErrorCode:
+    """The code for a batch of magic `magic` (not 2): an older format (0, 1) is one this
+    broker does not take; any other magic does not exist, so the bytes are corrupt, as
+    Kafka's batch reader says."""
+    return (
+        ErrorCode.unsupported_for_message_format if magic in (0, 1) else ErrorCode.corrupt_message
+    )
+
+
 def whole_batches_size(buf: memoryview | bytes | bytearray) -> int:
     """The size of the whole batches `buf` starts with: a fetch may end in part of a batch
     (a read cut at its byte limit), which is not there yet."""
@@ -293,7 +302,7 @@ def iter_batches(buf: memoryview | bytes | bytearray) -> Iterator[BatchView]:
             )
         if buf[position + MAGIC_OFFSET] != 2:
             raise InvalidRecordError(
-                ErrorCode.unsupported_for_message_format,
+                magic_error(buf[position + MAGIC_OFFSET]),
                 f"magic {buf[position + MAGIC_OFFSET]} at position {position}; only 2 is accepted",
             )
         batch = BatchView(buf, position)

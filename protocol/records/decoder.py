@@ -31,6 +31,7 @@ from tierbroker.protocol.records.batch import (
     InvalidRecordError,
     TimestampType,
     iter_batches,
+    magic_error,
 )
 from tierbroker.protocol.records.codecs import decompress
 
@@ -75,9 +76,7 @@ def decode_batch(view: BatchView) -> DecodedBatch:
     """
     where = f"batch at position {view.position} (baseOffset {view.base_offset})"
     if view.magic != 2:
-        raise InvalidRecordError(
-            ErrorCode.unsupported_for_message_format, f"{where}: magic {view.magic}, not 2"
-        )
+        raise InvalidRecordError(magic_error(view.magic), f"{where}: magic {view.magic}, not 2")
     if view.record_count < 0:
         raise InvalidRecordError(
             ErrorCode.corrupt_message, f"{where}: negative recordsCount {view.record_count}"
