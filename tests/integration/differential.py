@@ -20,7 +20,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from tests.integration.waiting import wait_for
-from tests.integration.wire import WireClient, make, request_module, split_batches
+from tests.integration.wire import (
+    WireClient,
+    create_topic,
+    make,
+    request_module,
+    split_batches,
+)
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import BatchView
 
@@ -47,27 +53,7 @@ class Side:
     ) -> uuid.UUID:
         """Create `name` (replication factor 1) and wait until its leader answers
         ListOffsets for every partition, so produce and fetch find it."""
-        m = request_module(19, 7)
-        response = self.request(
-            m.CreateTopicsRequest(
-                topics=(
-                    m.CreatableTopic(
-                        name=name,
-                        num_partitions=partitions,
-                        replication_factor=1,
-                        assignments=(),
-                        configs=tuple(
-                            m.CreatableTopicConfig(name=k, value=v)
-                            for k, v in (configs or {}).items()
-                        ),
-                    ),
-                ),
-                timeout=datetime.timedelta(seconds=10),
-                validate_only=False,
-            )
-        )
-        (topic,) = response.topics
-        assert topic.error_code == ErrorCode.none, topic
+        topic_id = create_topic(self.client, name, partitions, configs)
         wait_for(
             lambda: all(
                 self.list_offsets(name, -1, p).error_code == ErrorCode.none
@@ -76,7 +62,7 @@ class Side:
             f"{name} to have a leader on {self.name}",
             timeout_s=30,
         )
-        return uuid.UUID(str(topic.topic_id))
+        return topic_id
 
     def list_offsets(self, topic: str, timestamp: int, partition: int = 0) -> Any:
         """ListOffsets v9 of one partition, asked as a consumer: the partition's answer."""

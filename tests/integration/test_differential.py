@@ -223,12 +223,22 @@ def create_partitions_more(side: Side) -> Any:
         return comparable(side.request(request), side)
 
     unknown_broker = (m.CreatePartitionsAssignment(broker_ids=(77,)),)
-    return {
+    answers = {
         "validate_only": grow(3, True),
         "unknown_broker": grow(2, False, unknown_broker),
         "grown": grow(3, False),
-        "metadata": metadata(side, ["diff-grown"]),
     }
+    # Kafka's broker learns of the new partitions a moment after its controller answers.
+    answers["metadata"] = wait_for(
+        lambda: (
+            (grown := metadata(side, ["diff-grown"]))
+            and len(grown["diff-grown"]["partitions"]) == 3
+            and grown
+        ),
+        "the new partitions in the metadata",
+        timeout_s=10,
+    )
+    return answers
 
 
 @scenario

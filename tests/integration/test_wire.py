@@ -23,6 +23,7 @@ from tests.integration.broker_process import BrokerProcess
 from tests.integration.wire import (
     FetchSpec,
     WireClient,
+    create_topic,
     decode_response,
     fetch_request,
     list_offsets,
@@ -45,31 +46,6 @@ def api_versions(client: WireClient, version: int = 3) -> Any:
     return client.request(
         make(m.ApiVersionsRequest, client_software_name="wire-test", client_software_version="1")
     )
-
-
-def create_topic(
-    client: WireClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None
-) -> uuid.UUID:
-    m = request_module(19, 7)
-    response = client.request(
-        m.CreateTopicsRequest(
-            topics=(
-                m.CreatableTopic(
-                    name=name,
-                    num_partitions=partitions,
-                    replication_factor=1,
-                    assignments=(),
-                    configs=tuple(
-                        m.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()
-                    ),
-                ),
-            ),
-            timeout=datetime.timedelta(seconds=5),
-        )
-    )
-    (topic,) = response.topics
-    assert topic.error_code == ErrorCode.none, topic
-    return topic.topic_id
 
 
 def produce(client: WireClient, topic: str, records: bytes, partition: int = 0) -> int:

@@ -24,6 +24,8 @@ from kio.index import load_payload_module, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from tierbroker.protocol.errors import ErrorCode
+
 _SIZE = struct.Struct(">i")
 
 
@@ -150,6 +152,32 @@ def make(cls: type, **values: Any) -> Any:
 
 FetchSpec = Sequence[tuple[str | uuid.UUID, Sequence[tuple[int, int]]]]
 """[(topic name, or id for v13+, [(partition, fetch offset), ...]), ...]"""
+
+
+def create_topic(
+    client: WireClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> uuid.UUID:
+    """CreateTopics v7 of `name` with replication factor 1; its topic id."""
+    m = request_module(19, 7)
+    response = client.request(
+        m.CreateTopicsRequest(
+            topics=(
+                m.CreatableTopic(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=1,
+                    assignments=(),
+                    configs=tuple(
+                        m.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()
+                    ),
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=10),
+        )
+    )
+    (topic,) = response.topics
+    assert topic.error_code == ErrorCode.none, topic
+    return uuid.UUID(str(topic.topic_id))
 
 
 def fetch_request(
