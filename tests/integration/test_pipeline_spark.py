@@ -40,6 +40,7 @@ from tests.integration.pipeline_topic import (
     tiered_topic_on,
 )
 from tests.integration.spark_rows import assert_same_rows, fingerprint
+from tests.spark_session import spark_session
 from tierbroker.pipeline.discovery import SegmentDiscovery
 from tierbroker.pipeline.spark.options import ReadOptions
 from tierbroker.pipeline.spark.plan import BrokerRange, plan
@@ -125,31 +126,9 @@ def tier(request: pytest.FixtureRequest) -> Tier:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from tierbroker.pipeline.spark import register
-
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH")}
-    os.environ.pop("PYSPARK_PYTHON", None)  # register() chooses the workers' interpreter
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved["PYTHONPATH"]]))
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tierbroker-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .getOrCreate()
-    )
-    register(session)
-    yield session
-    session.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    parquet = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+    with spark_session("tierbroker-tests", **parquet) as session:
+        yield session
 
 
 def load(spark: Any, tier: Tier, **options: str) -> Any:

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentPartition
 
-from tests.integration.broker_process import ROOT, BrokerProcess
+from tests.integration.broker_process import BrokerProcess
 from tests.integration.moto_server import CREDENTIALS, MotoServer
 from tests.integration.pipeline_topic import (
     BROKER_OVERRIDES,
@@ -44,6 +43,7 @@ from tests.integration.test_follower_fetching import (
     wait_for,
 )
 from tests.integration.test_follower_fetching import produce as produce_values
+from tests.spark_session import spark_session
 from tierbroker.broker.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.slow
@@ -54,28 +54,8 @@ MAX_OFFSETS_PER_TRIGGER = 1500
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from tierbroker.pipeline.spark import register
-
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved]))
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tierbroker-stream-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    register(session)
-    yield session
-    session.stop()
-    if saved is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = saved
+    with spark_session("tierbroker-stream-tests") as session:
+        yield session
 
 
 @pytest.fixture(scope="module")

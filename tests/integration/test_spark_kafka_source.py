@@ -21,7 +21,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.apache_kafka import ApacheKafka
 from tests.integration.pipeline_topic import produce, read_with_confluent
 from tests.integration.spark_rows import assert_same_rows
-from tests.spark_kafka import kafka_source_jars, read_all, read_kafka
+from tests.spark_kafka import read_all, read_kafka
+from tests.spark_session import spark_session
 from tierbroker.testing import TierbrokerCluster
 
 pytestmark = pytest.mark.slow
@@ -31,20 +32,8 @@ PARTITIONS = 2
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tierbroker-spark-kafka-source")
-        .config("spark.jars", kafka_source_jars())
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
+    with spark_session("tierbroker-spark-kafka-source") as session:
+        yield session
 
 
 def ends_of(bootstrap: str, topic: str) -> dict[int, int]:
