@@ -202,18 +202,25 @@ CLUSTER_SETTINGS = (
 
 class ApacheKafkaCluster:
     """Apache Kafka nodes in KRaft mode, each broker and controller (node ids from 1, one
-    per rack in `racks`), under `directory`; each JVM run with `jvm_options`, by default
-    a 512 MiB heap, which the tests' topics need, so that three fit beside the rest on a
-    small machine."""
+    per rack in `racks`), under `directory`, with `properties` added; each JVM run with
+    `jvm_options`, by default a 512 MiB heap, which the tests' topics need, so that three
+    fit beside the rest on a small machine."""
 
     def __init__(
         self,
         directory: Path,
         racks: tuple[str, ...] = ("a", "b", "c"),
         jvm_options: tuple[str, ...] = ("-Xmx512m",),
+        properties: dict[str, str] | None = None,
     ) -> None:
         self.nodes = [
-            ApacheKafka(directory / f"node-{i}", jvm_options=jvm_options, node_id=i, rack=rack)
+            ApacheKafka(
+                directory / f"node-{i}",
+                properties,
+                jvm_options=jvm_options,
+                node_id=i,
+                rack=rack,
+            )
             for i, rack in enumerate(racks, start=1)
         ]
 

@@ -85,6 +85,12 @@ ACCEPTED: dict[tuple[str, str], str] = {
         "requirement asks (tests/integration/test_bad_input.py); Kafka refuses it earlier, in "
         "ProduceRequest.validateRecords, with INVALID_RECORD; both are final, nothing is stored"
     ),
+    # test_differential_cluster.py
+    ("offline_and_under_replicated", "diff-offline.partitions[0].isr_nodes"): (
+        "Kafka 4 formats with eligible leader replicas on (KIP-966): the last replica of a "
+        "partition that lost it leaves the ISR for the ELR; tierbroker keeps ZooKeeper-mode "
+        "Kafka's rule, the last replica stays in the ISR, so it alone can lead cleanly again"
+    ),
 }
 
 Scenario = Callable[[Side], Any]

@@ -1,0 +1,151 @@
+"""The differential suite's cluster scenario: metadata for an offline and an
+under-replicated partition, from three Apache Kafka nodes and three tierbroker brokers
+after the third of each crashed.
+
+Each side creates two topics with explicit replicas: `diff-offline` on the third node
+alone, `diff-under` on all three (the first leading), then the third node is killed. Once
+its controller has taken it out (its leadership gone, the ISR shrunk), the first node's
+Metadata answer for both topics is compared field by field, node ids renumbered by rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apache_kafka import ApacheKafkaCluster
+from tests.integration.differential import Side, by_name, comparable, differences, matches
+from tests.integration.test_differential import ACCEPTED
+from tests.integration.waiting import wait_for
+from tests.integration.wire import make, request_module
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.testing import TierbrokerCluster, cluster_fixture
+
+pytestmark = pytest.mark.slow
+
+SCENARIO = "offline_and_under_replicated"  # its accepted differences: test_differential.py
+TOPICS = ["diff-offline", "diff-under"]
+NODE_FIELDS = {"leader_id", "replica_nodes", "isr_nodes", "offline_replicas"}
+NO_SELF = -1000
+
+three_tierbrokers = cluster_fixture("module", brokers=3)
+
+
+@pytest.fixture(scope="module")
+def three_kafkas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafkaCluster]:
+    # A crashed node is fenced after broker.session.timeout.ms (9 s by default).
+    fencing = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+    cluster = ApacheKafkaCluster(Path(tmp_path_factory.mktemp("kafka-3")), properties=fencing)
+    yield cluster.start()
+    cluster.stop()
+
+
+def create(side: Side, name: str, replicas: list[int]) -> None:
+    m = request_module(19, 7)
+    response = side.request(
+        make(
+            m.CreateTopicsRequest,
+            topics=(
+                make(
+                    m.CreatableTopic,
+                    name=name,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    assignments=(
+                        m.CreatableReplicaAssignment(partition_index=0, broker_ids=tuple(replicas)),
+                    ),
+                    configs=(),
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=10),
+            validate_only=False,
+        )
+    )
+    assert response.topics[0].error_code == ErrorCode.none, response
+
+
+def metadata(side: Side) -> dict[str, Any]:
+    m = request_module(3, 12)
+    response = side.request(
+        make(
+            m.MetadataRequest,
+            topics=tuple(m.MetadataRequestTopic(topic_id=None, name=t) for t in TOPICS),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    return comparable(by_name(response.topics), side)  # type: ignore[no-any-return]
+
+
+def renumbered(value: Any, ranks: dict[int, str], field: str = "") -> Any:
+    """Node ids as their rank ("node-0" is the first node); -1 (none) stays."""
+    if isinstance(value, dict):
+        return {k: renumbered(v, ranks, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renumbered(v, ranks, field) for v in value]
+    if field in NODE_FIELDS and isinstance(value, int) and value >= 0:
+        return ranks[value]
+    return value
+
+
+def after_a_crash(side: Side, nodes: list[int], crash: Callable[[int], None]) -> Any:
+    """Both topics' metadata from the first node once the third has crashed."""
+    third = nodes[-1]
+    create(side, "diff-offline", [third])
+    create(side, "diff-under", nodes)
+
+    def partition(answer: dict[str, Any], topic: str) -> dict[str, Any]:
+        return answer[topic]["partitions"][0]  # type: ignore[no-any-return]
+
+    wait_for(
+        lambda: (
+            (a := metadata(side))
+            and partition(a, "diff-offline")["leader_id"] == third
+            and len(partition(a, "diff-under")["isr_nodes"]) == 3
+        ),
+        "both topics led and in sync",
+        timeout_s=30,
+    )
+    crash(third)
+    answer = wait_for(
+        lambda: (
+            (a := metadata(side))
+            and partition(a, "diff-offline")["leader_id"] == -1
+            and len(partition(a, "diff-under")["isr_nodes"]) == 2
+            and a
+        ),
+        "the crashed node out of the leaders and the ISR",
+        timeout_s=60,
+        show=lambda: metadata(side),
+    )
+    return renumbered(answer, {node: f"node-{rank}" for rank, node in enumerate(nodes)})
+
+
+def test_offline_and_under_replicated_partitions_are_described_as_kafka_does(
+    three_kafkas: ApacheKafkaCluster, three_tierbrokers: TierbrokerCluster
+) -> None:
+    kafka_nodes = [node.node_id for node in three_kafkas.nodes]
+    ours = sorted(broker.broker_id for broker in three_tierbrokers.brokers)
+    # No node is "self" (NO_SELF is no node's id): every id is renumbered instead.
+    kafka = Side("Apache Kafka", three_kafkas.nodes[0].port, NO_SELF)
+    tierbroker = Side("tierbroker", three_tierbrokers.broker(ours[0]).port, NO_SELF)
+    try:
+        expected = after_a_crash(kafka, kafka_nodes, lambda n: three_kafkas.nodes[n - 1].stop())
+        answered = after_a_crash(tierbroker, ours, three_tierbrokers.kill_broker)
+    finally:
+        kafka.close()
+        tierbroker.close()
+    accepted = [pattern for (where, pattern) in ACCEPTED if where == SCENARIO]
+    found = {path: (k, o) for path, k, o in differences(expected, answered)}
+    unexplained = [
+        f"{path}: Apache Kafka {k!r}, tierbroker {o!r}"
+        for path, (k, o) in found.items()
+        if not any(matches(path, pattern) for pattern in accepted)
+    ]
+    stale = [p for p in accepted if not any(matches(path, p) for path in found)]
+    assert not unexplained, "\n".join(unexplained)
+    assert not stale, f"accepted differences that no longer appear: {stale}"
