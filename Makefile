@@ -52,8 +52,10 @@ check: install-test
 
 bench: install-test
 	$(BIN)/python -m benchmarks.throughput
+	$(BIN)/python -m benchmarks.versus_kafka
 	$(BIN)/python -m benchmarks.groups
 	$(BIN)/python -m benchmarks.tiering --mib 512
+	$(BIN)/python -m benchmarks.tiering_vs_kafka
 	$(BIN)/python -m benchmarks.s3_copy
 	$(BIN)/python -m benchmarks.remote_log_size
 	$(BIN)/python -m benchmarks.record_validation
