@@ -64,7 +64,9 @@ class Side:
         )
         return topic_id
 
-    def list_offsets(self, topic: str, timestamp: int, partition: int = 0) -> Any:
+    def list_offsets(
+        self, topic: str, timestamp: int, partition: int = 0, current_leader_epoch: int = -1
+    ) -> Any:
         """ListOffsets v9 of one partition, asked as a consumer: the partition's answer."""
         m = request_module(2, 9)
         response = self.request(
@@ -77,7 +79,7 @@ class Side:
                         partitions=(
                             m.ListOffsetsPartition(
                                 partition_index=partition,
-                                current_leader_epoch=-1,
+                                current_leader_epoch=current_leader_epoch,
                                 timestamp=timestamp,
                             ),
                         ),

@@ -486,24 +486,9 @@ def leader_epochs(side: Side) -> Any:
     topic = "diff-epochs"
     side.create_topic(topic)
     side.produce(topic, batch(2))
-    m = request_module(2, 9)
 
     def list_offsets(epoch: int) -> Any:
-        request = m.ListOffsetsRequest(
-            replica_id=-1,
-            isolation_level=0,
-            topics=(
-                m.ListOffsetsTopic(
-                    name=topic,
-                    partitions=(
-                        m.ListOffsetsPartition(
-                            partition_index=0, current_leader_epoch=epoch, timestamp=-1
-                        ),
-                    ),
-                ),
-            ),
-        )
-        return comparable(side.request(request).topics[0].partitions[0], side)
+        return comparable(side.list_offsets(topic, -1, current_leader_epoch=epoch), side)
 
     def fetch_at(epoch: int) -> Any:
         request = fetch_request(12, [(topic, [(0, 0)])])

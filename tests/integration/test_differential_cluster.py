@@ -10,7 +10,6 @@ Metadata answer for both topics is compared field by field, node ids renumbered 
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,11 @@ from typing import Any
 import pytest
 
 from tests.apache_kafka import ApacheKafkaCluster
-from tests.integration.differential import Side, by_name, comparable, differences, matches
+from tests.integration.differential import Side, differences, matches
+from tests.integration.differential_requests import metadata
 from tests.integration.test_differential import ACCEPTED
 from tests.integration.waiting import wait_for
-from tests.integration.wire import make, request_module
-from tierbroker.protocol.errors import ErrorCode
+from tests.integration.wire import create_topic
 from tierbroker.testing import TierbrokerCluster, cluster_fixture
 
 pytestmark = pytest.mark.slow
@@ -44,43 +43,6 @@ def three_kafkas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKaf
     cluster.stop()
 
 
-def create(side: Side, name: str, replicas: list[int]) -> None:
-    m = request_module(19, 7)
-    response = side.request(
-        make(
-            m.CreateTopicsRequest,
-            topics=(
-                make(
-                    m.CreatableTopic,
-                    name=name,
-                    num_partitions=-1,
-                    replication_factor=-1,
-                    assignments=(
-                        m.CreatableReplicaAssignment(partition_index=0, broker_ids=tuple(replicas)),
-                    ),
-                    configs=(),
-                ),
-            ),
-            timeout=datetime.timedelta(seconds=10),
-            validate_only=False,
-        )
-    )
-    assert response.topics[0].error_code == ErrorCode.none, response
-
-
-def metadata(side: Side) -> dict[str, Any]:
-    m = request_module(3, 12)
-    response = side.request(
-        make(
-            m.MetadataRequest,
-            topics=tuple(m.MetadataRequestTopic(topic_id=None, name=t) for t in TOPICS),
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-    )
-    return comparable(by_name(response.topics), side)  # type: ignore[no-any-return]
-
-
 def renumbered(value: Any, ranks: dict[int, str], field: str = "") -> Any:
     """Node ids as their rank ("node-0" is the first node); -1 (none) stays."""
     if isinstance(value, dict):
@@ -95,15 +57,15 @@ def renumbered(value: Any, ranks: dict[int, str], field: str = "") -> Any:
 def after_a_crash(side: Side, nodes: list[int], crash: Callable[[int], None]) -> Any:
     """Both topics' metadata from the first node once the third has crashed."""
     third = nodes[-1]
-    create(side, "diff-offline", [third])
-    create(side, "diff-under", nodes)
+    create_topic(side.client, "diff-offline", replicas=[third])
+    create_topic(side.client, "diff-under", replicas=nodes)
 
     def partition(answer: dict[str, Any], topic: str) -> dict[str, Any]:
         return answer[topic]["partitions"][0]  # type: ignore[no-any-return]
 
     wait_for(
         lambda: (
-            (a := metadata(side))
+            (a := metadata(side, TOPICS))
             and partition(a, "diff-offline")["leader_id"] == third
             and len(partition(a, "diff-under")["isr_nodes"]) == 3
         ),
@@ -113,14 +75,14 @@ def after_a_crash(side: Side, nodes: list[int], crash: Callable[[int], None]) ->
     crash(third)
     answer = wait_for(
         lambda: (
-            (a := metadata(side))
+            (a := metadata(side, TOPICS))
             and partition(a, "diff-offline")["leader_id"] == -1
             and len(partition(a, "diff-under")["isr_nodes"]) == 2
             and a
         ),
         "the crashed node out of the leaders and the ISR",
         timeout_s=60,
-        show=lambda: metadata(side),
+        show=lambda: metadata(side, TOPICS),
     )
     return renumbered(answer, {node: f"node-{rank}" for rank, node in enumerate(nodes)})
 

@@ -155,18 +155,28 @@ FetchSpec = Sequence[tuple[str | uuid.UUID, Sequence[tuple[int, int]]]]
 
 
 def create_topic(
-    client: WireClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+    client: WireClient,
+    name: str,
+    partitions: int = 1,
+    configs: dict[str, str] | None = None,
+    replicas: list[int] | None = None,
 ) -> uuid.UUID:
-    """CreateTopics v7 of `name` with replication factor 1; its topic id."""
+    """CreateTopics v7 of `name` with replication factor 1, or of one partition on
+    `replicas` (the first its preferred leader); its topic id."""
     m = request_module(19, 7)
+    assignments = (
+        ()
+        if replicas is None
+        else (m.CreatableReplicaAssignment(partition_index=0, broker_ids=tuple(replicas)),)
+    )
     response = client.request(
         m.CreateTopicsRequest(
             topics=(
                 m.CreatableTopic(
                     name=name,
-                    num_partitions=partitions,
-                    replication_factor=1,
-                    assignments=(),
+                    num_partitions=partitions if replicas is None else -1,
+                    replication_factor=1 if replicas is None else -1,
+                    assignments=assignments,
                     configs=tuple(
                         m.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()
                     ),
