@@ -65,8 +65,7 @@ def start(name: str, workdir: Path) -> Running:
         return Running(
             broker.bootstrap, broker.process.pid, partition, remote, lambda: stop(broker)
         )
-    # Log retention's first run waits log.initial.task.delay.ms (30 s by default).
-    properties = {**tiered_storage(workdir), **FAST, "log.initial.task.delay.ms": "0"}
+    properties = {**tiered_storage(workdir), **FAST}
     kafka = ApacheKafka(workdir / "kafka", properties).start()
     assert kafka.process is not None
     partition = workdir / "kafka" / "data" / f"{TOPIC}-0"

@@ -37,9 +37,7 @@ tiered_tierbroker = cluster_fixture("module", tiering=True)
 @pytest.fixture(scope="module")
 def tiered_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     directory = tmp_path_factory.mktemp("tiered-kafka")
-    # Log retention's first run waits log.initial.task.delay.ms (30 s by default).
-    properties = {**tiered_storage(directory), "log.initial.task.delay.ms": "0"}
-    kafka = ApacheKafka(directory / "kafka", properties).start()
+    kafka = ApacheKafka(directory / "kafka", tiered_storage(directory)).start()
     yield kafka
     kafka.stop()
 
