@@ -1,7 +1,7 @@
 """The topic configs Apache Kafka defines: names, types, defaults, valid values, synonyms.
 
 `TOPIC_CONFIGS` is the one table of what a topic may set: every config of Kafka 3.9 and
-4.4 (3.9's deprecated `message.format.version` and
+4.3 (3.9's deprecated `message.format.version` and
 `message.timestamp.difference.max.ms` included, so that clients written for either are
 accepted; `segment.bytes` keeps 3.9's lower bound, 14, so tests may roll small
 segments). Each config lists, as Kafka's `ServerTopicConfigSynonyms` does, the broker
@@ -144,7 +144,6 @@ _CONFIGS = (
               (_S("compression.zstd.level"),)),
     ConfigDef("delete.retention.ms", _T.LONG, 86_400_000, _at_least(0), ">= 0",
               (_S("log.cleaner.delete.retention.ms"),), applied=False),
-    ConfigDef("errors.deadletterqueue.group.enable", _T.BOOLEAN, False, *_BOOL, applied=False),
     ConfigDef("file.delete.delay.ms", _T.LONG, 60_000, _at_least(0), ">= 0",
               (_S("log.segment.delete.delay.ms"),)),
     ConfigDef("flush.messages", _T.LONG, LONG_MAX, _at_least(1), ">= 1",
@@ -164,9 +163,6 @@ _CONFIGS = (
               (_S("log.local.retention.ms"),)),
     ConfigDef("max.compaction.lag.ms", _T.LONG, LONG_MAX, _at_least(1), ">= 1",
               (_S("log.cleaner.max.compaction.lag.ms"),), applied=False),
-    ConfigDef("max.decompressed.message.bytes", _T.INT, 2_147_483_639,
-              _between(1, 2_147_483_639), "1 to 2147483639",
-              (_S("max.decompressed.message.bytes"),), applied=False),
     ConfigDef("max.message.bytes", _T.INT, 1_048_588, _at_least(0), ">= 0",
               (_S("message.max.bytes"),)),
     ConfigDef("message.downconversion.enable", _T.BOOLEAN, True, *_BOOL,
@@ -190,10 +186,6 @@ _CONFIGS = (
               (_S("min.insync.replicas"),), applied=False),
     ConfigDef("preallocate", _T.BOOLEAN, False, *_BOOL, (_S("log.preallocate"),),
               applied=False),
-    ConfigDef("remote.copy.lag.bytes", _T.LONG, -1, _at_least(-1), ">= -1",
-              (_S("log.remote.copy.lag.bytes"),), applied=False),
-    ConfigDef("remote.copy.lag.ms", _T.LONG, 0, _at_least(-1), ">= -1",
-              (_S("log.remote.copy.lag.ms"),), applied=False),
     ConfigDef("remote.log.copy.disable", _T.BOOLEAN, False, *_BOOL),
     ConfigDef("remote.log.delete.on.disable", _T.BOOLEAN, False, *_BOOL),
     ConfigDef("remote.storage.enable", _T.BOOLEAN, False, *_BOOL),

@@ -43,7 +43,7 @@ def test_kafka_configs_describes_a_topic_with_sources(kafka_broker: str) -> None
         *("--config", "retention.ms=1234"),
     )
     described = run_tool(
-        "ConfigCommand",
+        "kafka.admin.ConfigCommand",  # kafka-configs.sh's class in Kafka 4.3
         *("--bootstrap-server", kafka_broker, "--describe"),
         *("--entity-type", "topics", "--entity-name", topic),
     )

@@ -49,7 +49,6 @@ KAFKA_TOPIC_CONFIG_DEFAULTS = {
     "compression.type": "producer",
     "compression.zstd.level": "3",
     "delete.retention.ms": "86400000",
-    "errors.deadletterqueue.group.enable": "false",  # 4.4
     "file.delete.delay.ms": "60000",
     "flush.messages": LONG_MAX,
     "flush.ms": LONG_MAX,
@@ -59,7 +58,6 @@ KAFKA_TOPIC_CONFIG_DEFAULTS = {
     "local.retention.bytes": "-2",
     "local.retention.ms": "-2",
     "max.compaction.lag.ms": LONG_MAX,
-    "max.decompressed.message.bytes": "2147483639",  # 4.4
     "max.message.bytes": "1048588",
     "message.downconversion.enable": "true",
     "message.format.version": "3.0-IV1",  # 3.9 only
@@ -71,8 +69,6 @@ KAFKA_TOPIC_CONFIG_DEFAULTS = {
     "min.compaction.lag.ms": "0",
     "min.insync.replicas": "1",
     "preallocate": "false",
-    "remote.copy.lag.bytes": "-1",  # 4.4
-    "remote.copy.lag.ms": "0",  # 4.4
     "remote.log.copy.disable": "false",
     "remote.log.delete.on.disable": "false",
     "remote.storage.enable": "false",

@@ -194,7 +194,7 @@ public class AdminApi {
             new org.apache.kafka.clients.admin.CreateTopicsOptions().validateOnly(true)).all()));
         print("edge_validate_only_listed", admin.listTopics().names().get().contains(topic));
         admin.createTopics(List.of(new NewTopic(topic, 1, replicas))).all().get();
-        waitFor(() -> fullIsr(topic), "full ISR");
+        waitFor(() -> fullIsr(topic) && known(tp), "full ISR");
         var empty = Map.of("earliest", OffsetSpec.earliest(), "latest", OffsetSpec.latest(),
             "max_timestamp", OffsetSpec.maxTimestamp(), "for_timestamp", OffsetSpec.forTimestamp(0));
         for (String spec : new TreeSet<>(empty.keySet())) {
@@ -268,6 +268,19 @@ public class AdminApi {
                 .allMatch(p -> p.leader() != null && p.isr().size() == p.replicas().size());
         } catch (ExecutionException e) {
             // A broker may learn of a topic just created after the one that created it.
+            if (e.getCause() instanceof UnknownTopicOrPartitionException) return false;
+            throw e;
+        }
+    }
+
+    /** Whether `tp` is known to the brokers the Admin client asks for metadata (a node at
+     * random each time, so asked five times): a topic just created reaches the other brokers
+     * of a cluster shortly after the one that created it, in Kafka and in tierbroker. */
+    static boolean known(TopicPartition tp) throws Exception {
+        try {
+            for (int i = 0; i < 5; i++) admin.listOffsets(Map.of(tp, OffsetSpec.latest())).partitionResult(tp).get();
+            return true;
+        } catch (ExecutionException e) {
             if (e.getCause() instanceof UnknownTopicOrPartitionException) return false;
             throw e;
         }
