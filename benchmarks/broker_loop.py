@@ -29,7 +29,7 @@ import asyncio, sys
 if sys.argv.pop(1) == "uvloop":
     import uvloop
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-from tierbroker.broker.cli import main
+from tierbroker.broker.cli.main import main
 main()
 """
 LOOPS = ("asyncio", "uvloop")

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from tierbroker.broker import cli
+from tierbroker.broker.cli.main import main as cli
 
 WINDOW_S = 0.1
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.storage.topic_partition import TopicPartition
 
 with warnings.catch_warnings():  # kafka-python's deprecated importlib.resources calls

@@ -237,7 +237,7 @@ def start_broker(workdir: Path, validate: bool) -> Broker:
     }
     run = (
         f"{'' if validate else _STUB}import sys; sys.argv[0] = 'tierbroker'; "
-        "from tierbroker.broker.cli import main; main()"
+        "from tierbroker.broker.cli.main import main; main()"
     )
     args = [sys.executable, "-c", run, "serve", "--config", "config/server.properties"]
     for key, value in settings.items():

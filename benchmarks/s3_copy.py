@@ -23,8 +23,8 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from benchmarks.tiering import Moto
-from tierbroker.broker.config import BrokerConfig
-from tierbroker.broker.memory import reuse_large_buffers
+from tierbroker.broker.config.broker_config import BrokerConfig
+from tierbroker.broker.server.memory import reuse_large_buffers
 from tierbroker.storage.remote.s3 import S3RemoteStorageManager
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,

@@ -35,7 +35,8 @@ from pyspark.sql.types import StructType
 from benchmarks.pipeline import OVERRIDES, TOPIC, fill, tree_cpu_seconds
 from benchmarks.targets import ROOT, free_port, start_tierbroker, stop
 from tierbroker.pipeline.spark import read as read_module
-from tierbroker.pipeline.spark.source import TierbrokerDataSource, TierbrokerReader, read_partition
+from tierbroker.pipeline.spark.partitions import read_partition
+from tierbroker.pipeline.spark.source import TierbrokerDataSource, TierbrokerReader
 
 MIB = 1 << 20
 

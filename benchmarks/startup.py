@@ -54,7 +54,7 @@ def startup_s(command: str) -> float:
 def slowest_imports(python: Path, count: int) -> list[tuple[str, float]]:
     """The modules whose import took longest, their own time without what they import."""
     run = subprocess.run(
-        [str(python), "-X", "importtime", "-c", "import tierbroker.broker.cli"],
+        [str(python), "-X", "importtime", "-c", "import tierbroker.broker.cli.main"],
         capture_output=True,
         text=True,
         check=True,

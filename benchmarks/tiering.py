@@ -47,7 +47,7 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
 
 from benchmarks.targets import Broker, free_port, start_tierbroker, stop
-from tierbroker.broker.memory import reuse_large_buffers
+from tierbroker.broker.server.memory import reuse_large_buffers
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import iter_batches
 

@@ -1,1 +1,2 @@
-"""The server: network, handlers, replicas, cluster metadata, config and CLI."""
+"""The server: network, replication, controller, coordinators, handlers and config, each
+in a folder named as Kafka names it; `cli` holds the command line, clients of a broker."""

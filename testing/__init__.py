@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tierbroker.testing.clients import Record
-    from tierbroker.testing.cluster import BrokerInfo, PartitionTier, S3Tier, TierbrokerCluster
+    from tierbroker.testing.cluster import S3Tier, TierbrokerCluster
     from tierbroker.testing.plugin import cluster_fixture
+    from tierbroker.testing.views import BrokerInfo, PartitionTier
 
 __all__ = [
     "BrokerInfo",
@@ -35,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from tierbroker.testing import plugin
 
         return plugin.cluster_fixture
+    if name in ("BrokerInfo", "PartitionTier"):
+        from tierbroker.testing import views
+
+        return getattr(views, name)
     if name in __all__:
         from tierbroker.testing import cluster
 

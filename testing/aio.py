@@ -11,16 +11,52 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tierbroker.testing.clients import ProducedRecord, Record
+from tierbroker.testing.views import ConfigValue, PartitionTier, Produced
 
-if TYPE_CHECKING:
-    from tierbroker.testing.cluster import ConfigValue, PartitionTier, Produced, TierbrokerCluster
+
+class BlockingHelpers(Protocol):
+    """The helpers of `TierbrokerCluster` this class runs in threads."""
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int | None,
+        config: Mapping[str, ConfigValue] | None,
+        timeout_s: float,
+    ) -> None: ...
+    def produce(
+        self,
+        topic: str,
+        records: Iterable[ProducedRecord],
+        partition: int | None,
+        headers: dict[str, bytes] | None,
+        timeout_s: float,
+    ) -> list[tuple[int, int]]: ...
+    def records(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        client_rack: str | None,
+        timeout_s: float,
+    ) -> list[Record]: ...
+    def end_offsets(self, topic: str) -> dict[int, int]: ...
+    def wait_produced(
+        self, topic: str, count: int, before: dict[int, int], timeout_s: float
+    ) -> list[Record]: ...
+    def committed(self, group: str, timeout_s: float) -> dict[tuple[str, int], int]: ...
+    def wait_tiered(self, topic: str, timeout_s: float) -> dict[int, PartitionTier]: ...
+    def stop_broker(self, broker_id: int) -> None: ...
+    def kill_broker(self, broker_id: int) -> None: ...
+    def start_broker(self, broker_id: int) -> None: ...
 
 
 class AsyncTierbrokerCluster:
-    def __init__(self, cluster: TierbrokerCluster) -> None:
+    def __init__(self, cluster: BlockingHelpers) -> None:
         self.cluster = cluster
 
     async def create_topic(
@@ -63,8 +99,6 @@ class AsyncTierbrokerCluster:
     async def assert_produces(
         self, topic: str, count: int, timeout_s: float = 10.0
     ) -> AsyncIterator[Produced]:
-        from tierbroker.testing.cluster import Produced
-
         before = await asyncio.to_thread(self.cluster.end_offsets, topic)
         produced = Produced()
         yield produced

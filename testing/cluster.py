@@ -20,21 +20,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from tierbroker.broker.embedded import EmbeddedCluster
-from tierbroker.broker.replica_selector import RACK_AWARE
+from tierbroker.broker.replication.replica_selector import RACK_AWARE
+from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.storage.topic_partition import TopicPartition
 from tierbroker.testing import clients
+from tierbroker.testing.aio import AsyncTierbrokerCluster
 from tierbroker.testing.clients import ProducedRecord, Record
 from tierbroker.testing.outage import CLASS_NAME, DELEGATE, GATE, drop_gate, gate
-
-if TYPE_CHECKING:
-    from tierbroker.testing.aio import AsyncTierbrokerCluster
-
-ConfigValue = str | int | float | bool
+from tierbroker.testing.views import BrokerInfo, ConfigValue, PartitionTier, Produced
 
 # No free-space floor: a CI runner's small tmpfs would be below the default 1 GiB.
 # A short session timeout: a killed broker's session expires (and its leadership moves)
@@ -79,50 +75,6 @@ class S3Tier:
         if self.prefix:
             configs["key.prefix"] = self.prefix
         return configs
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    broker_id: int
-    host: str
-    port: int
-    rack: str | None
-    metrics_url: str | None  # the Prometheus endpoint (`/metrics`, `/tier/status`)
-    running: bool
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionTier:
-    """One partition's tiers, as its leader sees them (`tierbroker tier status`)."""
-
-    partition: int
-    leader: int
-    log_start_offset: int
-    local_log_start_offset: int
-    log_end_offset: int
-    local_segments: int
-    local_bytes: int
-    remote_segments: int
-    remote_bytes: int
-    remote_log_start_offset: int  # -1: nothing in the remote tier
-    remote_log_end_offset: int  # -1: nothing copied yet
-    copy_lag_segments: int  # rolled segments not copied yet
-    copy_lag_bytes: int
-
-
-@dataclass
-class Produced:
-    """What `assert_produces` saw: the new records, in partition and offset order."""
-
-    records: list[Record] = field(default_factory=list)
-
-    @property
-    def values(self) -> list[bytes | None]:
-        return [r.value for r in self.records]
 
 
 def _text(value: ConfigValue) -> str:
@@ -193,8 +145,6 @@ class TierbrokerCluster:
     @property
     def aio(self) -> AsyncTierbrokerCluster:
         """The helpers as coroutines."""
-        from tierbroker.testing.aio import AsyncTierbrokerCluster
-
         return AsyncTierbrokerCluster(self)
 
     def wait_for(self, condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from tierbroker.broker.remote_storage import storage_manager_named
+from tierbroker.broker.server.remote_storage import storage_manager_named
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from tierbroker.storage.remote.storage_manager import (
     IndexType,

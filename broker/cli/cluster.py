@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tierbroker.broker.commands.common import (
+from tierbroker.broker.cli.common import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
     Output,

@@ -29,8 +29,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from tierbroker.broker.embedded import EmbeddedCluster
-from tierbroker.broker.replica_selector import RACK_AWARE
+from tierbroker.broker.replication.replica_selector import RACK_AWARE
+from tierbroker.broker.server.embedded import EmbeddedCluster
 
 TOPIC = "demo-clicks"
 PARTITIONS = 3

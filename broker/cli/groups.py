@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tierbroker.broker.commands.common import (
+from tierbroker.broker.cli.common import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
     Output,

@@ -11,9 +11,9 @@ the start (every log dir failed, an unexpected error) is one line with exit code
 
 `tierbroker export` writes a topic's remote tier to Parquet straight from the object
 store (`pipeline.jobs.export`). `tierbroker demo` runs a racked, tiered cluster in this
-process and shows it at work (`broker.commands.demo`). The commands that work with a
+process and shows it at work (`broker.cli.demo`). The commands that work with a
 running broker (`topic`, `produce`, `consume`, `group`, `cluster`, `tier status`) live
-in `broker.commands` and load the client library only when they run, so `serve` starts
+in `broker.cli` and load the client library only when they run, so `serve` starts
 without it.
 """
 
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from tierbroker.broker.commands import clients, cluster, groups, tier, topics
-from tierbroker.broker.config import BrokerConfig, ConfigError, load_config
-from tierbroker.broker.endpoints import remove_ports_file, write_ports_file
-from tierbroker.broker.memory import reuse_large_buffers
-from tierbroker.broker.request_log import REQUEST_LOGGER
+from tierbroker.broker.cli import clients, cluster, groups, tier, topics
+from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError, load_config
+from tierbroker.broker.network.request_log import REQUEST_LOGGER
+from tierbroker.broker.server.endpoints import remove_ports_file, write_ports_file
+from tierbroker.broker.server.memory import reuse_large_buffers
 from tierbroker.storage.long_lived import freeze_heap_in_this_process
 
 if TYPE_CHECKING:
-    from tierbroker.broker.preflight import BoundPorts
+    from tierbroker.broker.server.preflight import BoundPorts
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="A Kafka-protocol broker with tiered storage."
@@ -89,8 +89,8 @@ def serve(
         _configure_logging(log_level or ["INFO"])
         broker_config = load_config(config, override or [])
         # The other commands need none of these.
-        from tierbroker.broker.cluster_runner import broker_configs
-        from tierbroker.broker.preflight import preflight
+        from tierbroker.broker.server.cluster_runner import broker_configs
+        from tierbroker.broker.server.preflight import preflight
 
         ports = preflight(broker_configs(broker_config, brokers, rack_list), ports_file)
     except ConfigError as e:
@@ -152,12 +152,12 @@ async def _serve(
     ports_file: Path | None,
 ) -> str | None:
     """Serve until a signal (None), or until a broker must stop (what failed)."""
-    from tierbroker.broker.broker_server import (  # `tier status` needs none
+    from tierbroker.broker.metadata.store import ConnectionLossError
+    from tierbroker.broker.server.broker_server import (  # `tier status` needs none
         LogDirsOffline,
         StartupError,
     )
-    from tierbroker.broker.cluster.store import ConnectionLossError
-    from tierbroker.broker.cluster_runner import ClusterRunner
+    from tierbroker.broker.server.cluster_runner import ClusterRunner
 
     runner = ClusterRunner(config, brokers, racks, ports)
     loop = asyncio.get_running_loop()
@@ -200,7 +200,7 @@ def demo(
     object store, and sum up where the bytes went. Under a minute."""
     from rich.console import Console
 
-    from tierbroker.broker.commands.demo import run
+    from tierbroker.broker.cli.demo import run
 
     run(mib, directory, Console())
 

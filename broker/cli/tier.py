@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tierbroker.broker.commands.common import (
+from tierbroker.broker.cli.common import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
     Output,
@@ -100,7 +100,7 @@ def _health_line(health: dict[str, Any]) -> str:
 
 
 def _from_config(config: Path | None, override: list[str] | None) -> str:
-    from tierbroker.broker.config import ConfigError, load_config
+    from tierbroker.broker.config.broker_config import ConfigError, load_config
 
     try:
         broker_config = load_config(config, override or [])

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tierbroker.broker.commands.common import (
+from tierbroker.broker.cli.common import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
     Output,

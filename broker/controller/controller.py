@@ -35,18 +35,18 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.leader_election import (
+from tierbroker.broker.controller.leader_election import (
     Election,
     ElectionType,
     LeaderBalance,
     elect,
     imbalanced_partitions,
 )
-from tierbroker.broker.cluster.partition_state_machine import PartitionStateMachine
-from tierbroker.broker.cluster.reassigner import Reassigner
-from tierbroker.broker.cluster.reassignment import Rejection, ReplicaAssignment
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.controller.partition_state_machine import PartitionStateMachine
+from tierbroker.broker.controller.reassigner import Reassigner
+from tierbroker.broker.controller.reassignment import Rejection, ReplicaAssignment
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.store import (
     OPS_PER_MULTI,
     BadVersionError,
     Check,
@@ -65,7 +65,7 @@ from tierbroker.broker.cluster.store import (
     StoreError,
     WatchEvent,
 )
-from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
+from tierbroker.broker.metadata.zk_data import PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.long_lived import freeze_long_lived
 from tierbroker.storage.topic_partition import TopicPartition
@@ -134,7 +134,7 @@ class Controller:
         self.assignments: dict[str, TopicAssignment] = {}
         self.partition_states = PartitionStateMachine(self)
         self.shutting_down: set[int] = set()
-        self.reassigner = Reassigner(self)
+        self.reassigner = Reassigner(self, self.partition_states)
 
     @property
     def is_active(self) -> bool:

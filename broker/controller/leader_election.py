@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
-from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState
+from tierbroker.broker.metadata.zk_data import NO_LEADER, PartitionState
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 

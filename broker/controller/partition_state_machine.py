@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.controller.context import ControllerContext
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.store import (
     CONFLICT_ATTEMPTS,
     OPS_PER_MULTI,
     BadVersionError,
@@ -35,17 +35,14 @@ from tierbroker.broker.cluster.store import (
     Stat,
     gather_bounded,
 )
-from tierbroker.broker.cluster.zk_data import PartitionState
+from tierbroker.broker.metadata.zk_data import PartitionState
 from tierbroker.storage.topic_partition import TopicPartition
-
-if TYPE_CHECKING:
-    from tierbroker.broker.cluster.controller import Controller
 
 log = logging.getLogger(__name__)
 
 
 class PartitionStateMachine:
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: ControllerContext) -> None:
         self.controller = controller
         self.states: dict[TopicPartition, PartitionState] = {}
 

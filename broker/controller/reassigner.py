@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from tierbroker.broker.cluster import reassignment as plan
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.reassignment import Rejection, ReplicaAssignment
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.controller import reassignment as plan
+from tierbroker.broker.controller.context import ControllerContext
+from tierbroker.broker.controller.partition_state_machine import PartitionStateMachine
+from tierbroker.broker.controller.reassignment import Rejection, ReplicaAssignment
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.store import (
     CONFLICT_ATTEMPTS,
     BadVersionError,
     NoNodeError,
@@ -26,19 +27,17 @@ from tierbroker.broker.cluster.store import (
     Stat,
     WatchEvent,
 )
-from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
+from tierbroker.broker.metadata.zk_data import PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
-
-if TYPE_CHECKING:
-    from tierbroker.broker.cluster.controller import Controller
 
 log = logging.getLogger(__name__)
 
 
 class Reassigner:
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: ControllerContext, partitions: PartitionStateMachine) -> None:
         self.controller = controller
+        self.partitions = partitions
         self.moving: set[TopicPartition] = set()
         self._watched: set[TopicPartition] = set()  # a watch on its state is armed
 
@@ -79,7 +78,7 @@ class Reassigner:
     async def reassign(self, tp: TopicPartition, target: Sequence[int] | None) -> Rejection | None:
         """Start moving `tp` to `target`, or cancel its move (None); why not, if refused."""
         ctl = self.controller
-        if tp not in ctl.states or await ctl.store.exists(zk.delete_path(tp.topic)):
+        if tp not in self.partitions.states or await ctl.store.exists(zk.delete_path(tp.topic)):
             return Rejection(ErrorCode.unknown_topic_or_partition, "The partition does not exist.")
         for _ in range(CONFLICT_ATTEMPTS):
             try:
@@ -89,17 +88,17 @@ class Reassigner:
                     ErrorCode.unknown_topic_or_partition, "The partition does not exist."
                 )
             current = ReplicaAssignment.of(topic, tp.partition)
-            await ctl.partition_states.refresh([tp])
+            await self.partitions.refresh([tp])
             if target is None:
-                rejection = plan.validate_cancel(current, ctl.states[tp])
+                rejection = plan.validate_cancel(current, self.partitions.states[tp])
             else:
                 live = [b for b in ctl.live_brokers if ctl.is_eligible(b)]
-                rejection = plan.validate_target(target, current, ctl.states[tp], live)
+                rejection = plan.validate_target(target, current, self.partitions.states[tp], live)
             if rejection is not None:
                 return rejection
             step = plan.start(
                 current,
-                ctl.states[tp],
+                self.partitions.states[tp],
                 current.origin if target is None else target,
                 ctl.is_eligible,
                 ctl.epoch,
@@ -136,7 +135,7 @@ class Reassigner:
             self.moving.discard(tp)  # deleted
             self._watched.discard(tp)
             return
-        state = ctl.states[tp] = PartitionState.decode(data, stat.version)
+        state = self.partitions.states[tp] = PartitionState.decode(data, stat.version)
         step = plan.complete(
             ReplicaAssignment.of(topic, tp.partition), state, ctl.is_eligible, ctl.epoch
         )
@@ -180,7 +179,7 @@ class Reassigner:
         written = results[2]
         assert isinstance(written, Stat)
         ctl.assignments[tp.topic] = updated
-        ctl.states[tp] = replace(step.state, partition_epoch=written.version)
+        self.partitions.states[tp] = replace(step.state, partition_epoch=written.version)
         if step.assignment.is_being_reassigned:
             self.check(tp)  # arms the watch on its state
         else:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState, TopicAssignment
+from tierbroker.broker.metadata.zk_data import NO_LEADER, PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
 
 

@@ -20,9 +20,9 @@ from kio.schema.produce.v9 import request as produce_request
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
-from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable
-from tierbroker.broker.cluster.topic_admin import TopicAdmin
-from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.metadata.topic_admin import TopicAdmin
+from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import build_batch, decode_records
 from tierbroker.storage.log import now_ms

@@ -27,8 +27,8 @@ from tierbroker.broker.handlers import (
     reassignments,
 )
 from tierbroker.broker.handlers.common import CLIENT_HOST, BrokerContext
-from tierbroker.broker.request_log import log_completed, request_log
-from tierbroker.broker.server import ConnectionClosing
+from tierbroker.broker.network.request_log import log_completed, request_log
+from tierbroker.broker.network.socket_server import ConnectionClosing
 from tierbroker.protocol.codec import (
     RecordsSplicer,
     Request,

@@ -10,8 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-from tierbroker.broker.cluster.topic_admin import check_request_size
-from tierbroker.broker.cluster.zk_data import TopicAssignment
+from tierbroker.broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIG_TYPES
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -19,7 +18,8 @@ from tierbroker.broker.handlers.common import (
     make,
     response_module,
 )
-from tierbroker.broker.kafka_broker_configs import KAFKA_BROKER_CONFIG_TYPES
+from tierbroker.broker.metadata.topic_admin import check_request_size
+from tierbroker.broker.metadata.zk_data import TopicAssignment
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_configs import (

@@ -21,14 +21,14 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from tierbroker.broker.cluster.controller import Controller
-from tierbroker.broker.cluster.metadata_cache import MetadataCache
-from tierbroker.broker.cluster.topic_admin import TopicAdmin
-from tierbroker.broker.config import BrokerConfig
-from tierbroker.broker.endpoints import BrokerEndpoints
-from tierbroker.broker.groups.coordinator import GroupCoordinator
-from tierbroker.broker.replica_manager import ReplicaManager
-from tierbroker.broker.topic_metrics import BrokerTopicMetrics
+from tierbroker.broker.config.broker_config import BrokerConfig
+from tierbroker.broker.controller.controller import Controller
+from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
+from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.topic_admin import TopicAdmin
+from tierbroker.broker.replication.replica_manager import ReplicaManager
+from tierbroker.broker.server.endpoints import BrokerEndpoints
+from tierbroker.broker.server.topic_metrics import BrokerTopicMetrics
 
 NO_THROTTLE = datetime.timedelta(0)
 _FIELD = re.compile(r"^    ([a-z]\w*): ", re.M)  # a field of a kio dataclass

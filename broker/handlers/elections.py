@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierbroker.broker.cluster.controller import NotController
-from tierbroker.broker.cluster.leader_election import Election, ElectionType
+from tierbroker.broker.controller.controller import NotController
+from tierbroker.broker.controller.leader_election import Election, ElectionType
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,

@@ -8,11 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierbroker.broker.fetch_reader import (
-    FetchParams,
-    FetchRequestPartition,
-    FetchResultPartition,
-)
 from tierbroker.broker.handlers.common import (
     CLIENT_HOST,
     NO_THROTTLE,
@@ -21,7 +16,12 @@ from tierbroker.broker.handlers.common import (
     make,
     response_module,
 )
-from tierbroker.broker.replica_selector import ClientMetadata
+from tierbroker.broker.replication.fetch_reader import (
+    FetchParams,
+    FetchRequestPartition,
+    FetchResultPartition,
+)
+from tierbroker.broker.replication.replica_selector import ClientMetadata
 from tierbroker.protocol.codec import RecordsSplicer, Request
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition

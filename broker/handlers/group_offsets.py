@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierbroker.broker.groups.records import OffsetValue
+from tierbroker.broker.coordinator.group.records import OffsetValue
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,

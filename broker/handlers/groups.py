@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierbroker.broker.groups.coordinator import JoinRequest
-from tierbroker.broker.groups.offsets_store import OFFSETS_TOPIC
+from tierbroker.broker.coordinator.group.coordinator import JoinRequest
+from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
 from tierbroker.broker.handlers.common import (
     CLIENT_HOST,
     NO_THROTTLE,

@@ -10,8 +10,6 @@ import logging
 import uuid
 from typing import Any
 
-from tierbroker.broker.cluster.topic_admin import INTERNAL_TOPICS, validate_topic_name
-from tierbroker.broker.cluster.zk_data import TopicAssignment
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -19,6 +17,8 @@ from tierbroker.broker.handlers.common import (
     make,
     response_module,
 )
+from tierbroker.broker.metadata.topic_admin import INTERNAL_TOPICS, validate_topic_name
+from tierbroker.broker.metadata.zk_data import TopicAssignment
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition

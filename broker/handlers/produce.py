@@ -10,9 +10,9 @@ import datetime
 import logging
 from typing import Any
 
-from tierbroker.broker.cluster.topic_admin import validate_topic_name
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
-from tierbroker.broker.replica_manager import ProduceResult
+from tierbroker.broker.metadata.topic_admin import validate_topic_name
+from tierbroker.broker.replication.replica_manager import ProduceResult
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records.batch import LOG_OVERHEAD, whole_batches_size

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierbroker.broker.cluster.controller import NotController
+from tierbroker.broker.controller.controller import NotController
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.metadata.store import (
     BadVersionError,
     Check,
     ConnectionLossError,
@@ -52,7 +52,7 @@ from tierbroker.broker.cluster.store import (
     WatchEvent,
     parent_of,
 )
-from tierbroker.broker.cluster.znode_db import StoredZnode, Write, ZnodeDatabase
+from tierbroker.broker.metadata.znode_db import StoredZnode, Write, ZnodeDatabase
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.store import (
     ConnectionLossError,
     MetadataStore,
     NoNodeError,
@@ -30,7 +30,7 @@ from tierbroker.broker.cluster.store import (
     WatchEvent,
     gather_bounded,
 )
-from tierbroker.broker.cluster.zk_data import BrokerRegistration, PartitionState, TopicAssignment
+from tierbroker.broker.metadata.zk_data import BrokerRegistration, PartitionState, TopicAssignment
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)

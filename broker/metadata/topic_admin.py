@@ -20,11 +20,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.inprocess_store import StorageUnavailable
-from tierbroker.broker.cluster.metadata_cache import MetadataCache
-from tierbroker.broker.cluster.placement import assign_replicas
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.inprocess_store import StorageUnavailable
+from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.placement import assign_replicas
+from tierbroker.broker.metadata.store import (
     BadVersionError,
     ConnectionLossError,
     MetadataStore,
@@ -33,7 +33,7 @@ from tierbroker.broker.cluster.store import (
     SessionExpiredError,
     StoreError,
 )
-from tierbroker.broker.cluster.zk_data import ProducerIdBlock, TopicAssignment
+from tierbroker.broker.metadata.zk_data import ProducerIdBlock, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.topic_configs import check_overrides, not_applied

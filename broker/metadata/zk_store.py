@@ -48,7 +48,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, ZnodeStat
 from kazoo.retry import KazooRetry
 
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.metadata.store import (
     BadVersionError,
     Check,
     ConnectionLossError,

@@ -16,10 +16,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.store import BadVersionError, MetadataStore, StoreError
-from tierbroker.broker.cluster.zk_data import PartitionState
-from tierbroker.broker.partition import Partition
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.store import BadVersionError, MetadataStore, StoreError
+from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.partition import Partition
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
-from tierbroker.broker.cluster.metadata_cache import MetadataCache
-from tierbroker.broker.partition import FollowerFetch, OffsetNotAvailableYet, Partition
-from tierbroker.broker.purgatory import Purgatory
-from tierbroker.broker.replica_selector import (
+from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.replication.partition import FollowerFetch, OffsetNotAvailableYet, Partition
+from tierbroker.broker.replication.purgatory import Purgatory
+from tierbroker.broker.replication.replica_selector import (
     ClientMetadata,
     Node,
     PartitionView,

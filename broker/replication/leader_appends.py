@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from tierbroker.broker.partition import Partition
+from tierbroker.broker.replication.partition import Partition
 from tierbroker.storage.log import LogAppendInfo, now_ms
 from tierbroker.storage.log_validator import recompresses, validate_batches
 from tierbroker.storage.topic_partition import TopicPartition

@@ -17,8 +17,8 @@ from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
-from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable
-from tierbroker.broker.partition import Partition
+from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.replication.partition import Partition
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 

@@ -22,8 +22,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState
-from tierbroker.broker.replica import ReplicaState
+from tierbroker.broker.metadata.zk_data import NO_LEADER, PartitionState
+from tierbroker.broker.replication.replica import ReplicaState
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import BatchView
 from tierbroker.storage.log import (

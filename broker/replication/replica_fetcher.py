@@ -50,11 +50,15 @@ from kio.schema.fetch.v17 import request as fetch_request
 from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable, MalformedResponse
-from tierbroker.broker.leader_endpoint import LeaderEndpoint
-from tierbroker.broker.partition import Partition
-from tierbroker.broker.tier_state_machine import TierStateMachine
-from tierbroker.broker.truncation import truncation_for
+from tierbroker.broker.network.broker_client import (
+    BrokerClient,
+    BrokerUnavailable,
+    MalformedResponse,
+)
+from tierbroker.broker.replication.leader_endpoint import LeaderEndpoint
+from tierbroker.broker.replication.partition import Partition
+from tierbroker.broker.replication.tier_state_machine import TierStateMachine
+from tierbroker.broker.replication.truncation import truncation_for
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.storage.free_space import FreeSpaceGuard

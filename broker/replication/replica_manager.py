@@ -23,26 +23,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tierbroker.broker.alter_partition import AlterPartitionManager
-from tierbroker.broker.cluster.metadata_cache import MetadataCache, MetadataDelta
-from tierbroker.broker.cluster.store import MetadataStore
-from tierbroker.broker.cluster.zk_data import PartitionState
-from tierbroker.broker.fetch_reader import (
+from tierbroker.broker.metadata.metadata_cache import MetadataCache, MetadataDelta
+from tierbroker.broker.metadata.store import MetadataStore
+from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.alter_partition import AlterPartitionManager
+from tierbroker.broker.replication.fetch_reader import (
     FetchParams,
     FetchReader,
     FetchRequestPartition,
     FetchResultPartition,
 )
-from tierbroker.broker.leader_appends import LeaderAppends
-from tierbroker.broker.partition import (
+from tierbroker.broker.replication.leader_appends import LeaderAppends
+from tierbroker.broker.replication.partition import (
     DEBUGGING_CONSUMER,
     FollowerFetch,
     OffsetAndEpoch,
     Partition,
 )
-from tierbroker.broker.purgatory import Purgatory
-from tierbroker.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
-from tierbroker.broker.tier_state_machine import TierStateMachine
+from tierbroker.broker.replication.purgatory import Purgatory
+from tierbroker.broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from tierbroker.broker.replication.tier_state_machine import TierStateMachine
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager

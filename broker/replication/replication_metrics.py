@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tierbroker.broker.cluster.controller import Controller
-from tierbroker.broker.cluster.zk_data import NO_LEADER
-from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.controller.controller import Controller
+from tierbroker.broker.metadata.zk_data import NO_LEADER
+from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.storage.topic_partition import TopicPartition
 
 

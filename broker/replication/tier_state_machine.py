@@ -26,8 +26,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from tierbroker.broker.leader_endpoint import LeaderEndpoint
-from tierbroker.broker.partition import Partition
+from tierbroker.broker.replication.leader_endpoint import LeaderEndpoint
+from tierbroker.broker.replication.partition import Partition
 from tierbroker.protocol.errors import KafkaError
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.storage.checkpoints import parse_epoch_entries

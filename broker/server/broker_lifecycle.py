@@ -23,17 +23,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.metadata_cache import MetadataCache
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.store import (
     MetadataStore,
     NodeExistsError,
     NoNodeError,
     SessionState,
     StoreError,
 )
-from tierbroker.broker.cluster.zk_data import BrokerRegistration
-from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.metadata.zk_data import BrokerRegistration
+from tierbroker.broker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 

@@ -40,40 +40,40 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from tierbroker.broker.broker_lifecycle import BrokerLifecycle, RegistrationError
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.controller import Controller
-from tierbroker.broker.cluster.leader_election import LeaderBalance
-from tierbroker.broker.cluster.metadata_cache import MetadataCache
-from tierbroker.broker.cluster.store import (
-    MetadataStore,
-    NodeExistsError,
-    StoreError,
-)
-from tierbroker.broker.cluster.topic_admin import TopicAdmin
-from tierbroker.broker.cluster.zk_data import BrokerRegistration
-from tierbroker.broker.config import BrokerConfig
-from tierbroker.broker.endpoints import BrokerEndpoints, broker_endpoints
-from tierbroker.broker.groups.coordinator import GroupConfig, GroupCoordinator
-from tierbroker.broker.groups.offsets_store import (
+from tierbroker.broker.config.broker_config import BrokerConfig
+from tierbroker.broker.controller.controller import Controller
+from tierbroker.broker.controller.leader_election import LeaderBalance
+from tierbroker.broker.coordinator.group.coordinator import GroupConfig, GroupCoordinator
+from tierbroker.broker.coordinator.group.offsets_store import (
     OFFSETS_TOPIC,
     GroupMetadataManager,
     OffsetsConfig,
 )
 from tierbroker.broker.handlers import RequestDispatcher
 from tierbroker.broker.handlers.common import BrokerContext
-from tierbroker.broker.metrics import MetricsServer
-from tierbroker.broker.partition import Partition
-from tierbroker.broker.preflight import BoundPorts
-from tierbroker.broker.remote_storage import build_remote_log_manager
-from tierbroker.broker.replica_fetcher import FetcherConfig
-from tierbroker.broker.replica_manager import ReplicaManager, ReplicationConfig
-from tierbroker.broker.replica_selector import load_selector
-from tierbroker.broker.replication_metrics import ReplicationMetrics
-from tierbroker.broker.scheduler import Scheduler
-from tierbroker.broker.server import SocketServer
-from tierbroker.broker.startup_summary import startup_summary
-from tierbroker.broker.topic_metrics import BrokerTopicMetrics
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.store import (
+    MetadataStore,
+    NodeExistsError,
+    StoreError,
+)
+from tierbroker.broker.metadata.topic_admin import TopicAdmin
+from tierbroker.broker.metadata.zk_data import BrokerRegistration
+from tierbroker.broker.network.socket_server import SocketServer
+from tierbroker.broker.replication.partition import Partition
+from tierbroker.broker.replication.replica_fetcher import FetcherConfig
+from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
+from tierbroker.broker.replication.replica_selector import load_selector
+from tierbroker.broker.replication.replication_metrics import ReplicationMetrics
+from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
+from tierbroker.broker.server.endpoints import BrokerEndpoints, broker_endpoints
+from tierbroker.broker.server.metrics import MetricsServer
+from tierbroker.broker.server.preflight import BoundPorts
+from tierbroker.broker.server.remote_storage import build_remote_log_manager
+from tierbroker.broker.server.scheduler import Scheduler
+from tierbroker.broker.server.startup_summary import startup_summary
+from tierbroker.broker.server.topic_metrics import BrokerTopicMetrics
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.log_config import LogConfig

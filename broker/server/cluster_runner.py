@@ -21,13 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from tierbroker.broker.broker_server import BrokerServer
-from tierbroker.broker.cluster.inprocess_store import InProcessSession, InProcessZooKeeper
-from tierbroker.broker.cluster.store import MetadataStore
-from tierbroker.broker.cluster.zk_store import ZooKeeperStore
-from tierbroker.broker.config import BrokerConfig
-from tierbroker.broker.preflight import BoundPorts, bind_all, bind_ports
-from tierbroker.broker.remote_storage import local_remote_dir
+from tierbroker.broker.config.broker_config import BrokerConfig
+from tierbroker.broker.metadata.inprocess_store import InProcessSession, InProcessZooKeeper
+from tierbroker.broker.metadata.store import MetadataStore
+from tierbroker.broker.metadata.zk_store import ZooKeeperStore
+from tierbroker.broker.server.broker_server import BrokerServer
+from tierbroker.broker.server.preflight import BoundPorts, bind_all, bind_ports
+from tierbroker.broker.server.remote_storage import local_remote_dir
 
 log = logging.getLogger(__name__)
 

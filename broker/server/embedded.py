@@ -24,10 +24,10 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tierbroker.broker.broker_server import BrokerServer
-from tierbroker.broker.cluster.inprocess_store import InProcessSession
-from tierbroker.broker.cluster_runner import ClusterRunner
-from tierbroker.broker.config import load_config
+from tierbroker.broker.config.broker_config import load_config
+from tierbroker.broker.metadata.inprocess_store import InProcessSession
+from tierbroker.broker.server.broker_server import BrokerServer
+from tierbroker.broker.server.cluster_runner import ClusterRunner
 
 T = TypeVar("T")
 

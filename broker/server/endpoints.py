@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tierbroker.broker.config import BrokerConfig, Endpoint
+from tierbroker.broker.config.broker_config import BrokerConfig, Endpoint
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

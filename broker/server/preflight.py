@@ -20,14 +20,14 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tierbroker.broker.config import BrokerConfig, ConfigError, Endpoint
-from tierbroker.broker.remote_storage import (
+from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError, Endpoint
+from tierbroker.broker.replication.replica_selector import selector_class
+from tierbroker.broker.server.remote_storage import (
     STORAGE_MANAGERS,
     local_remote_dir,
     metadata_manager_class,
     storage_manager_class,
 )
-from tierbroker.broker.replica_selector import selector_class
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 from tierbroker.storage.topic_partition import TopicPartition
 

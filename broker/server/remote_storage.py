@@ -22,10 +22,10 @@ from typing import cast
 
 from prometheus_client import CollectorRegistry
 
-from tierbroker.broker.cluster.topic_admin import TopicAdmin
-from tierbroker.broker.config import BrokerConfig, ConfigError
-from tierbroker.broker.internal_topic import RemoteLogMetadataTopic
-from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError
+from tierbroker.broker.coordinator.internal_topic import RemoteLogMetadataTopic
+from tierbroker.broker.metadata.topic_admin import TopicAdmin
+from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager

@@ -37,7 +37,6 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     Not,
 )
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -50,8 +49,8 @@ from pyspark.sql.types import (
 )
 
 from tierbroker.pipeline.spark.options import ReadOptions, include_headers
-from tierbroker.pipeline.spark.plan import NO_FILTERS, Task, plan
-from tierbroker.pipeline.spark.read import read_task
+from tierbroker.pipeline.spark.partitions import TaskPartition, read_partition
+from tierbroker.pipeline.spark.plan import NO_FILTERS, plan
 
 _COLUMNS = [
     StructField("key", BinaryType()),
@@ -70,22 +69,6 @@ KAFKA_SCHEMA = StructType([*_COLUMNS, _HEADERS])
 """Spark's Kafka source schema with `includeHeaders=true`, field for field."""
 KAFKA_SCHEMA_WITHOUT_HEADERS = StructType(_COLUMNS)
 """Spark's Kafka source schema (`includeHeaders=false`, its default)."""
-
-
-class TaskPartition(InputPartition):
-    """An input partition: one `Task` (consecutive pieces of one Kafka partition)."""
-
-    def __init__(self, task: Task) -> None:
-        super().__init__(task)
-        self.task = task
-
-
-def read_partition(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """The records of an input partition (none for Spark's empty one)."""
-    task: Task | None = partition.value
-    if task is None:
-        return iter(())  # Spark plans one empty partition when there is nothing to read
-    return read_task(task, to_arrow_schema(schema, timezone="UTC"))
 
 
 class TierbrokerReader(DataSourceReader):

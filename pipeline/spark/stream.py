@@ -41,8 +41,8 @@ from pyspark.sql.types import StructType
 
 from tierbroker.pipeline.spark.bounds import TopicPartitionKey, TopicView, offset_of
 from tierbroker.pipeline.spark.options import ReadOptions
+from tierbroker.pipeline.spark.partitions import TaskPartition, read_partition
 from tierbroker.pipeline.spark.plan import plan_ranges
-from tierbroker.pipeline.spark.source import TaskPartition, read_partition
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from tests.integration.waiting import wait_for
-from tierbroker.broker.embedded import EmbeddedCluster
-from tierbroker.broker.replica_fetcher import ReplicaFetcher
+from tierbroker.broker.replication.replica_fetcher import ReplicaFetcher
+from tierbroker.broker.server.embedded import EmbeddedCluster
 
 
 class HeldFetcher:

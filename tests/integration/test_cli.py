@@ -305,6 +305,7 @@ def test_errors_are_one_line(broker: BrokerProcess) -> None:
 
 def test_serve_does_not_load_the_client_library() -> None:
     check = (
-        "import sys, broker.cli, broker.broker_server;sys.exit('confluent_kafka' in sys.modules)"
+        "import sys, tierbroker.broker.cli.main, tierbroker.broker.server.broker_server;"
+        "sys.exit('confluent_kafka' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", check], timeout=CLI_TIMEOUT_S).returncode == 0

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import executable
 from tests.integration.waiting import wait_for
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch, iter_batches
 from tierbroker.storage.topic_partition import TopicPartition

@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tests.integration.broker_process import executable
-from tierbroker.broker.commands.demo import (
+from tierbroker.broker.cli.demo import (
     TOPIC,
     BrokerUse,
     Demo,

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.held_fetcher import hold_fetcher
 from tests.integration.waiting import wait_for
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.protocol.records import iter_batches
 from tierbroker.storage.topic_partition import TopicPartition as Tp
 

@@ -36,7 +36,7 @@ from tests.integration.wire import (
     request_module,
     split_batches,
 )
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import BatchView
 from tierbroker.storage.topic_partition import TopicPartition

@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.waiting import wait_for
 from tests.integration.wire import WireClient, request_module
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition as Tp
 

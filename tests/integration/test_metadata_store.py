@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.zookeeper import BlackHoleProxy, ZooKeeperServer
-from tierbroker.broker.cluster.inprocess_store import InProcessSession, InProcessZooKeeper
-from tierbroker.broker.cluster.store import (
+from tierbroker.broker.metadata.inprocess_store import InProcessSession, InProcessZooKeeper
+from tierbroker.broker.metadata.store import (
     BadVersionError,
     Check,
     ConnectionLossError,
@@ -27,7 +27,7 @@ from tierbroker.broker.cluster.store import (
     SetData,
     WatchEvent,
 )
-from tierbroker.broker.cluster.zk_store import ZooKeeperStore
+from tierbroker.broker.metadata.zk_store import ZooKeeperStore
 
 _chroots = itertools.count()
 

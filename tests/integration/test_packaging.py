@@ -121,7 +121,7 @@ def test_the_sdist_and_the_wheel_hold_the_same_modules(source: Path, wheel: Path
         in_wheel = {name for name in archive.namelist() if name.endswith((".py", ".pyi"))}
         assert "tierbroker/py.typed" in archive.namelist()
     assert in_sdist == in_wheel
-    assert "tierbroker/broker/cli.py" in in_wheel
+    assert "tierbroker/broker/cli/main.py" in in_wheel
 
 
 def test_the_installed_package_keeps_the_layer_contracts(wheel: Path, tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_the_wheel_holds_one_top_level_package_and_its_command(wheel: Path) -> N
     for layer in LAYERS:
         assert f"tierbroker/{layer}/__init__.py" in names
     assert "tierbroker/pipeline/spark/source.py" in names
-    assert "tierbroker = tierbroker.broker.cli:main" in scripts
+    assert "tierbroker = tierbroker.broker.cli.main:main" in scripts
     assert "[pytest11]\ntierbroker = tierbroker.testing.plugin" in scripts
 
 

@@ -44,7 +44,7 @@ from tests.integration.test_follower_fetching import (
 )
 from tests.integration.test_follower_fetching import produce as produce_values
 from tests.spark_session import spark_session
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 
 pytestmark = pytest.mark.slow
 

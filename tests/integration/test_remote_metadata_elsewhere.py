@@ -26,7 +26,7 @@ from tests.integration.test_follower_fetching import consume_confluent, log_of, 
 from tests.integration.test_replica_rebuild import metric, produce, tiered_properties
 from tests.integration.tiering_helpers import check_rebuilt_from_the_tail
 from tests.integration.waiting import wait_for
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.storage.log import Log
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentState, TopicIdPartition
 from tierbroker.storage.topic_partition import TopicPartition

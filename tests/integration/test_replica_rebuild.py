@@ -25,7 +25,7 @@ from tests.integration.test_follower_fetching import (
     sequence,
 )
 from tests.integration.waiting import wait_for
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.storage.topic_partition import TopicPartition
 
 TOPIC = "rebuilt"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tierbroker.broker.embedded import EmbeddedCluster
+from tierbroker.broker.server.embedded import EmbeddedCluster
 
 
 def test_a_restarted_broker_that_must_stop_stops_the_process(tmp_path: Path) -> None:

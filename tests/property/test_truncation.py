@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tierbroker.broker.truncation import truncation_for
+from tierbroker.broker.replication.truncation import truncation_for
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 
 

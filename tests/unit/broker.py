@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from tierbroker.broker.broker_server import BrokerServer
-from tierbroker.broker.cluster_runner import ClusterRunner
-from tierbroker.broker.config import load_config
+from tierbroker.broker.config.broker_config import load_config
+from tierbroker.broker.server.broker_server import BrokerServer
+from tierbroker.broker.server.cluster_runner import ClusterRunner
 
 
 @asynccontextmanager

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tierbroker.broker.cluster.inprocess_store import InProcessZooKeeper
-from tierbroker.broker.cluster.metadata_cache import MetadataCache
-from tierbroker.broker.cluster.zk_data import PartitionState
-from tierbroker.broker.partition import Partition
-from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.metadata.inprocess_store import InProcessZooKeeper
+from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.partition import Partition
+from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.storage.log import Log
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager

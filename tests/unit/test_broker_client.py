@@ -18,7 +18,11 @@ from kio.schema.fetch.v17 import response as fetch_response
 from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from tierbroker.broker.broker_client import BrokerClient, BrokerUnavailable, MalformedResponse
+from tierbroker.broker.network.broker_client import (
+    BrokerClient,
+    BrokerUnavailable,
+    MalformedResponse,
+)
 from tierbroker.protocol.codec import encode_response, parse_request, peek_header
 
 TOPIC_ID = uuid.uuid4()

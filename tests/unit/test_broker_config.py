@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.broker_process import ROOT, executable, free_port
-from tierbroker.broker.config import ConfigError, load_config
+from tierbroker.broker.config.broker_config import ConfigError, load_config
 
 BAD_DEFAULTS = {
     "log.segment.bytes=0": "log.segment.bytes='0': must be an integer >= 14",
@@ -136,7 +136,7 @@ def test_ports_out_of_range_and_wildcard_advertised_addresses_are_refused() -> N
 
 
 def test_the_defaults_tier_to_a_directory_inside_the_log_dir_with_metrics_on() -> None:
-    from tierbroker.broker.remote_storage import local_remote_dir
+    from tierbroker.broker.server.remote_storage import local_remote_dir
 
     config = load_config(None, ["log.dirs=/srv/data"])
     assert config.remote_log_storage_system_enable is True

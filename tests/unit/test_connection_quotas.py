@@ -9,13 +9,13 @@ import struct
 
 import pytest
 
-from tierbroker.broker.acceptor import (
+from tierbroker.broker.config.broker_config import load_config
+from tierbroker.broker.network.acceptor import (
     ConnectionLimits,
     connections_within_file_limit,
     parse_per_ip_overrides,
 )
-from tierbroker.broker.config import load_config
-from tierbroker.broker.server import SocketServer
+from tierbroker.broker.network.socket_server import SocketServer
 from tierbroker.storage.file_cache import log_file_capacity, soft_file_limit
 
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.unit import virtual_time
-from tierbroker.broker.broker_lifecycle import BrokerLifecycle
-from tierbroker.broker.cluster.store import ConnectionLossError, SessionState
+from tierbroker.broker.metadata.store import ConnectionLossError, SessionState
+from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle
 
 BROKER = 1
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from tests.unit.broker import running_broker
-from tierbroker.broker.cluster import controller as controller_module
-from tierbroker.broker.cluster import zk_data as zk
-from tierbroker.broker.cluster.controller import Controller, NotController
-from tierbroker.broker.cluster.inprocess_store import InProcessSession
-from tierbroker.broker.cluster.leader_election import ElectionType
+from tierbroker.broker.controller import controller as controller_module
+from tierbroker.broker.controller.controller import Controller, NotController
+from tierbroker.broker.controller.leader_election import ElectionType
+from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.inprocess_store import InProcessSession
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.replicas import lead_log, replica_manager
-from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition
+from tierbroker.broker.replication.replica_manager import FetchParams, FetchRequestPartition
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 from tierbroker.storage.log import Log

@@ -18,7 +18,7 @@ from tests.unit.test_rlm_components import (
     local_fs,
     tier_rolled_segments,
 )
-from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition
+from tierbroker.broker.replication.replica_manager import FetchParams, FetchRequestPartition
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 from tierbroker.rlm.config import RemoteLogManagerConfig

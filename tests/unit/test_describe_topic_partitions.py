@@ -12,7 +12,7 @@ from kio.schema.describe_topic_partitions.v0.request import (
 from kio.schema.types import TopicName
 
 from tests.unit.broker import running_broker
-from tierbroker.broker.broker_client import BrokerClient
+from tierbroker.broker.network.broker_client import BrokerClient
 
 
 async def test_every_partition_has_empty_elr_lists_not_null(tmp_path: Path) -> None:

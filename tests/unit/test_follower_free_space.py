@@ -14,10 +14,10 @@ import pytest
 
 from tests.unit.replicas import create_log
 from tests.unit.test_write_failures import batch
-from tierbroker.broker.broker_client import BrokerClient
-from tierbroker.broker.cluster.zk_data import PartitionState
-from tierbroker.broker.partition import Partition
-from tierbroker.broker.replica_fetcher import FetcherConfig, ReplicaFetcher, _FetchState
+from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.network.broker_client import BrokerClient
+from tierbroker.broker.replication.partition import Partition
+from tierbroker.broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcher, _FetchState
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage import free_space
 from tierbroker.storage.free_space import FreeSpaceGuard

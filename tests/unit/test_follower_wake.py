@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 from tests.unit.replicas import replica_manager
-from tierbroker.broker.cluster.zk_data import PartitionState
-from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition, ReplicaManager
+from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.replica_manager import (
+    FetchParams,
+    FetchRequestPartition,
+    ReplicaManager,
+)
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.topic_partition import TopicPartition

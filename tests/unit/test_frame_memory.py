@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from tierbroker.broker.server import SocketServer
+from tierbroker.broker.network.socket_server import SocketServer
 from tierbroker.protocol.framing import FrameError, FrameReader
 from tierbroker.protocol.memory_pool import MemoryPool
 

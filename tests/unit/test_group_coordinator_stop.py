@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tierbroker.broker.groups.coordinator import GroupConfig, GroupCoordinator, JoinRequest
+from tierbroker.broker.coordinator.group.coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    JoinRequest,
+)
 from tierbroker.protocol.errors import ErrorCode
 
 

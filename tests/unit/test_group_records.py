@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tierbroker.broker.groups.records import (
+from tierbroker.broker.coordinator.group.records import (
     GroupKey,
     GroupValue,
     MemberValue,

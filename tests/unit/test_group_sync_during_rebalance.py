@@ -9,8 +9,12 @@ import asyncio
 from typing import Any
 
 from tests.unit.test_group_coordinator_stop import Store
-from tierbroker.broker.groups.coordinator import GroupConfig, GroupCoordinator, JoinRequest
-from tierbroker.broker.groups.group import GroupState
+from tierbroker.broker.coordinator.group.coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    JoinRequest,
+)
+from tierbroker.broker.coordinator.group.group import GroupState
 from tierbroker.protocol.errors import ErrorCode
 
 

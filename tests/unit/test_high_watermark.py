@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tierbroker.broker.cluster.zk_data import PartitionState
-from tierbroker.broker.partition import FollowerFetch, Partition
+from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.partition import FollowerFetch, Partition
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import build_batch
 from tierbroker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log, now_ms

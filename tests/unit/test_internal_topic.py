@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.broker import running_broker
-from tierbroker.broker.internal_topic import RemoteLogMetadataTopic
+from tierbroker.broker.coordinator.internal_topic import RemoteLogMetadataTopic
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 # No remote log manager of the broker's own: it would create and replay the topic too.

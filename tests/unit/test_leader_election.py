@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tierbroker.broker.cluster.leader_election import (
+from tierbroker.broker.controller.leader_election import (
     ElectionType,
     elect,
     imbalanced_partitions,
 )
-from tierbroker.broker.cluster.zk_data import NO_LEADER, PartitionState
+from tierbroker.broker.metadata.zk_data import NO_LEADER, PartitionState
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 

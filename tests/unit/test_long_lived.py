@@ -22,7 +22,7 @@ from tests.unit.test_remote_metadata import (
     in_state,
     segment,
 )
-from tierbroker.broker.replica_manager import FREEZE_EVERY_PARTITIONS
+from tierbroker.broker.replication.replica_manager import FREEZE_EVERY_PARTITIONS
 from tierbroker.storage.long_lived import freeze_heap_in_this_process
 from tierbroker.storage.remote.metadata_cache import FREEZE_EVERY_SEGMENTS, RemoteLogMetadataCache
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata

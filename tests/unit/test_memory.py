@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tierbroker.broker.memory import MALLOC_VARIABLES, SETTINGS, is_glibc
+from tierbroker.broker.server.memory import MALLOC_VARIABLES, SETTINGS, is_glibc
 
 pytestmark = pytest.mark.skipif(not is_glibc(), reason="mallopt is glibc's")
 
@@ -16,7 +16,7 @@ MIB = 1 << 20
 SETUP = """
 import ctypes, re, resource, sys
 from concurrent.futures import ThreadPoolExecutor
-from tierbroker.broker.memory import reuse_large_buffers
+from tierbroker.broker.server.memory import reuse_large_buffers
 PR_SET_THP_DISABLE = 41  # 4 KiB pages, so faults count pages whatever the THP setting
 assert ctypes.CDLL(None).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
 if sys.argv[1] == "tuned":
@@ -88,7 +88,11 @@ def test_the_environments_malloc_settings_win(
 ) -> None:
     monkeypatch.setenv(name, value)
     done = subprocess.run(
-        [sys.executable, "-c", "from broker.memory import reuse_large_buffers as r; print(r())"],
+        [
+            sys.executable,
+            "-c",
+            "from tierbroker.broker.server.memory import reuse_large_buffers as r; print(r())",
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.broker import running_broker
-from tierbroker.broker.cluster.inprocess_store import InProcessZooKeeper, StorageUnavailable
-from tierbroker.broker.cluster.store import BadVersionError
-from tierbroker.broker.cluster.znode_db import ZnodeDatabase
+from tierbroker.broker.metadata.inprocess_store import InProcessZooKeeper, StorageUnavailable
+from tierbroker.broker.metadata.store import BadVersionError
+from tierbroker.broker.metadata.znode_db import ZnodeDatabase
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 

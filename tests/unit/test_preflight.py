@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tierbroker.broker.config import ConfigError, load_config
-from tierbroker.broker.preflight import bind_ports, preflight
-from tierbroker.broker.remote_storage import LOCAL_REMOTE_DIR, local_remote_dir
+from tierbroker.broker.config.broker_config import ConfigError, load_config
+from tierbroker.broker.server.preflight import bind_ports, preflight
+from tierbroker.broker.server.remote_storage import LOCAL_REMOTE_DIR, local_remote_dir
 from tierbroker.storage.log_manager import LogManager
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tierbroker.broker.purgatory import Purgatory
+from tierbroker.broker.replication.purgatory import Purgatory
 
 
 async def test_a_notify_wakes_the_waiters_whose_condition_holds() -> None:

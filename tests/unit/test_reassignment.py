@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from tierbroker.broker.cluster.reassignment import (
+from tierbroker.broker.controller.reassignment import (
     ReplicaAssignment,
     complete,
     start,
@@ -14,7 +14,7 @@ from tierbroker.broker.cluster.reassignment import (
     validate_target,
     with_partition,
 )
-from tierbroker.broker.cluster.zk_data import PartitionState, TopicAssignment
+from tierbroker.broker.metadata.zk_data import PartitionState, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode
 
 EPOCH = 7  # the controller's

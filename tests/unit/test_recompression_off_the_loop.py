@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.replicas import lead, replica_manager
-from tierbroker.broker.leader_appends import RECOMPRESS_IN_WORKER_BYTES
+from tierbroker.broker.replication.leader_appends import RECOMPRESS_IN_WORKER_BYTES
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import Compression, build_batch, decode_batch, iter_batches
 from tierbroker.protocol.records import recompress as recompress_module

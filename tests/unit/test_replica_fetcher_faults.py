@@ -15,9 +15,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.unit.test_rlm_components import wait_until
-from tierbroker.broker.cluster.zk_data import PartitionState
-from tierbroker.broker.partition import Partition
-from tierbroker.broker.replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.partition import Partition
+from tierbroker.broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 from tierbroker.storage.log import Log

@@ -21,7 +21,7 @@ from tests.unit.test_remote_metadata import (
     rlmm_view,
     segment,
 )
-from tierbroker.broker.broker_server import BrokerServer
+from tierbroker.broker.server.broker_server import BrokerServer
 from tierbroker.storage.checkpoints import OffsetCheckpointFile
 from tierbroker.storage.log_manager import (
     HIGH_WATERMARK_CHECKPOINT,

@@ -7,7 +7,7 @@ import os
 import socket
 import struct
 
-from tierbroker.broker.server import WRITE_SLICE_BYTES, SocketServer
+from tierbroker.broker.network.socket_server import WRITE_SLICE_BYTES, SocketServer
 
 MIB = 1 << 20
 

@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 from tests.unit.replicas import replica_manager
 from tests.unit.test_remote_metadata import MemoryTopic
 from tests.unit.test_rlm_components import TIP, build_log, local_fs
-from tierbroker.broker.cluster.zk_data import PartitionState
-from tierbroker.broker.partition import Partition
-from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition
-from tierbroker.broker.tier_state_machine import TierStateMachine
+from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.partition import Partition
+from tierbroker.broker.replication.replica_manager import FetchParams, FetchRequestPartition
+from tierbroker.broker.replication.tier_state_machine import TierStateMachine
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch, iter_batches
 from tierbroker.rlm.metrics import RemoteStorageMetrics

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.unit.broker import running_broker
-from tierbroker.broker.cluster.topic_admin import MAX_PARTITIONS_PER_REQUEST, check_request_size
+from tierbroker.broker.metadata.topic_admin import MAX_PARTITIONS_PER_REQUEST, check_request_size
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log_manager import DELETED_DIR_SUFFIX
 from tierbroker.storage.topic_partition import TopicPartition

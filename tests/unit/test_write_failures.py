@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.replicas import create_log, lead, replica_manager
-from tierbroker.broker.replica_manager import FetchParams, FetchRequestPartition
+from tierbroker.broker.replication.replica_manager import FetchParams, FetchRequestPartition
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch, decode_records
 from tierbroker.storage.checkpoints import OffsetCheckpointFile

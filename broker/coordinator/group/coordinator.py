@@ -25,16 +25,16 @@ import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 
-from tierbroker.broker.groups.group import (
+from tierbroker.broker.coordinator.group.group import (
     GroupMetadata,
     GroupState,
     JoinResult,
     MemberMetadata,
     SyncResult,
 )
-from tierbroker.broker.groups.offset_commits import GroupOffsets
-from tierbroker.broker.groups.offsets_store import GroupMetadataManager
-from tierbroker.broker.groups.records import GroupValue, MemberValue
+from tierbroker.broker.coordinator.group.offset_commits import GroupOffsets
+from tierbroker.broker.coordinator.group.offsets_store import GroupMetadataManager
+from tierbroker.broker.coordinator.group.records import GroupValue, MemberValue
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition

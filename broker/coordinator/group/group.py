@@ -21,7 +21,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from tierbroker.broker.groups.subscription import subscribed_topics
+from tierbroker.broker.coordinator.group.subscription import subscribed_topics
 from tierbroker.protocol.errors import ErrorCode
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from tierbroker.broker.groups.group import GroupMetadata, GroupState
-from tierbroker.broker.groups.records import OffsetValue
+from tierbroker.broker.coordinator.group.group import GroupMetadata, GroupState
+from tierbroker.broker.coordinator.group.records import OffsetValue
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
-    from tierbroker.broker.groups.coordinator import GroupCoordinator
+    from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 

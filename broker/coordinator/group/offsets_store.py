@@ -17,8 +17,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tierbroker.broker.cluster.topic_admin import TopicAdmin
-from tierbroker.broker.groups.records import (
+from tierbroker.broker.coordinator.group.records import (
     GroupKey,
     GroupValue,
     OffsetKey,
@@ -31,8 +30,9 @@ from tierbroker.broker.groups.records import (
     encode_offset_value,
     partition_for,
 )
-from tierbroker.broker.internal_topic import InternalTopic
-from tierbroker.broker.replica_manager import ReplicaManager
+from tierbroker.broker.coordinator.internal_topic import InternalTopic
+from tierbroker.broker.metadata.topic_admin import TopicAdmin
+from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
 

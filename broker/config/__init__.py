@@ -1,0 +1,1 @@
+"""Broker configuration keyed by Apache Kafka's property names."""
