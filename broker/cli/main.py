@@ -31,8 +31,8 @@ import typer
 
 from tierbroker.broker.cli import clients, cluster, groups, tier, topics
 from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError, load_config
+from tierbroker.broker.network.endpoints import remove_ports_file, write_ports_file
 from tierbroker.broker.network.request_log import REQUEST_LOGGER
-from tierbroker.broker.server.endpoints import remove_ports_file, write_ports_file
 from tierbroker.broker.server.memory import reuse_large_buffers
 from tierbroker.storage.long_lived import freeze_heap_in_this_process
 

@@ -29,12 +29,12 @@ from pydantic import (
     model_validator,
 )
 
-from tierbroker.broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIGS
-from tierbroker.broker.network.acceptor import (
+from tierbroker.broker.config.connection_limits import (
     ConnectionLimits,
     connections_within_file_limit,
     parse_per_ip_overrides,
 )
+from tierbroker.broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIGS
 from tierbroker.protocol.errors import KafkaError
 from tierbroker.storage.topic_configs import (
     TOPIC_CONFIGS,

@@ -26,9 +26,9 @@ from tierbroker.broker.controller.controller import Controller
 from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
+from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
+from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.replication.replica_manager import ReplicaManager
-from tierbroker.broker.server.endpoints import BrokerEndpoints
-from tierbroker.broker.server.topic_metrics import BrokerTopicMetrics
 
 NO_THROTTLE = datetime.timedelta(0)
 _FIELD = re.compile(r"^    ([a-z]\w*): ", re.M)  # a field of a kio dataclass

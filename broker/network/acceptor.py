@@ -4,7 +4,7 @@
 accepting until one closes, and clients wait in the listen backlog, as Kafka's
 acceptor does. So does the open file limit: connections may use only the descriptors
 that the logs (the log file cache's share), indexes, checkpoints, the remote tier and
-the broker's own connections do not need (`connections_within_file_limit`, taken at
+the broker's own connections do not need (`config.connection_limits`, taken at
 start); this is also `max.connections`' default. Anyone able to connect can then not
 starve the logs of descriptors, which would fail a segment roll. The acceptor says
 once when it stops at that bound (again at most once a minute).
@@ -32,54 +32,17 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from tierbroker.storage.file_cache import log_file_capacity, soft_file_limit
+from tierbroker.broker.config.connection_limits import ConnectionLimits
+from tierbroker.storage.file_cache import soft_file_limit
 
 log = logging.getLogger(__name__)
 
 ACCEPT_RETRY_DELAY_S = 0.1
 ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-# Descriptors besides the log file cache's: index files opened by rolls and loading,
-# snapshots, checkpoints, the remote tier's copies and reads, sockets to other brokers
-# and ZooKeeper, the interpreter's own files.
-RESERVED_FILES = 128
-MIN_CONNECTIONS_WITHIN_FILE_LIMIT = 16
 FILE_LIMIT_LOG_INTERVAL_S = 60.0
-
-
-def connections_within_file_limit() -> int:
-    """The connections the open file limit leaves once the logs and the rest have theirs."""
-    reserve = log_file_capacity() + RESERVED_FILES
-    return max(MIN_CONNECTIONS_WITHIN_FILE_LIMIT, soft_file_limit() - reserve)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConnectionLimits:
-    """Kafka's connection quotas and idle timeout; Kafka's defaults, but for
-    `max.connections` (what the open file limit leaves, as `max_connections_by_file_limit`)."""
-
-    max_connections: int = 2**31 - 1
-    max_connections_by_file_limit: int = 2**31 - 1
-    max_connections_per_ip: int = 2**31 - 1
-    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
-    connections_max_idle_ms: int = 600_000
-
-    def limit_for(self, ip: str) -> int:
-        return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
-
-
-def parse_per_ip_overrides(text: str) -> dict[str, int]:
-    """`max.connections.per.ip.overrides`: `address:count` pairs, comma separated."""
-    overrides: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        address, sep, count = item.rpartition(":")
-        if not sep or not address or not count.strip().isdigit():
-            raise ValueError(f"expected address:count, got {item!r}")
-        overrides[address.strip().strip("[]")] = int(count)
-    return overrides
 
 
 class ConnectionQuotas:

@@ -35,7 +35,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import cast
 
-from tierbroker.broker.network.acceptor import Acceptor, ConnectionLimits, ConnectionQuotas
+from tierbroker.broker.config.connection_limits import ConnectionLimits
+from tierbroker.broker.network.acceptor import Acceptor, ConnectionQuotas
 from tierbroker.protocol.codec import FileRegion, ResponseBytes, ResponsePart
 from tierbroker.protocol.framing import SCRATCH_BYTES, FrameError, FrameReader, pooled_bytes
 from tierbroker.protocol.memory_pool import MemoryPool

@@ -60,20 +60,20 @@ from tierbroker.broker.metadata.store import (
 )
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.metadata.zk_data import BrokerRegistration
+from tierbroker.broker.metrics.metrics_server import MetricsServer
+from tierbroker.broker.metrics.replication_metrics import ReplicationMetrics
+from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
+from tierbroker.broker.network.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.network.socket_server import SocketServer
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
 from tierbroker.broker.replication.replica_selector import load_selector
-from tierbroker.broker.replication.replication_metrics import ReplicationMetrics
 from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
-from tierbroker.broker.server.endpoints import BrokerEndpoints, broker_endpoints
-from tierbroker.broker.server.metrics import MetricsServer
 from tierbroker.broker.server.preflight import BoundPorts
 from tierbroker.broker.server.remote_storage import build_remote_log_manager
 from tierbroker.broker.server.scheduler import Scheduler
 from tierbroker.broker.server.startup_summary import startup_summary
-from tierbroker.broker.server.topic_metrics import BrokerTopicMetrics
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.log_config import LogConfig

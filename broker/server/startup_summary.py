@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from tierbroker.broker.config.broker_config import BrokerConfig
-from tierbroker.broker.server.endpoints import BrokerEndpoints
+from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.server.remote_storage import STORAGE_MANAGERS, local_remote_dir
 from tierbroker.storage.topic_configs import TOPIC_CONFIGS, format_value
 

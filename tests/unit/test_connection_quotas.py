@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from tierbroker.broker.config.broker_config import load_config
-from tierbroker.broker.network.acceptor import (
+from tierbroker.broker.config.connection_limits import (
     ConnectionLimits,
     connections_within_file_limit,
     parse_per_ip_overrides,

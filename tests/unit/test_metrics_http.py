@@ -11,7 +11,7 @@ import socket
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from tierbroker.broker.server.metrics import MetricsServer
+from tierbroker.broker.metrics.metrics_server import MetricsServer
 
 
 def exchange(port: int, request: bytes) -> bytes:

@@ -87,7 +87,7 @@ class GroupCoordinator:
         self.owned: set[int] = set()  # partitions of __consumer_offsets led and loaded here
         self.loading: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.offsets = GroupOffsets(self)
+        self.offsets = GroupOffsets(store, self.groups, topic_exists, self.coordinator_error)
 
     # Lifecycle -----------------------------------------------------------------------
 

@@ -10,16 +10,14 @@ As in Kafka's GroupCoordinator, the stored records go through the `GroupMetadata
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from tierbroker.broker.coordinator.group.group import GroupMetadata, GroupState
+from tierbroker.broker.coordinator.group.offsets_store import GroupMetadataManager
 from tierbroker.broker.coordinator.group.records import OffsetValue
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
-
-if TYPE_CHECKING:
-    from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +25,19 @@ Empty, Completing = GroupState.EMPTY, GroupState.COMPLETING_REBALANCE
 
 
 class GroupOffsets:
-    def __init__(self, coordinator: GroupCoordinator) -> None:
-        self.coordinator = coordinator
+    def __init__(
+        self,
+        store: GroupMetadataManager,
+        groups: dict[str, GroupMetadata],
+        topic_exists: Callable[[TopicPartition], bool],
+        coordinator_error: Callable[[str], ErrorCode],
+    ) -> None:
+        """`groups`: the coordinator's, shared; `coordinator_error`: NONE where this broker
+        coordinates a group now, else the error its clients are told."""
+        self.store = store
+        self.groups = groups
+        self.topic_exists = topic_exists
+        self.coordinator_error = coordinator_error
 
     async def commit(
         self,
@@ -45,21 +54,19 @@ class GroupOffsets:
         results: dict[TopicPartition, ErrorCode] = {}
         valid: dict[TopicPartition, OffsetValue] = {}
         for tp, value in offsets.items():
-            if not self.coordinator.topic_exists(tp):
+            if not self.topic_exists(tp):
                 results[tp] = ErrorCode.unknown_topic_or_partition
-            elif len(value.metadata.encode()) > self.coordinator.store.config.metadata_max_bytes:
+            elif len(value.metadata.encode()) > self.store.config.metadata_max_bytes:
                 results[tp] = ErrorCode.offset_metadata_too_large
             else:
                 valid[tp] = value
         if valid:
             try:
-                await self.coordinator.store.commit(group_id, valid)
+                await self.store.commit(group_id, valid)
                 results.update(dict.fromkeys(valid, ErrorCode.none))
             except KafkaError as e:
                 results.update(dict.fromkeys(valid, e.code))
-        self.coordinator.groups.setdefault(
-            group_id, GroupMetadata(group_id, state_timestamp_ms=now_ms())
-        )
+        self.groups.setdefault(group_id, GroupMetadata(group_id, state_timestamp_ms=now_ms()))
         return results
 
     def _commit_error(
@@ -67,10 +74,10 @@ class GroupOffsets:
     ) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
-        error = self.coordinator.coordinator_error(group_id)
+        error = self.coordinator_error(group_id)
         if error != ErrorCode.none:
             return error
-        group = self.coordinator.groups.get(group_id)
+        group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
         if generation_id < 0 and group.is_in(Empty):
@@ -90,8 +97,8 @@ class GroupOffsets:
         """DeleteGroups: each group's error; only empty groups go, with their offsets."""
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            group = self.coordinator.groups.get(group_id)
-            error = self.coordinator.coordinator_error(group_id)
+            group = self.groups.get(group_id)
+            error = self.coordinator_error(group_id)
             if error != ErrorCode.none:
                 results[group_id] = error
             elif group is None:
@@ -100,12 +107,12 @@ class GroupOffsets:
                 results[group_id] = ErrorCode.non_empty_group
             else:
                 try:
-                    await self.coordinator.store.delete_group(group_id)
+                    await self.store.delete_group(group_id)
                 except KafkaError as e:
                     results[group_id] = e.code
                     continue
                 group.transition_to(GroupState.DEAD, now_ms())
-                del self.coordinator.groups[group_id]
+                del self.groups[group_id]
                 results[group_id] = ErrorCode.none
         return results
 
@@ -113,10 +120,10 @@ class GroupOffsets:
         self, group_id: str, partitions: list[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """OffsetDelete: the group's error and each partition's."""
-        error = self.coordinator.coordinator_error(group_id)
+        error = self.coordinator_error(group_id)
         if error != ErrorCode.none:
             return error, {}
-        group = self.coordinator.groups.get(group_id)
+        group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.group_id_not_found, {}
         subscribed = group.subscribed_topics() if group.members else set()
@@ -127,7 +134,7 @@ class GroupOffsets:
             for tp in partitions
         }
         try:
-            await self.coordinator.store.delete_offsets(
+            await self.store.delete_offsets(
                 group_id, [tp for tp, e in results.items() if e == ErrorCode.none]
             )
         except KafkaError as e:
@@ -137,19 +144,19 @@ class GroupOffsets:
     async def expire(self) -> None:
         """Remove offsets past offsets.retention.minutes, and the empty groups left behind."""
         now = now_ms()
-        for group_id, group in list(self.coordinator.groups.items()):
+        for group_id, group in list(self.groups.items()):
             empty_since = group.state_timestamp_ms if group.is_in(Empty) else None
             if group.members and group.protocol_type:
                 continue  # offsets of active groups are kept (KIP-211)
-            expired = self.coordinator.store.expired_offsets(group_id, empty_since, now)
+            expired = self.store.expired_offsets(group_id, empty_since, now)
             if expired:
                 log.info("group %s: expiring %d committed offsets", group_id, len(expired))
-                await self.coordinator.store.delete_offsets(group_id, expired)
+                await self.store.delete_offsets(group_id, expired)
             if (
                 group.is_in(Empty)
-                and group_id not in self.coordinator.store.offsets
+                and group_id not in self.store.offsets
                 and empty_since is not None
-                and empty_since + self.coordinator.store.config.retention_ms < now
+                and empty_since + self.store.config.retention_ms < now
             ):
-                await self.coordinator.store.delete_group(group_id)
-                self.coordinator.groups.pop(group_id, None)
+                await self.store.delete_group(group_id)
+                self.groups.pop(group_id, None)
