@@ -53,9 +53,10 @@ def _java(*args: str, options: tuple[str, ...] = SHORT_RUN) -> list[str]:
 
 def tool_command(tool: str, *args: str, options: tuple[str, ...] = SHORT_RUN) -> list[str]:
     """The command that runs Kafka's command-line tool `tool` (a class in
-    org.apache.kafka.tools, or a fully qualified one) with JVM `options`, for a test that
-    runs it in the background."""
-    return _java(tool if "." in tool else f"org.apache.kafka.tools.{tool}", *args, options=options)
+    org.apache.kafka.tools, or one named in full: `kafka.` or `org.`) with JVM `options`,
+    for a test that runs it in the background."""
+    named = tool.startswith(("kafka.", "org."))
+    return _java(tool if named else f"org.apache.kafka.tools.{tool}", *args, options=options)
 
 
 def run_tool(
