@@ -3,7 +3,7 @@
     python -m benchmarks.tiering_vs_kafka [--mib 64] [--rounds 2]
 
 Both brokers keep their remote tier in a local directory (tierbroker's `localfs`, Kafka
-with the local-directory RSM of tests/java/rsm and its topic-based metadata manager), so
+with its own LocalTieredStorage and topic-based metadata manager), so
 the comparison is of the brokers, not of an object store. Per broker and round, in ABBA
 order: `--mib` MiB of 1 KiB values are produced into 8 MiB segments with copies held back
 (`remote.log.copy.disable`), then released; the copy rate is the closed segments' bytes

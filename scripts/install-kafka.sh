@@ -19,7 +19,12 @@ command -v mvn >/dev/null || { echo "Maven (mvn) is needed to fetch the jars of 
 echo "fetching the jars of peers/$peer/pom.xml ($version) with Maven into $dir"
 rm -rf "$dir.partial"
 log=$(mktemp)
-if ! mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$dir.partial" >"$log" 2>&1; then
+# Test jars (a pom pins one with <classifier>test</classifier>) go to test-jars/, off the
+# classpath of every program run from the cache: they carry test logging configs.
+if ! { mvn -q -B -f "$pom" dependency:copy-dependencies -DexcludeClassifiers=test \
+         -DoutputDirectory="$dir.partial" &&
+       mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeClassifiers=test \
+         -DexcludeTransitive=true -DoutputDirectory="$dir.partial/test-jars"; } >"$log" 2>&1; then
   missing=$(grep -oE '[[:alnum:]_.-]+:[[:alnum:]_.-]+:jar:[[:alnum:]_.-]+' "$log" | head -1 || true)
   if [ -n "$missing" ]; then
     echo "Maven Central has no $missing (pinned in peers/$peer/pom.xml)" >&2

@@ -251,26 +251,20 @@ class ApacheKafkaCluster:
             node.stop()
 
 
-def compile_java(source: str, into: Path) -> Path:
-    """Compile tests/java/`source` against Kafka's jars into the class directory `into`."""
-    javac = shutil.which("javac")
-    if javac is None:
-        raise RuntimeError("no Java compiler: apt-get install -y openjdk-17-jdk-headless")
-    into.mkdir(parents=True, exist_ok=True)
-    _run([javac, "-d", str(into), "-cp", f"{jars()}/*", str(JAVA_SOURCES / source)], 120.0)
-    return into
+LOCAL_TIERED_STORAGE = "org.apache.kafka.server.log.remote.storage.LocalTieredStorage"
 
 
 def tiered_storage(directory: Path) -> dict[str, str]:
-    """Properties that give Apache Kafka a remote tier in `directory/remote`: the RSM of
-    tests/java/rsm (compiled into `directory/rsm`), Kafka's topic-based metadata manager,
-    and tasks that run every half second instead of every 30 s (local deletion after a
-    copy included: log retention's first run no longer waits 30 s)."""
-    classes = compile_java("rsm/LocalDirectoryRsm.java", directory / "rsm")
+    """Properties that give Apache Kafka a remote tier in `directory/remote`: Kafka's own
+    LocalTieredStorage (from its storage module's test jar, loaded from there alone), its
+    topic-based metadata manager, and tasks that run every half second instead of every
+    30 s (local deletion after a copy included: log retention's first run no longer waits
+    30 s)."""
+    (test_jar,) = (jars() / "test-jars").glob("kafka-storage-*-test.jar")
     return {
         "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "LocalDirectoryRsm",
-        "remote.log.storage.manager.class.path": str(classes),
+        "remote.log.storage.manager.class.name": LOCAL_TIERED_STORAGE,
+        "remote.log.storage.manager.class.path": str(test_jar),
         "rsm.config.dir": str(directory / "remote"),
         "remote.log.metadata.manager.listener.name": "PLAINTEXT",
         "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
