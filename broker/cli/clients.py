@@ -26,6 +26,7 @@ from tierbroker.broker.cli.common import (
     fail,
     failing,
     key_values,
+    records,
     show_progress,
 )
 
@@ -98,10 +99,10 @@ def produce(
             left = producer.flush(timeout)
     if failed or left:
         fail(
-            f"{what}: {len(failed) + left} of {sent} records not delivered: "
+            f"{what}: {len(failed) + left} of {records(sent)} not delivered: "
             f"{failed[0] if failed else 'timed out'}"
         )
-    typer.echo(f"produced {delivered} records to {topic}", err=True)
+    typer.echo(f"produced {records(delivered)} to {topic}", err=True)
 
 
 def _send(producer: Producer, record: dict[str, Any], on_delivery: Any) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import typer
-
 from tierbroker.broker.cli.common import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
@@ -11,12 +9,13 @@ from tierbroker.broker.cli.common import (
     OutputOption,
     Timeout,
     admin_client,
+    command_group,
     failing,
     print_json,
     print_table,
 )
 
-app = typer.Typer(no_args_is_help=True, help="The cluster a broker belongs to.")
+app = command_group("The cluster a broker belongs to.")
 
 
 @app.command()

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
+def command_group(help: str) -> typer.Typer:
+    """A group of subcommands (`topic`, `group`, ...). Help is click's plain text, as
+    kcat's and Kafka's scripts print: within 80 columns, and twice as fast to show."""
+    return typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False, help=help)
+
+
 class Output(StrEnum):
     table = "table"
     json = "json"
@@ -110,12 +116,18 @@ def print_json(value: object) -> None:
     sys.stdout.write("\n")
 
 
-def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]], title: str = "") -> None:
+def print_table(
+    columns: Sequence[str], rows: Sequence[Sequence[object]], title: str = "", empty: str = ""
+) -> None:
     """A borderless table under its title, no wider than the terminal (rich wraps cells
-    to fit)."""
+    to fit). Without rows, `empty` says why instead of a table of headers alone."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
+
+    if not rows:
+        typer.echo("\n".join(filter(None, (title, empty))))
+        return
 
     table = Table(
         box=box.SIMPLE_HEAD,
@@ -132,6 +144,11 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[object]], title:
     if title:
         console.print(title, highlight=False, markup=False)
     console.print(table)
+
+
+def records(count: int) -> str:
+    """`count` records, in English: "1 record", "2 records"."""
+    return f"{count} record" + ("" if count == 1 else "s")
 
 
 def show_progress() -> bool:

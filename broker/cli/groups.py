@@ -15,6 +15,7 @@ from tierbroker.broker.cli.common import (
     OutputOption,
     Timeout,
     admin_client,
+    command_group,
     fail,
     failing,
     print_json,
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-app = typer.Typer(no_args_is_help=True, help="Consumer groups: list, describe, reset offsets.")
+app = command_group("Consumer groups: list, describe, reset offsets.")
 
 INACTIVE_STATES = ("EMPTY", "DEAD", "UNKNOWN")
 
@@ -47,7 +48,11 @@ def list_groups(
     if output is Output.json:
         print_json(rows)
     else:
-        print_table(("group", "state"), [(r["group"], r["state"].lower()) for r in rows])
+        print_table(
+            ("group", "state"),
+            [(r["group"], r["state"].lower()) for r in rows],
+            empty="no consumer groups",
+        )
 
 
 @app.command()
@@ -131,6 +136,7 @@ def describe(
             for p in partitions
         ],
         title=f"group {group}: {state.lower()}, {len(members)} member(s)",
+        empty="no committed offsets",
     )
 
 
@@ -141,10 +147,15 @@ def reset_offsets(
         list[str] | None,
         typer.Option("--topic", "-t", help="repeatable; default: the topics the group committed"),
     ] = None,
-    to_earliest: Annotated[bool, typer.Option("--to-earliest")] = False,
-    to_latest: Annotated[bool, typer.Option("--to-latest")] = False,
+    to_earliest: Annotated[
+        bool, typer.Option("--to-earliest", help="to each partition's log start")
+    ] = False,
+    to_latest: Annotated[
+        bool, typer.Option("--to-latest", help="to each partition's log end")
+    ] = False,
     to_offset: Annotated[
-        int | None, typer.Option("--to-offset", help="kept within [log start, log end]")
+        int | None,
+        typer.Option("--to-offset", help="to offset N on each partition, kept within its log"),
     ] = None,
     execute: Annotated[
         bool, typer.Option("--execute", help="commit the new offsets (default: only show them)")
@@ -206,6 +217,7 @@ def reset_offsets(
             ],
             title=f"group {group}: "
             + ("offsets reset" if execute else "dry run (--execute to apply)"),
+            empty="no offsets to reset: the group committed none (name them with --topic)",
         )
 
 

@@ -24,28 +24,36 @@ import logging
 import signal
 import sys
 import traceback
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from tierbroker.broker.cli import clients, cluster, groups, tier, topics
-from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError, load_config
-from tierbroker.broker.network.endpoints import remove_ports_file, write_ports_file
+from tierbroker.broker.cli.common import command_group
 from tierbroker.broker.network.request_log import REQUEST_LOGGER
-from tierbroker.broker.server.memory import reuse_large_buffers
-from tierbroker.storage.long_lived import freeze_heap_in_this_process
 
 if TYPE_CHECKING:
+    from tierbroker.broker.config.broker_config import BrokerConfig
     from tierbroker.broker.server.preflight import BoundPorts
 
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="A Kafka-protocol broker with tiered storage."
-)
+app = command_group("A Kafka-protocol broker with tiered storage.")
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"tierbroker {version('tierbroker')}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _main() -> None:
+def _main(
+    _: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print the version"),
+    ] = False,
+) -> None:
     """tierbroker: serve a broker, or work with one."""
 
 
@@ -84,13 +92,17 @@ def serve(
     Without --config, the defaults serve on 127.0.0.1:9092 with data in
     /tmp/tierbroker-logs, tiering to its remote/ directory, and metrics on port 9404.
     """
+    # The server's modules: the other commands need none of them.
+    from tierbroker.broker.config.broker_config import ConfigError, load_config
+    from tierbroker.broker.server.cluster_runner import broker_configs
+    from tierbroker.broker.server.memory import reuse_large_buffers
+    from tierbroker.broker.server.preflight import preflight
+    from tierbroker.storage.long_lived import freeze_heap_in_this_process
+
     rack_list = [r.strip() for r in racks.split(",") if r.strip()] if racks else []
     try:
         _configure_logging(log_level or ["INFO"])
         broker_config = load_config(config, override or [])
-        # The other commands need none of these.
-        from tierbroker.broker.server.cluster_runner import broker_configs
-        from tierbroker.broker.server.preflight import preflight
 
         ports = preflight(broker_configs(broker_config, brokers, rack_list), ports_file)
     except ConfigError as e:
@@ -112,6 +124,8 @@ def serve(
 def _configure_logging(levels: list[str]) -> None:
     """Every logger at the last plain LEVEL; LOGGER=LEVEL for one logger. The request log
     (`tierbroker.request`) stays off unless named, as Kafka's request logger does."""
+    from tierbroker.broker.config.broker_config import ConfigError
+
     named = {REQUEST_LOGGER: "INFO"}
     root = "INFO"
     for item in levels:
@@ -153,10 +167,8 @@ async def _serve(
 ) -> str | None:
     """Serve until a signal (None), or until a broker must stop (what failed)."""
     from tierbroker.broker.metadata.store import ConnectionLossError
-    from tierbroker.broker.server.broker_server import (  # `tier status` needs none
-        LogDirsOffline,
-        StartupError,
-    )
+    from tierbroker.broker.network.endpoints import remove_ports_file, write_ports_file
+    from tierbroker.broker.server.broker_server import LogDirsOffline, StartupError
     from tierbroker.broker.server.cluster_runner import ClusterRunner
 
     runner = ClusterRunner(config, brokers, racks, ports)

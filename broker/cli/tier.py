@@ -25,13 +25,14 @@ from tierbroker.broker.cli.common import (
     OutputOption,
     Timeout,
     admin_client,
+    command_group,
     fail,
     failing,
     print_json,
     print_table,
 )
 
-app = typer.Typer(no_args_is_help=True, help="The remote tier of a running broker.")
+app = command_group("The remote tier of a running broker.")
 
 COLUMNS = ("partition", "log start", "local start", "log end", "local", "remote", "copy lag")
 
@@ -78,6 +79,7 @@ def status(
             for r in rows
         ],
         title="tiered storage (local, remote, copy lag: segments/size)",
+        empty=f"no partitions{f' of {topic}' if topic else ''} led by this broker",
     )
 
 

@@ -14,13 +14,14 @@ from tierbroker.broker.cli.common import (
     OutputOption,
     Timeout,
     admin_client,
+    command_group,
     failing,
     key_values,
     print_json,
     print_table,
 )
 
-app = typer.Typer(no_args_is_help=True, help="Create, list, describe, configure and delete topics.")
+app = command_group("Create, list, describe, configure and delete topics.")
 
 ConfigOption = Annotated[list[str] | None, typer.Option("--config", help="key=value, repeatable")]
 
@@ -75,6 +76,7 @@ def list_topics(
         print_table(
             ("topic", "partitions", "replicas"),
             [(r["name"], r["partitions"], r["replication_factor"]) for r in rows],
+            empty="no topics",
         )
 
 
@@ -142,6 +144,7 @@ def describe(
         ("config", "value", "source"),
         [(c["name"], c["value"], c["source"].lower()) for c in shown],
         title="configs" if all_configs else "config overrides (--all-configs for all)",
+        empty="none",
     )
 
 

@@ -79,7 +79,11 @@ async def _coordinator(
         return ErrorCode.coordinator_not_available, -1, "", -1
     tp = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(key))
     leader = ctx.metadata.leader_endpoint(tp)
-    if leader is None:
+    # Led here by the metadata but not yet by the replica manager: its groups are not loading
+    # yet, and this broker would answer the group's requests NOT_COORDINATOR.
+    if leader is None or (
+        leader.broker_id == ctx.config.broker_id and not ctx.groups.hosts(tp.partition)
+    ):
         return ErrorCode.coordinator_not_available, -1, "", -1
     return ErrorCode.none, leader.broker_id, leader.host, leader.port
 

@@ -177,6 +177,10 @@ class GroupCoordinator:
             self._drop(group)
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def hosts(self, partition: int) -> bool:
+        """Whether this broker loads or owns the groups of `partition` of `__consumer_offsets`."""
+        return partition in self.owned or partition in self.loading
+
     def coordinator_error(self, group_id: str) -> ErrorCode:
         """NONE if this broker coordinates `group_id` now, else what the client is told."""
         if not self.active or not self.store.topic.exists:
