@@ -101,7 +101,7 @@ def serve(
 
     rack_list = [r.strip() for r in racks.split(",") if r.strip()] if racks else []
     try:
-        _configure_logging(log_level or ["INFO"])
+        _configure_logging(log_level or ["INFO"], tag_brokers=brokers > 1)
         broker_config = load_config(config, override or [])
 
         ports = preflight(broker_configs(broker_config, brokers, rack_list), ports_file)
@@ -121,10 +121,12 @@ def serve(
         _fail(fatal_error, 1, debug)
 
 
-def _configure_logging(levels: list[str]) -> None:
+def _configure_logging(levels: list[str], tag_brokers: bool) -> None:
     """Every logger at the last plain LEVEL; LOGGER=LEVEL for one logger. The request log
-    (`tierbroker.request`) stays off unless named, as Kafka's request logger does."""
+    (`tierbroker.request`) stays off unless named, as Kafka's request logger does.
+    `tag_brokers`: lines name the broker that wrote them (several in this process)."""
     from tierbroker.broker.config.broker_config import ConfigError
+    from tierbroker.broker.server.cluster_runner import RUNNING_BROKER
 
     named = {REQUEST_LOGGER: "INFO"}
     root = "INFO"
@@ -140,8 +142,18 @@ def _configure_logging(levels: list[str]) -> None:
         else:
             root = level
     logging.basicConfig(
-        level=root, stream=sys.stderr, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s"
+        level=root,
+        stream=sys.stderr,
+        format="[%(asctime)s] %(levelname)s %(broker)s%(name)s: %(message)s",
     )
+
+    def tag(record: logging.LogRecord) -> bool:
+        broker = RUNNING_BROKER.get() if tag_brokers else None
+        record.broker = "" if broker is None else f"[broker {broker}] "
+        return True
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(tag)
     for name, level in named.items():
         logging.getLogger(name).setLevel(level)
 

@@ -169,6 +169,10 @@ class BrokerClient:
                 await connection.can_write.wait()
                 if connection.lost is not None:
                     raise connection.lost
+                # Lost but not yet told: the transport says so before `connection_lost` runs,
+                # and every write meanwhile would log one of asyncio's warnings.
+                if connection.transport.is_closing():
+                    raise BrokerUnavailable(f"{self}: connection closed")
                 connection.transport.write(encode_request(correlation_id, self.client_id, body))
                 frame = await asyncio.shield(future)
         except TimeoutError:

@@ -132,6 +132,7 @@ class ReplicaFetcher:
         self.on_storage_error = on_storage_error  # True: the partition's log dir is offline
         self.tier_state_machine: TierStateMachine | None = None  # set once tiering starts
         self.partitions: dict[TopicPartition, _FetchState] = {}
+        self.stopping = False  # this broker is shutting down: its leaders may be too
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failing_since: float | None = None
@@ -217,7 +218,8 @@ class ReplicaFetcher:
     def _connection_failed(self, error: Exception) -> None:
         if self._failing_since is None:
             self._failing_since = time.monotonic()
-            log.warning(
+            log.log(
+                logging.DEBUG if self.stopping else logging.WARNING,
                 "replica fetcher %d: cannot fetch from broker %d: %s; retrying every %d ms",
                 self.broker_id,
                 self.leader_id,
@@ -511,6 +513,12 @@ class ReplicaFetcherManager:
             self.fetchers[key] = fetcher
         fetcher.add(partition)
         self._following[partition.topic_partition] = key
+
+    def begin_shutdown(self) -> None:
+        """From now on a leader out of reach is expected (a cluster stops as a whole), not
+        worth a warning."""
+        for fetcher in self.fetchers.values():
+            fetcher.stopping = True
 
     def start_tiering(self, tier_state_machine: TierStateMachine) -> None:
         """Followers behind their leader's local log rebuild from the remote tier from now."""

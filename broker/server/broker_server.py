@@ -382,6 +382,7 @@ class BrokerServer:
             return max(0.0, deadline - loop.time())
 
         log.info("broker %d shutting down", self.broker_id)
+        self.replicas.fetchers.begin_shutdown()
         failed = f"shutdown did not complete within shutdown.timeout.ms={c.shutdown_timeout_ms}"
         if controlled and self._started and c.controlled_shutdown_enable:
             why = await self.lifecycle.controlled_shutdown(

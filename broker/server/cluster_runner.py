@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from contextvars import ContextVar
+from typing import Any
 
 from tierbroker.broker.config.broker_config import BrokerConfig
 from tierbroker.broker.metadata.inprocess_store import InProcessSession, InProcessZooKeeper
@@ -30,6 +33,15 @@ from tierbroker.broker.server.preflight import BoundPorts, bind_all, bind_ports
 from tierbroker.broker.server.remote_storage import local_remote_dir
 
 log = logging.getLogger(__name__)
+
+RUNNING_BROKER: ContextVar[int | None] = ContextVar("running_broker", default=None)
+"""The broker whose work runs in this context: each broker starts and stops under its id,
+so the tasks it creates carry it, and log lines can say which broker wrote them."""
+
+
+async def _as_broker(broker: BrokerServer, work: Coroutine[Any, Any, None]) -> None:
+    RUNNING_BROKER.set(broker.broker_id)
+    await work
 
 METADATA_DB = "cluster-metadata.db"
 
@@ -95,8 +107,8 @@ class ClusterRunner:
     async def start(self) -> None:
         if self.service is not None:
             await self.service.open()
-        await asyncio.gather(*(b.join() for b in self.brokers))
-        await asyncio.gather(*(b.serve() for b in self.brokers))
+        await asyncio.gather(*(_as_broker(b, b.join()) for b in self.brokers))
+        await asyncio.gather(*(_as_broker(b, b.serve()) for b in self.brokers))
         for broker in self.brokers:
             self._start_watch(broker)
 
@@ -117,7 +129,8 @@ class ClusterRunner:
 
     async def stop_broker(self, broker_id: int) -> None:
         """Stop one broker as SIGTERM would: its leadership moves first."""
-        await self.broker(broker_id).stop()
+        broker = self.broker(broker_id)
+        await asyncio.create_task(_as_broker(broker, broker.stop()))
 
     async def kill_broker(self, broker_id: int) -> None:
         """Crash one broker (`BrokerServer.crash`): its in-process session is abandoned, so
@@ -139,7 +152,7 @@ class ClusterRunner:
         config = old.config.model_copy(update=update)
         new = BrokerServer(config, self._session(config), bind_ports(config))
         self.brokers[self.brokers.index(old)] = new
-        await new.start()
+        await asyncio.create_task(_as_broker(new, new.start()))
         watch = self._watches.pop(broker_id, None)
         if watch is not None:  # it watched the broker stopped
             watch.cancel()
@@ -153,6 +166,8 @@ class ClusterRunner:
             task.cancel()
         await asyncio.gather(*self._watches.values(), return_exceptions=True)
         controlled = self.service is None
-        await asyncio.gather(*(b.stop(controlled=controlled) for b in self.brokers))
+        await asyncio.gather(
+            *(_as_broker(b, b.stop(controlled=controlled)) for b in self.brokers)
+        )
         if self.service is not None:
             await self.service.close()

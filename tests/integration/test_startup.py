@@ -300,7 +300,8 @@ def test_the_request_log_is_one_line_per_request_when_asked_for(tmp_path: Path) 
 
 
 def test_the_ports_file_lists_every_broker_of_the_process(tmp_path: Path) -> None:
-    """And SIGTERM stops all of them cleanly, removing the file."""
+    """And SIGTERM stops all of them cleanly, removing the file, with not one warning; each
+    line a broker logs names it."""
     broker = BrokerProcess(tmp_path, serve_args=("--brokers", "3"))
     broker.start()  # reads the first broker's ports
     try:
@@ -316,5 +317,9 @@ def test_the_ports_file_lists_every_broker_of_the_process(tmp_path: Path) -> Non
         assert (tmp_path / "logs" / "remote").is_dir()  # one remote tier, shared
         assert broker.stop(timeout_s=30) == 0, broker.log()
         assert not broker.ports_file.exists()
+        lines = broker.log().splitlines()
+        assert [line for line in lines if " WARNING " in line or " ERROR " in line] == []
+        tagged = {m[1] for line in lines if (m := re.search(r"\] INFO \[broker (\d)\] ", line))}
+        assert tagged == {"0", "1", "2"}
     finally:
         broker.kill()

@@ -145,7 +145,13 @@ class GroupCoordinator:
                 )
         self.loading.discard(partition)
         self.owned.add(partition)
-        log.info("loaded %d groups from __consumer_offsets-%d", len(loaded), partition)
+        # Fifty empty partitions at every start are not worth fifty lines at INFO.
+        log.log(
+            logging.INFO if loaded else logging.DEBUG,
+            "loaded %d groups from __consumer_offsets-%d",
+            len(loaded),
+            partition,
+        )
 
     def _unload(self, partition: int) -> None:
         self.loading.discard(partition)
