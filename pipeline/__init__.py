@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ConsumptionMode", "TieredConsumer", "TieredConsumerStats"]
 
+SPARK_INSTALL = "pip install 'pyspark>=4.0' 'pyarrow>=14' (tierbroker's spark extra)"
+"""How to install what the Spark source and the export job need: the extra's own pins,
+since `pip install 'tierbroker[spark]'` needs tierbroker on an index."""
+
 
 def __getattr__(name: str) -> Any:
     if name == "TieredConsumer":

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from tierbroker.pipeline import SPARK_INSTALL
 from tierbroker.pipeline.discovery import RemoteSegment
 
 MARKER_DIR = "_exported_segments"
@@ -201,7 +202,7 @@ def missing_spark() -> str | None:
     """What to install, in one line, if PySpark or PyArrow is missing; else None."""
     for module, name in (("pyspark", "PySpark"), ("pyarrow", "PyArrow")):
         if importlib.util.find_spec(module) is None:
-            return f"tierbroker export needs {name}: pip install 'tierbroker[spark]'"
+            return f"tierbroker export needs {name}: {SPARK_INSTALL}"
     return None
 
 

@@ -6,7 +6,7 @@
         .option("topic", "events").option("startingOffsets", "earliest").load()
 
 The source runs in Spark's Python workers, so they must import tierbroker and
-pyarrow (`pip install 'tierbroker[spark]'`, PySpark >= 4.0); `register` sees to it
+pyarrow (tierbroker's `spark` extra: PySpark >= 4.0); `register` sees to it
 for a local session (see there).
 """
 
@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 from typing import Any
+
+from tierbroker.pipeline import SPARK_INSTALL
 
 try:
     import pyspark
@@ -30,7 +32,7 @@ except ModuleNotFoundError as e:
     if (e.name or "").partition(".")[0] not in ("pyspark", "pyarrow", "py4j"):
         raise
     raise ModuleNotFoundError(
-        f"tierbroker.pipeline.spark needs {e.name}: pip install 'tierbroker[spark]'", name=e.name
+        f"tierbroker.pipeline.spark needs {e.name}: {SPARK_INSTALL}", name=e.name
     ) from None
 
 __all__ = ["KAFKA_SCHEMA", "TierbrokerDataSource", "register"]

@@ -25,6 +25,7 @@ import pytest
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.moto_server import CREDENTIALS, MotoServer
 from tests.integration.pipeline_topic import BROKER_OVERRIDES, small_tiered_topic
+from tierbroker.pipeline import SPARK_INSTALL
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("protocol", "storage", "rlm", "broker", "pipeline", "testing")
@@ -220,9 +221,7 @@ def test_a_plain_install_reads_s3_without_the_broker(wheel: Path, tmp_path: Path
             )
             assert export.returncode == 1
             assert export.stdout == ""
-            assert export.stderr == (
-                "tierbroker export needs PySpark: pip install 'tierbroker[spark]'\n"
-            )
+            assert export.stderr == (f"tierbroker export needs PySpark: {SPARK_INSTALL}\n")
         finally:
             broker.stop()
     finally:

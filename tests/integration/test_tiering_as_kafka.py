@@ -1,7 +1,6 @@
-"""Tiering as Apache Kafka tiers: the same topic configs on tierbroker and on Kafka with a
-local-directory RSM (its own LocalTieredStorage) move closed segments to the remote tier, delete them
-locally, answer the tiered offsets (KIP-405, KIP-1005) alike, and serve every record from
-offset 0 again."""
+"""Tiering as Apache Kafka tiers: the same topic configs on tierbroker and on Kafka with its
+own LocalTieredStorage move closed segments to the remote tier, delete them locally, answer
+the tiered offsets (KIP-405, KIP-1005) alike, and serve every record from offset 0 again."""
 
 from __future__ import annotations
 

@@ -29,17 +29,19 @@ def write_indexes(directory: Path) -> tuple[Path, Path]:
 
 
 def heap_bytes_of(action: object) -> int:
-    """Bytes `action()` leaves allocated (what it keeps), measured with tracemalloc."""
+    """Bytes `action()` leaves allocated (what it keeps), measured with tracemalloc: only
+    what was allocated under a frame of this file, so that other threads of the process
+    (a session's shared cluster) do not count."""
     assert callable(action)
-    tracemalloc.start()
+    tracemalloc.start(64)  # frames deep enough to reach this file's
     try:
-        before = tracemalloc.get_traced_memory()[0]
         kept = action()
-        after = tracemalloc.get_traced_memory()[0]
+        snapshot = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
     del kept
-    return after - before
+    ours = snapshot.filter_traces([tracemalloc.Filter(True, __file__, all_frames=True)])
+    return sum(stat.size for stat in ours.statistics("filename"))
 
 
 def test_a_loaded_index_costs_about_its_file_size(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tierbroker.pipeline import SPARK_INSTALL
 from tierbroker.pipeline.jobs import export
 from tierbroker.pipeline.spark import SPARK_DEFAULT_PYTHON, local_worker_python
 
@@ -61,7 +62,7 @@ def test_export_without_pyspark_says_what_to_install(
     assert export.main(args) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == "tierbroker export needs PySpark: pip install 'tierbroker[spark]'\n"
+    assert captured.err == f"tierbroker export needs PySpark: {SPARK_INSTALL}\n"
 
 
 def test_importing_the_source_without_pyarrow_says_what_to_install(
@@ -72,6 +73,4 @@ def test_importing_the_source_without_pyarrow_says_what_to_install(
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # None: the import fails
     with pytest.raises(ModuleNotFoundError) as failed:
         import tierbroker.pipeline.spark  # noqa: F401
-    assert str(failed.value) == (
-        "tierbroker.pipeline.spark needs pyarrow: pip install 'tierbroker[spark]'"
-    )
+    assert str(failed.value) == (f"tierbroker.pipeline.spark needs pyarrow: {SPARK_INSTALL}")
