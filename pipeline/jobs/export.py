@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -82,18 +82,20 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 class Markers:
-    """`<output>/_exported_segments/<segment id>`: locally, or on any Hadoop file system."""
+    """`<output>/_exported_segments/<segment id>`: locally, or on any Hadoop file system
+    (through the Spark session `spark()` gives, which only such an output starts)."""
 
-    def __init__(self, spark: Any, output: str) -> None:
+    def __init__(self, output: str, spark: Callable[[], Any]) -> None:
         parsed = urlparse(output)
         self.local: Path | None = None
         if parsed.scheme in ("", "file"):
             self.local = Path(parsed.path if parsed.scheme else output) / MARKER_DIR
             self.local.mkdir(parents=True, exist_ok=True)
         else:
-            jvm = spark._jvm
+            session = spark()
+            jvm = session._jvm
             self._path = jvm.org.apache.hadoop.fs.Path(f"{output.rstrip('/')}/{MARKER_DIR}")
-            self._fs = self._path.getFileSystem(spark._jsc.hadoopConfiguration())
+            self._fs = self._path.getFileSystem(session._jsc.hadoopConfiguration())
             self._jvm = jvm
 
     def done(self) -> set[str]:
@@ -143,22 +145,25 @@ def _session(master: str) -> Any:
     )
 
 
-def export(spark: Any, args: argparse.Namespace) -> int:
-    """Export the segments not exported yet; returns how many were exported now."""
-    from pyspark.sql import functions as F
-
-    from tierbroker.pipeline.spark import register
+def remote_segments(options: dict[str, str]) -> dict[str, RemoteSegment]:
+    """The topic's remote segments by id, listed from the store, without Spark. Raises
+    ValueError for a storage URL or an option that does not work."""
     from tierbroker.pipeline.spark.options import ReadOptions
     from tierbroker.pipeline.spark.plan import RemoteSlice, plan
 
-    register(spark)
-    options = source_options(args)
     segments: dict[str, RemoteSegment] = {}
     for task in plan(ReadOptions.parse(options)):
         for piece in task.pieces:
             if isinstance(piece, RemoteSlice):
                 segments.setdefault(piece.segment.segment_id, piece.segment)
-    markers = Markers(spark, args.output)
+    return segments
+
+
+def export(args: argparse.Namespace, segments: dict[str, RemoteSegment]) -> int:
+    """Export those of `segments` not exported yet; returns how many were exported now.
+    Spark starts only when there is something to write (or the output needs Hadoop)."""
+    options = source_options(args)
+    markers = Markers(args.output, lambda: _session(args.master))
     done = markers.done()
     pending = [s for s in segments.values() if s.segment_id not in done]
     if args.max_segments > 0:
@@ -168,6 +173,14 @@ def export(spark: Any, args: argparse.Namespace) -> int:
         f"already exported, {len(pending)} to export now",
         flush=True,
     )
+    if not pending:
+        return 0
+    from pyspark.sql import functions as F
+
+    from tierbroker.pipeline.spark import register
+
+    spark = _session(args.master)
+    register(spark)
     started = time.monotonic()
     exported_bytes = 0
     step = max(1, args.segments_per_job)
@@ -207,14 +220,23 @@ def missing_spark() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point (`tierbroker export`-style): parse, export; exit status 0, 1 if unable."""
+    """Entry point (`tierbroker export`-style): parse, export. Exit status 0; 1 without
+    Spark, or with no remote segment of the topic in the store; 2 for a storage URL or an
+    option that does not work (one `error:` line each)."""
     args = parse_args(argv)
     missing = missing_spark()
     if missing is not None:
         print(missing, file=sys.stderr)
         return 1
-    spark = _session(args.master)
-    export(spark, args)
+    try:
+        segments = remote_segments(source_options(args))
+    except ValueError as e:  # a storage URL or an --option that does not work
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not segments:
+        print(f"error: no remote segments of topic {args.topic} in {args.storage}", file=sys.stderr)
+        return 1
+    export(args, segments)
     return 0
 
 

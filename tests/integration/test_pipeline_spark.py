@@ -335,7 +335,7 @@ def test_unknown_and_unsupported_options_are_refused(spark: Any, local_tier: Tie
 
 
 def test_export_to_parquet_resumes(
-    spark: Any, local_tier: Tier, tmp_path: Path, capsys: Any
+    spark: Any, local_tier: Tier, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tierbroker.pipeline.jobs import export
 
@@ -345,7 +345,9 @@ def test_export_to_parquet_resumes(
     assert export.main([*args, "--max-segments", "2", "--segments-per-job", "1"]) == 0
     assert len(list((out / "_exported_segments").iterdir())) == 2
     assert export.main(args) == 0  # the rest
-    assert export.main(args) == 0  # nothing left
+    with monkeypatch.context() as m:  # nothing left: done without a Spark session
+        m.setattr(export, "_session", lambda _master: pytest.fail("Spark started"))
+        assert export.main(args) == 0
     printed = capsys.readouterr().out
     assert "2/2 segments" in printed and "0 to export now" in printed
 

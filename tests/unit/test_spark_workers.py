@@ -74,3 +74,17 @@ def test_importing_the_source_without_pyarrow_says_what_to_install(
     with pytest.raises(ModuleNotFoundError) as failed:
         import tierbroker.pipeline.spark  # noqa: F401
     assert str(failed.value) == (f"tierbroker.pipeline.spark needs pyarrow: {SPARK_INSTALL}")
+
+
+def test_export_refuses_a_storage_that_does_not_work_and_a_topic_it_does_not_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = (tmp_path / "missing").as_uri()
+    args = ["--topic", "t", "--to", str(tmp_path / "out")]
+    assert export.main(["--storage", missing, *args]) == 2
+    assert (
+        capsys.readouterr().err == f"error: {missing}: {tmp_path / 'missing'} is not a directory\n"
+    )
+    empty = tmp_path.as_uri()
+    assert export.main(["--storage", empty, *args]) == 1
+    assert capsys.readouterr().err == f"error: no remote segments of topic t in {empty}\n"
