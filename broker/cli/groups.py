@@ -1,6 +1,6 @@
-"""`tierbroker group list|describe|reset-offsets`, as kafka-consumer-groups.sh does them:
-reset-offsets only shows its plan unless `--execute` is given, and only resets a group
-with no members."""
+"""`tierbroker group list|describe|reset-offsets|delete`, as kafka-consumer-groups.sh
+does them: reset-offsets only shows its plan unless `--execute` is given, and only resets
+a group with no members; delete refuses a group with members (NON_EMPTY_GROUP)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-app = command_group("Consumer groups: list, describe, reset offsets.")
+app = command_group("Consumer groups: list, describe, reset offsets, delete.")
 
 INACTIVE_STATES = ("EMPTY", "DEAD", "UNKNOWN")
 
@@ -219,6 +219,22 @@ def reset_offsets(
             + ("offsets reset" if execute else "dry run (--execute to apply)"),
             empty="no offsets to reset: the group committed none (name them with --topic)",
         )
+
+
+@app.command()
+def delete(
+    groups: Annotated[list[str], typer.Argument(help="one or more groups, without members")],
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+) -> None:
+    """Delete groups and their committed offsets (kafka-consumer-groups.sh --delete)."""
+    with failing(f"delete group {' '.join(groups)}", bootstrap):
+        admin = admin_client(bootstrap, timeout)
+        futures = admin.delete_consumer_groups(groups, request_timeout=timeout)
+        for name, future in futures.items():
+            with failing(f"delete group {name}", bootstrap):
+                future.result(timeout)
+    typer.echo(f"deleted group {' '.join(groups)}", err=True)
 
 
 def _committed(admin: AdminClient, group: str, timeout: float) -> dict[tuple[str, int], int]:

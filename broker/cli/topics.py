@@ -1,5 +1,5 @@
-"""`tierbroker topic create|list|describe|alter-config|delete`, as kafka-topics.sh and
-kafka-configs.sh do them, through confluent-kafka's AdminClient."""
+"""`tierbroker topic create|list|describe|alter-config|add-partitions|delete`, as
+kafka-topics.sh and kafka-configs.sh do them, through confluent-kafka's AdminClient."""
 
 from __future__ import annotations
 
@@ -180,6 +180,27 @@ def alter_config(
         for future in futures.values():
             future.result(timeout)
     typer.echo(f"altered configs of topic {topic}", err=True)
+
+
+@app.command("add-partitions")
+def add_partitions(
+    topic: str,
+    partitions: Annotated[
+        int, typer.Option("--partitions", "-p", min=1, help="the new partition count")
+    ],
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+) -> None:
+    """Grow a topic to --partitions partitions (kafka-topics.sh --alter --partitions)."""
+    from confluent_kafka.admin import NewPartitions
+
+    with failing(f"add partitions to {topic}", bootstrap):
+        admin = admin_client(bootstrap, timeout)
+        futures = admin.create_partitions(
+            [NewPartitions(topic, partitions)], request_timeout=timeout, operation_timeout=timeout
+        )
+        futures[topic].result(timeout)
+    typer.echo(f"topic {topic} has {partitions} partitions", err=True)
 
 
 @app.command()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.integration.broker_process import BrokerProcess, executable, free_port
 from tests.integration.test_kcat import kcat
@@ -111,6 +112,14 @@ def test_topic_create_describe_alter_delete(broker: BrokerProcess) -> None:
     after = configs(cli_json(broker, "topic", "describe", "t-admin"))
     assert after["segment.bytes"] == ("1048576", "DYNAMIC_TOPIC_CONFIG")
     assert after["retention.ms"][1] != "DYNAMIC_TOPIC_CONFIG"
+
+    cli(broker, "topic", "add-partitions", "t-admin", "--partitions", "5")
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics("t-admin", 10)
+    assert len(metadata.topics["t-admin"].partitions) == 5  # as a stock client sees it
+    assert_one_line_error(
+        cli(broker, "topic", "add-partitions", "t-admin", "-p", "2", ok=False),
+        "add partitions to t-admin",
+    )
 
     cli(broker, "topic", "delete", "t-admin")
     assert "t-admin" not in {t["name"] for t in cli_json(broker, "topic", "list")}
@@ -228,6 +237,11 @@ def test_group_describe_and_reset_offsets(broker: BrokerProcess) -> None:
         assert (row["committed_offset"], row["lag"]) == (expected, 20 - expected)
     table = cli(broker, "group", "describe", "g-cli").stdout
     assert "t-group" in table and "empty" in table
+    cli(broker, "group", "delete", "g-cli")
+    assert "g-cli" not in [g["group"] for g in cli_json(broker, "group", "list")]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    listed = admin.list_consumer_groups().result(10).valid
+    assert "g-cli" not in [g.group_id for g in listed]  # as a stock client sees it
 
 
 def test_consume_as_a_group_resumes_from_its_commits(broker: BrokerProcess) -> None:
