@@ -103,7 +103,6 @@ def serve(
     try:
         _configure_logging(log_level or ["INFO"], tag_brokers=brokers > 1)
         broker_config = load_config(config, override or [])
-
         ports = preflight(broker_configs(broker_config, brokers, rack_list), ports_file)
     except ConfigError as e:
         _fail(str(e), 2, debug)
