@@ -13,7 +13,7 @@ Both brokers start `--starts` times in turn (tierbroker first); each start gives
 start-up and, `--idle-s` later, its resident memory at idle (VmRSS summed over the
 process and its descendants: for Kafka the JVM). The last start of each stays up for
 the load: an untimed warm-up round on each (the JVM's JIT), then `--rounds` rounds in
-ABAB order (tierbroker, then Kafka, in every round). A round, per value size, runs two
+ABBA order (tierbroker first in odd rounds, Kafka first in even ones). A round, per value size, runs two
 loads, each on a fresh topic of 1 partition, replication factor 1: `librdkafka` (the
 workload of `benchmarks.throughput`: confluent-kafka, acks=1, timed produce then
 consume) and `perf-test` (Kafka's kafka-producer-perf-test / kafka-consumer-perf-test,
@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
         rounds: dict[str, list[dict[str, Sample]]] = {name: [] for name in NAMES}
         peaks = dict.fromkeys(NAMES, 0.0)
         for round_ in range(args.rounds + 1):  # round 0: the warm-up
-            for name in NAMES:
+            # ABBA: whoever runs second in a round finds the client's process warmer.
+            for name in NAMES if round_ % 2 else NAMES[::-1]:
                 with rss_peak(brokers[name]) as peak:
                     samples = run_round(brokers[name], str(round_), values, args.mib)
                 if round_ > 0:
