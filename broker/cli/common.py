@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -81,6 +81,13 @@ def failing(what: str, bootstrap: str) -> Iterator[None]:
         fail(f"{what}: cannot reach {bootstrap} (timed out)")
     except (OSError, ValueError) as e:
         fail(f"{what}: {e}")
+
+
+def wait_each(what: str, futures: Mapping[str, Any], bootstrap: str, timeout_s: float) -> None:
+    """Wait for each AdminClient future by name; a failure is one line: `what name: why`."""
+    for name, future in futures.items():
+        with failing(f"{what} {name}", bootstrap):
+            future.result(timeout_s)
 
 
 def describe_error(error: object) -> str:

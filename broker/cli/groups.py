@@ -20,6 +20,7 @@ from tierbroker.broker.cli.common import (
     failing,
     print_json,
     print_table,
+    wait_each,
 )
 
 if TYPE_CHECKING:
@@ -231,9 +232,7 @@ def delete(
     with failing(f"delete group {' '.join(groups)}", bootstrap):
         admin = admin_client(bootstrap, timeout)
         futures = admin.delete_consumer_groups(groups, request_timeout=timeout)
-        for name, future in futures.items():
-            with failing(f"delete group {name}", bootstrap):
-                future.result(timeout)
+        wait_each("delete group", futures, bootstrap, timeout)
     typer.echo(f"deleted group {' '.join(groups)}", err=True)
 
 

@@ -19,6 +19,7 @@ from tierbroker.broker.cli.common import (
     key_values,
     print_json,
     print_table,
+    wait_each,
 )
 
 app = command_group("Create, list, describe, configure and delete topics.")
@@ -213,9 +214,7 @@ def delete(
     with failing(f"delete topic {' '.join(topics)}", bootstrap):
         admin = admin_client(bootstrap, timeout)
         futures = admin.delete_topics(topics, request_timeout=timeout, operation_timeout=timeout)
-        for name, future in futures.items():
-            with failing(f"delete topic {name}", bootstrap):
-                future.result(timeout)
+        wait_each("delete topic", futures, bootstrap, timeout)
     typer.echo(f"deleted topic {' '.join(topics)}", err=True)
 
 
