@@ -13,8 +13,9 @@ Both brokers start `--starts` times in turn (tierbroker first); each start gives
 start-up and, `--idle-s` later, its resident memory at idle (VmRSS summed over the
 process and its descendants: for Kafka the JVM). The last start of each stays up for
 the load: an untimed warm-up round on each (the JVM's JIT), then `--rounds` rounds in
-ABBA order (tierbroker first in odd rounds, Kafka first in even ones). A round, per value size, runs two
-loads, each on a fresh topic of 1 partition, replication factor 1: `librdkafka` (the
+ABBA order (tierbroker first in odd rounds, Kafka first in even ones). A round, per value
+size, runs two loads, each on a fresh topic of 1 partition, replication factor 1:
+`librdkafka` (the
 workload of `benchmarks.throughput`: confluent-kafka, acks=1, timed produce then
 consume) and `perf-test` (Kafka's kafka-producer-perf-test / kafka-consumer-perf-test,
 run as their classes, with the same producer settings; their own MB/sec, and for the

@@ -43,6 +43,7 @@ async def _as_broker(broker: BrokerServer, work: Coroutine[Any, Any, None]) -> N
     RUNNING_BROKER.set(broker.broker_id)
     await work
 
+
 METADATA_DB = "cluster-metadata.db"
 
 
@@ -166,8 +167,6 @@ class ClusterRunner:
             task.cancel()
         await asyncio.gather(*self._watches.values(), return_exceptions=True)
         controlled = self.service is None
-        await asyncio.gather(
-            *(_as_broker(b, b.stop(controlled=controlled)) for b in self.brokers)
-        )
+        await asyncio.gather(*(_as_broker(b, b.stop(controlled=controlled)) for b in self.brokers))
         if self.service is not None:
             await self.service.close()
