@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tierbroker.pipeline.storage import ObjectNotFoundError, ObjectStore
-from tierbroker.storage.checkpoints import topic_id_to_str
+from tierbroker.storage.checkpoints import kafka_uuid
 from tierbroker.storage.remote.key_layout import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -100,7 +100,7 @@ def parse_manifest(cluster: str, manifest_key: str, document: bytes) -> RemoteSe
         cluster=cluster,
         topic=tip.topic_partition.topic,
         partition=tip.topic_partition.partition,
-        topic_id=topic_id_to_str(tip.topic_id),
+        topic_id=kafka_uuid(tip.topic_id),
         segment_id=str(metadata.segment_id.id),
         start_offset=metadata.start_offset,
         end_offset=metadata.end_offset,

@@ -200,11 +200,13 @@ def format_epoch_entries(entries: Iterable[tuple[int, int]]) -> str:
     return _format(f"{epoch} {offset}" for epoch, offset in entries)
 
 
-def topic_id_to_str(topic_id: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+def kafka_uuid(value: uuid.UUID) -> str:
+    """Kafka's `Uuid.toString()`: URL-safe base64 of the 16 bytes, unpadded (topic ids,
+    segment ids, as Kafka's files, znodes and tools write them)."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
 
 
-def topic_id_from_str(text: str) -> uuid.UUID:
+def parse_kafka_uuid(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
@@ -215,8 +217,8 @@ def read_partition_metadata(path: Path) -> uuid.UUID | None:
         )
     except FileNotFoundError:
         return None
-    return topic_id_from_str(fields["topic_id"].strip())
+    return parse_kafka_uuid(fields["topic_id"].strip())
 
 
 def write_partition_metadata(path: Path, topic_id: uuid.UUID) -> None:
-    write_atomically(path, f"version: {VERSION}\ntopic_id: {topic_id_to_str(topic_id)}\n")
+    write_atomically(path, f"version: {VERSION}\ntopic_id: {kafka_uuid(topic_id)}\n")

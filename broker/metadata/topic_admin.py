@@ -35,6 +35,7 @@ from tierbroker.broker.metadata.store import (
 )
 from tierbroker.broker.metadata.zk_data import ProducerIdBlock, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.checkpoints import kafka_uuid
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.topic_configs import check_overrides, not_applied
 
@@ -175,7 +176,7 @@ class TopicAdmin:
         log.info(
             "created topic %s (%s) with %d partitions, replication factor %d",
             name,
-            topic.topic_id,
+            kafka_uuid(topic.topic_id),
             len(replicas),
             len(next(iter(replicas.values()))),
         )
@@ -297,7 +298,7 @@ class TopicAdmin:
             timeout_s,
             f"topic {name!r} deleted",
         )
-        log.info("deleted topic %s (%s)", name, topic.topic_id)
+        log.info("deleted topic %s (%s)", name, kafka_uuid(topic.topic_id))
         return topic.topic_id
 
     # Configs -------------------------------------------------------------------------

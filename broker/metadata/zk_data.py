@@ -20,12 +20,13 @@ shutdown with an RPC the protocol library does not have.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from tierbroker.storage.checkpoints import kafka_uuid, parse_kafka_uuid
 
 CLUSTER_ID = "/cluster/id"
 CONTROLLER = "/controller"
@@ -84,15 +85,6 @@ def _loads(data: bytes) -> dict[str, Any]:
     return loaded
 
 
-def topic_id_text(topic_id: uuid.UUID) -> str:
-    """Kafka's `Uuid.toString()`: URL-safe base64 of the 16 bytes, unpadded."""
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def parse_topic_id(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-
-
 def now_text() -> str:
     return str(time.time_ns() // 1_000_000)
 
@@ -147,7 +139,7 @@ class TopicAssignment:
         return _dumps(
             {
                 "version": 3,
-                "topic_id": topic_id_text(self.topic_id),
+                "topic_id": kafka_uuid(self.topic_id),
                 "partitions": replicas(self.partitions),
                 "adding_replicas": replicas(self.adding_replicas),
                 "removing_replicas": replicas(self.removing_replicas),
@@ -162,7 +154,7 @@ class TopicAssignment:
             return {int(p): tuple(int(b) for b in r) for p, r in value.get(name, {}).items()}
 
         return cls(
-            parse_topic_id(value["topic_id"]),
+            parse_kafka_uuid(value["topic_id"]),
             replicas("partitions"),
             replicas("adding_replicas"),
             replicas("removing_replicas"),

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tierbroker.storage.checkpoints import topic_id_to_str
+from tierbroker.storage.checkpoints import kafka_uuid
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 MANIFEST_SUFFIX = "manifest.json"
@@ -52,12 +52,12 @@ class ObjectKeyLayout:
         tp = tip.topic_partition
         return (
             f"{self.prefix}{self.entropy(tp.topic, tp.partition)}{self.cluster}/"
-            f"{tp.topic}-{topic_id_to_str(tip.topic_id)}/{tp.partition}/"
+            f"{tp.topic}-{kafka_uuid(tip.topic_id)}/{tp.partition}/"
         )
 
     def segment_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         segment = metadata.segment_id
-        base = f"{metadata.start_offset:020d}-{topic_id_to_str(segment.id)}"
+        base = f"{metadata.start_offset:020d}-{kafka_uuid(segment.id)}"
         return f"{self.partition_prefix(segment.topic_id_partition)}{base}.{suffix}"
 
     def all_keys(self, metadata: RemoteLogSegmentMetadata) -> list[str]:

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tierbroker.storage.checkpoints import topic_id_to_str
+from tierbroker.storage.checkpoints import kafka_uuid
 from tierbroker.storage.remote.key_layout import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -54,20 +54,20 @@ def md5_bits(text: str, bits: int) -> int:
 def test_key_format_without_entropy() -> None:
     layout = ObjectKeyLayout(prefix="tiered/", cluster="prod-1")
     m = metadata()
-    base = f"tiered/prod-1/orders-{topic_id_to_str(TOPIC_ID)}/3/00000000000000001234-"
-    base += topic_id_to_str(SEGMENT_ID)
+    base = f"tiered/prod-1/orders-{kafka_uuid(TOPIC_ID)}/3/00000000000000001234-"
+    base += kafka_uuid(SEGMENT_ID)
     assert layout.segment_key(m, LOG_SUFFIX) == base + ".log"
     assert layout.segment_key(m, INDEXES_SUFFIX) == base + ".indexes"
     assert layout.segment_key(m, MANIFEST_SUFFIX) == base + ".manifest.json"
     # Ids are Kafka's base64url, unpadded (22 characters); the offset has 20 digits.
-    assert len(topic_id_to_str(TOPIC_ID)) == 22 and "=" not in base
+    assert len(kafka_uuid(TOPIC_ID)) == 22 and "=" not in base
     assert layout.entropy("orders", 3) == ""
 
 
 def test_defaults_and_offsets_sort_as_text() -> None:
     layout = ObjectKeyLayout()
     keys = [layout.segment_key(metadata(start=s), LOG_SUFFIX) for s in (0, 9, 10, 2**40)]
-    assert all(k.startswith(f"cluster/orders-{topic_id_to_str(TOPIC_ID)}/3/") for k in keys)
+    assert all(k.startswith(f"cluster/orders-{kafka_uuid(TOPIC_ID)}/3/") for k in keys)
     assert keys == sorted(keys)  # zero-padded offsets: listing order is offset order
 
 
