@@ -158,6 +158,18 @@ def reset_offsets(
         int | None,
         typer.Option("--to-offset", help="to offset N on each partition, kept within its log"),
     ] = None,
+    shift_by: Annotated[
+        int | None,
+        typer.Option("--shift-by", help="N records on (or -N back) from each committed offset"),
+    ] = None,
+    to_datetime: Annotated[
+        str | None,
+        typer.Option(
+            "--to-datetime",
+            help="to the first record at or after an ISO time (2026-01-31T12:00:00, local "
+            "time unless it names a zone); the log end where there is none",
+        ),
+    ] = None,
     execute: Annotated[
         bool, typer.Option("--execute", help="commit the new offsets (default: only show them)")
     ] = False,
@@ -168,8 +180,13 @@ def reset_offsets(
     """Move a group's committed offsets; a dry run unless --execute."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    if [to_earliest, to_latest, to_offset is not None].count(True) != 1:
-        raise typer.BadParameter("give exactly one of --to-earliest, --to-latest, --to-offset N")
+    chosen = [to_earliest, to_latest, to_offset is not None, shift_by is not None, to_datetime]
+    if sum(map(bool, chosen)) != 1:
+        raise typer.BadParameter(
+            "give exactly one of --to-earliest, --to-latest, --to-offset N, --shift-by N, "
+            "--to-datetime TIME"
+        )
+    timestamp_ms = _timestamp_ms(to_datetime) if to_datetime else None
     admin = admin_client(bootstrap, timeout)
     with failing(f"reset offsets of group {group}", bootstrap):
         state = (
@@ -183,16 +200,22 @@ def reset_offsets(
         keys = _partitions(admin, topic, committed, timeout)
         starts = _offsets(admin, keys, "earliest", timeout)
         ends = _offsets(admin, keys, "latest", timeout)
+        by_time = _offsets(admin, keys, timestamp_ms, timeout) if timestamp_ms is not None else {}
         plan = []
         for key in keys:
             if to_earliest:
                 new = starts[key]
             elif to_latest:
                 new = ends[key]
+            elif to_offset is not None:
+                new = to_offset
+            elif shift_by is not None:
+                if key not in committed:
+                    fail(f"reset offsets: --shift-by: {key[0]}-{key[1]} has no committed offset")
+                new = committed[key] + shift_by
             else:
-                assert to_offset is not None
-                new = min(max(to_offset, starts[key]), ends[key])
-            plan.append((key, committed.get(key), new))
+                new = by_time[key] if by_time[key] >= 0 else ends[key]
+            plan.append((key, committed.get(key), min(max(new, starts[key]), ends[key])))
         if execute and plan:
             request = ConsumerGroupTopicPartitions(
                 group, [TopicPartition(t, p, new) for (t, p), _, new in plan]
@@ -218,7 +241,6 @@ def reset_offsets(
             ],
             title=f"group {group}: "
             + ("offsets reset" if execute else "dry run (--execute to apply)"),
-            empty="no offsets to reset: the group committed none (name them with --topic)",
         )
 
 
@@ -270,18 +292,33 @@ def _partitions(
     return keys
 
 
+def _timestamp_ms(text: str) -> int:
+    """An ISO 8601 time as epoch milliseconds; without a zone, in local time (as Kafka's
+    kafka-consumer-groups.sh reads --to-datetime)."""
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an ISO time like 2026-01-31T12:00:00") from None
+
+
 def _offsets(
-    admin: AdminClient, keys: list[tuple[str, int]], spec: str, timeout: float
+    admin: AdminClient, keys: list[tuple[str, int]], spec: str | int, timeout: float
 ) -> dict[tuple[str, int], int]:
-    """Each partition's log start (`earliest`) or log end (`latest`) offset."""
+    """Each partition's log start (`earliest`), log end (`latest`), or first offset at or
+    after a timestamp in ms (-1 where there is none)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     if not keys:
         return {}
-    # the client leaves these two factories unannotated
-    earliest, latest = OffsetSpec.earliest, OffsetSpec.latest
-    offset_spec = earliest() if spec == "earliest" else latest()  # type: ignore[no-untyped-call]
+    # the client leaves these factories unannotated
+    earliest, latest, at = OffsetSpec.earliest, OffsetSpec.latest, OffsetSpec.for_timestamp
+    if isinstance(spec, int):
+        offset_spec = at(spec)  # type: ignore[no-untyped-call]
+    else:
+        offset_spec = earliest() if spec == "earliest" else latest()  # type: ignore[no-untyped-call]
     requests: dict[TopicPartition, Any] = {TopicPartition(t, p): offset_spec for t, p in keys}
     futures = admin.list_offsets(requests, request_timeout=timeout)
     return {(tp.topic, tp.partition): f.result(timeout).offset for tp, f in futures.items()}

@@ -230,6 +230,10 @@ def test_group_describe_and_reset_offsets(broker: BrokerProcess) -> None:
         (["--to-earliest"], 0),
         (["--to-offset", "15"], 15),
         (["--to-offset", "99"], 20),  # kept within the log
+        (["--shift-by", "-5"], 15),
+        (["--shift-by", "-99"], 0),  # kept within the log
+        (["--to-datetime", "2100-01-01T00:00:00"], 20),  # nothing that late: the log end
+        (["--to-datetime", "2000-01-01T00:00:00+00:00"], 0),
         (["--to-latest"], 20),
     ):
         cli(broker, "group", "reset-offsets", "g-cli", "-t", "t-group", *option, "--execute")
