@@ -1,7 +1,14 @@
-"""`tierbroker cluster info`: the cluster id, its brokers and its controller."""
+"""`tierbroker cluster info`: the cluster id, its brokers and its controller;
+`tierbroker cluster config describe|alter`: a broker's configs, as kafka-configs.sh
+--entity-type brokers shows and changes them."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
+from tierbroker.broker.cli import configs as configs_of
 from tierbroker.broker.cli.common import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
@@ -16,6 +23,10 @@ from tierbroker.broker.cli.common import (
 )
 
 app = command_group("The cluster a broker belongs to.")
+config_app = command_group("A broker's configs: describe, alter.")
+app.add_typer(config_app, name="config")
+
+BrokerId = Annotated[int, typer.Option("--broker", help="the broker's id")]
 
 
 @app.command()
@@ -49,3 +60,41 @@ def info(
         ],
         title=f"cluster {cluster.cluster_id}",
     )
+
+
+@config_app.command("describe")
+def describe_config(
+    broker: BrokerId,
+    all_configs: Annotated[
+        bool, typer.Option("--all-configs", help="defaults too, not just the values set")
+    ] = False,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+    output: OutputOption = Output.table,
+) -> None:
+    """A broker's configs set in its properties file or at run time (--all-configs: all)."""
+    with failing(f"describe configs of broker {broker}", bootstrap):
+        admin = admin_client(bootstrap, timeout)
+        configs = configs_of.described(admin, "broker", str(broker), timeout)
+    shown = [c for c in configs if all_configs or c["source"] != "DEFAULT_CONFIG"]
+    if output is Output.json:
+        print_json({"broker": broker, "configs": shown})
+        return
+    print_table(
+        ("config", "value", "source"),
+        [(c["name"], c["value"], c["source"].lower()) for c in shown],
+        title=f"broker {broker} configs" + ("" if all_configs else " (--all-configs for all)"),
+        empty="none set",
+    )
+
+
+@config_app.command("alter")
+def alter_config(
+    broker: BrokerId,
+    config: configs_of.SetOption = None,
+    delete_config: configs_of.DeleteOption = None,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+) -> None:
+    """Set or remove a broker's dynamic configs; the others stay as they are."""
+    configs_of.alter("broker", str(broker), config, delete_config, bootstrap, timeout)

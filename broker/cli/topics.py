@@ -3,10 +3,11 @@ kafka-topics.sh and kafka-configs.sh do them, through confluent-kafka's AdminCli
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from tierbroker.broker.cli import configs as configs_of
 from tierbroker.broker.cli.common import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
@@ -93,7 +94,7 @@ def describe(
 ) -> None:
     """A topic's partitions (leader, replicas, ISR) and configs."""
     from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import ConfigResource, ConfigSource
+    from confluent_kafka.admin import ConfigSource
 
     admin = admin_client(bootstrap, timeout)
     with failing(f"describe topic {topic}", bootstrap):
@@ -101,9 +102,7 @@ def describe(
             TopicCollection([topic]), request_timeout=timeout
         ).values()
         described = description.result(timeout)
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        [configs_future] = admin.describe_configs([resource], request_timeout=timeout).values()
-        entries = configs_future.result(timeout)
+        configs = configs_of.described(admin, "topic", topic, timeout)
     partitions = [
         {
             "partition": p.id,
@@ -112,15 +111,6 @@ def describe(
             "isr": [n.id for n in p.isr],
         }
         for p in sorted(described.partitions, key=lambda p: p.id)
-    ]
-    configs = [
-        {
-            "name": e.name,
-            "value": e.value,
-            "source": _source_name(e.source),
-            "default": e.is_default,
-        }
-        for e in sorted(entries.values(), key=lambda e: e.name)
     ]
     if output is Output.json:
         print_json(
@@ -152,35 +142,13 @@ def describe(
 @app.command("alter-config")
 def alter_config(
     topic: str,
-    config: Annotated[
-        list[str] | None, typer.Option("--config", "--set", help="key=value to set, repeatable")
-    ] = None,
-    delete_config: Annotated[
-        list[str] | None,
-        typer.Option("--delete-config", help="key to return to its default, repeatable"),
-    ] = None,
+    config: configs_of.SetOption = None,
+    delete_config: configs_of.DeleteOption = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
     timeout: Timeout = 10.0,
 ) -> None:
     """Set or remove a topic's config overrides; the others stay as they are."""
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
-
-    changes = [
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-        for k, v in key_values(config, "--config").items()
-    ] + [
-        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
-        for k in delete_config or ()
-    ]
-    if not changes:
-        raise typer.BadParameter("give --config key=value or --delete-config key")
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=changes)
-    with failing(f"alter configs of topic {topic}", bootstrap):
-        admin = admin_client(bootstrap, timeout)
-        futures = admin.incremental_alter_configs([resource], request_timeout=timeout)
-        for future in futures.values():
-            future.result(timeout)
-    typer.echo(f"altered configs of topic {topic}", err=True)
+    configs_of.alter("topic", topic, config, delete_config, bootstrap, timeout)
 
 
 @app.command("add-partitions")
@@ -220,10 +188,3 @@ def delete(
 
 def _ids(ids: list[int]) -> str:
     return ",".join(map(str, ids))
-
-
-def _source_name(source: Any) -> str:
-    """A ConfigSource as its name (the client gives the enum, or its number)."""
-    from confluent_kafka.admin import ConfigSource
-
-    return source.name if isinstance(source, ConfigSource) else ConfigSource(source).name

@@ -277,6 +277,33 @@ def test_cluster_info(broker: BrokerProcess) -> None:
     assert f"127.0.0.1:{broker.port}" in table and info["cluster_id"] in table
 
 
+def test_cluster_config_describes_a_broker_and_alters_it_as_the_broker_allows(
+    broker: BrokerProcess,
+) -> None:
+    described = cli_json(broker, "cluster", "config", "describe", "--broker", "0")
+    shown = {c["name"]: c for c in described["configs"]}
+    assert shown["listeners"]["source"] == "STATIC_BROKER_CONFIG"
+    assert all(c["source"] != "DEFAULT_CONFIG" for c in described["configs"])
+    every = cli_json(broker, "cluster", "config", "describe", "--broker", "0", "--all-configs")
+    assert len(every["configs"]) > len(described["configs"])
+    # No broker config is dynamic here: deleting succeeds (nothing is set), setting is refused
+    cli(
+        broker, "cluster", "config", "alter", "--broker", "0", "--delete-config", "log.retention.ms"
+    )
+    refused = cli(
+        broker,
+        "cluster",
+        "config",
+        "alter",
+        "--broker",
+        "0",
+        "--config",
+        "log.retention.ms=1",
+        ok=False,
+    )
+    assert_one_line_error(refused, "alter configs of broker 0")
+
+
 def test_tier_status_finds_the_broker_and_fits_80_columns(broker: BrokerProcess) -> None:
     cli(
         broker,

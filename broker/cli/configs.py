@@ -1,0 +1,76 @@
+"""Configs of a topic or a broker, described and altered as kafka-configs.sh does it:
+IncrementalAlterConfigs sets or deletes the keys named and leaves the others."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from tierbroker.broker.cli.common import admin_client, failing, key_values
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
+SetOption = Annotated[
+    list[str] | None, typer.Option("--config", "--set", help="key=value to set, repeatable")
+]
+DeleteOption = Annotated[
+    list[str] | None,
+    typer.Option("--delete-config", help="key to return to its default, repeatable"),
+]
+
+
+def described(admin: AdminClient, kind: str, name: str, timeout: float) -> list[dict[str, Any]]:
+    """Every config of the topic or broker (`kind`) `name`: name, value, source, default,
+    sorted by name. Raises the client's errors (inside `failing`)."""
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type[kind.upper()], name)
+    [future] = admin.describe_configs([resource], request_timeout=timeout).values()
+    return [
+        {
+            "name": e.name,
+            "value": e.value,
+            "source": _source_name(e.source),
+            "default": e.is_default,
+        }
+        for e in sorted(future.result(timeout).values(), key=lambda e: e.name)
+    ]
+
+
+def alter(
+    kind: str,
+    name: str,
+    config: list[str] | None,
+    delete_config: list[str] | None,
+    bootstrap: str,
+    timeout: float,
+) -> None:
+    """Set `config` (key=value) and delete `delete_config` keys of the topic or broker
+    (`kind`) `name`, in one IncrementalAlterConfigs request."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    changes = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in key_values(config, "--config").items()
+    ] + [
+        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+        for k in delete_config or ()
+    ]
+    if not changes:
+        raise typer.BadParameter("give --config key=value or --delete-config key")
+    resource = ConfigResource(ConfigResource.Type[kind.upper()], name, incremental_configs=changes)
+    with failing(f"alter configs of {kind} {name}", bootstrap):
+        admin = admin_client(bootstrap, timeout)
+        futures = admin.incremental_alter_configs([resource], request_timeout=timeout)
+        for future in futures.values():
+            future.result(timeout)
+    typer.echo(f"altered configs of {kind} {name}", err=True)
+
+
+def _source_name(source: Any) -> str:
+    """A ConfigSource as its name (the client gives the enum, or its number)."""
+    from confluent_kafka.admin import ConfigSource
+
+    return source.name if isinstance(source, ConfigSource) else ConfigSource(source).name
