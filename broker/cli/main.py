@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from tierbroker.broker.cli import clients, cluster, groups, tier, topics
+from tierbroker.broker.cli import clients, cluster, groups, partitions, tier, topics
 from tierbroker.broker.cli.common import command_group
 from tierbroker.broker.network.request_log import REQUEST_LOGGER
 
@@ -208,6 +208,7 @@ app.command()(clients.produce)
 app.command()(clients.consume)
 app.add_typer(groups.app, name="group")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(partitions.app, name="partition")
 app.add_typer(tier.app, name="tier")
 
 

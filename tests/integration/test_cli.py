@@ -304,6 +304,24 @@ def test_cluster_config_describes_a_broker_and_alters_it_as_the_broker_allows(
     assert_one_line_error(refused, "alter configs of broker 0")
 
 
+def test_partition_elect_leaders_answers_per_partition(broker: BrokerProcess) -> None:
+    cli(broker, "topic", "create", "t-elect", "-p", "2")
+    elected = cli_json(broker, "partition", "elect-leaders", "-t", "t-elect")
+    assert elected == {
+        "topic": "t-elect",
+        "election": "preferred",
+        "partitions": [
+            {"partition": p, "result": "already led by its preferred replica"} for p in (0, 1)
+        ],
+    }
+    assert_one_line_error(
+        cli(broker, "partition", "elect-leaders", "-t", "t-none", ok=False),
+        "elect leaders of t-none",
+    )
+    missing = cli(broker, "partition", "elect-leaders", "-t", "t-elect", "-p", "7", ok=False)
+    assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PART" in missing.stdout
+
+
 def test_tier_status_finds_the_broker_and_fits_80_columns(broker: BrokerProcess) -> None:
     cli(
         broker,
