@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -58,23 +58,23 @@ def produce(
 
     headers: list[tuple[str, str | bytes | None]] = list(key_values(header, "--header").items())
     delimiter = key_delimiter.encode() if key_delimiter else None
-    delivered = 0
     failed: list[str] = []
 
-    def on_delivery(error: Any, _message: Any) -> None:
-        nonlocal delivered
-        if error is None:
-            delivered += 1
-        else:
-            failed.append(describe_error(error))
+    def on_error(error: Any, _message: Any) -> None:  # only failures are reported
+        failed.append(describe_error(error))
 
     config = client_config(bootstrap, timeout) | {
         "acks": acks,
         "enable.idempotence": acks == "all",  # retries keep the lines' order
         "linger.ms": 5,
         "message.timeout.ms": max(int(timeout * 1000), 1),
+        "delivery.report.only.error": True,
     }
-    target = {} if partition is None else {"partition": partition}
+    options: dict[str, Any] = {"on_delivery": on_error}
+    if headers:
+        options["headers"] = headers
+    if partition is not None:
+        options["partition"] = partition
     what = f"produce to {topic}"
     with failing(what, bootstrap):
         producer = Producer(config)
@@ -88,32 +88,35 @@ def produce(
                     key = None
                     if delimiter is not None and delimiter in value:
                         key, value = value.split(delimiter, 1)
-                    record = {"topic": topic, "value": value, "key": key, "headers": headers}
-                    _send(producer, record | target, on_delivery)
+                    _send(producer, topic, value, key, options)
                     sent += 1
-                    advance(sent)
-                    if failed:
-                        break
+                    if sent % 1000 == 0:  # serve callbacks, show progress
+                        producer.poll(0)
+                        advance(sent)
+                        if failed:
+                            break
             except KeyboardInterrupt:  # deliver what was read, then stop
                 pass
             left = producer.flush(timeout)
+            advance(sent)
     if failed or left:
         fail(
             f"{what}: {len(failed) + left} of {records(sent)} not delivered: "
             f"{failed[0] if failed else 'timed out'}"
         )
-    typer.echo(f"produced {records(delivered)} to {topic}", err=True)
+    typer.echo(f"produced {records(sent)} to {topic}", err=True)
 
 
-def _send(producer: Producer, record: dict[str, Any], on_delivery: Any) -> None:
+def _send(
+    producer: Producer, topic: str, value: bytes, key: bytes | None, options: dict[str, Any]
+) -> None:
     """Queue one record, waiting for deliveries while the local queue is full."""
     while True:
         try:
-            producer.produce(**record, on_delivery=on_delivery)
-            break
+            producer.produce(topic, value, key, **options)
+            return
         except BufferError:
             producer.poll(0.1)
-    producer.poll(0)
 
 
 def consume(
@@ -209,9 +212,11 @@ def consume(
                 fail(f"{what}: no partition {min(unknown)}")
             consumer.assign([TopicPartition(topic, p, start) for p in partitions])
             at_end: set[int] = set()
+            render = _json_line if output is Output.json else _formatter(fmt)
             # not while records go to the same terminal
             with _progress("consumed", show_progress() and not sys.stdout.isatty()) as advance:
                 while count is None or seen < count:
+                    lines = []
                     for message in consumer.consume(500, 0.5):
                         error = message.error()
                         if error is not None:
@@ -221,15 +226,12 @@ def consume(
                                 fail(f"{what}: {describe_error(error)}")
                             continue
                         at_end.discard(message.partition() or 0)
-                        out.write(
-                            _json_line(message)
-                            if output is Output.json
-                            else _formatted(message, fmt)
-                        )
+                        lines.append(render(message))
                         seen += 1
                         printed[message.partition() or 0] = (message.offset() or 0) + 1
                         if count is not None and seen >= count:
                             break
+                    out.write(b"".join(lines))
                     out.flush()
                     advance(seen)
                     if exit_at_end and at_end >= set(partitions):
@@ -275,9 +277,10 @@ def _progress(verb: str, enabled: bool) -> Iterator[Any]:
         yield lambda n: progress.update(task, completed=n)
 
 
-def _formatted(message: Message, fmt: str) -> bytes:
-    """`message` through a kcat-style format string."""
-    out = bytearray()
+def _formatter(fmt: str) -> Callable[[Message], bytes]:
+    """A kcat-style format string, parsed once: what turns a message into its bytes."""
+    parts: list[bytes | str] = []  # bytes: as they are; str: a field of the message
+    literal = bytearray()
     i = 0
     while i < len(fmt):
         c = fmt[i]
@@ -285,15 +288,22 @@ def _formatted(message: Message, fmt: str) -> bytes:
             token = fmt[i + 1]
             i += 2
             if c == "\\":
-                out += {"n": b"\n", "t": b"\t", "\\": b"\\"}.get(token, b"\\" + token.encode())
+                literal += {"n": b"\n", "t": b"\t", "\\": b"\\"}.get(token, b"\\" + token.encode())
             elif token in FORMAT_FIELDS:
-                out += _field(message, token)
+                parts += [bytes(literal), token] if literal else [token]
+                literal.clear()
             else:
-                out += b"%" + token.encode()
+                literal += b"%" + token.encode()
             continue
-        out += c.encode()
+        literal += c.encode()
         i += 1
-    return bytes(out)
+    if literal:
+        parts.append(bytes(literal))
+    if parts == ["s", b"\n"]:  # the default: each value on a line of its own
+        return lambda message: (message.value() or b"") + b"\n"
+    return lambda message: b"".join(
+        p if isinstance(p, bytes) else _field(message, p) for p in parts
+    )
 
 
 def _field(message: Message, token: str) -> bytes:
