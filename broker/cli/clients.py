@@ -69,8 +69,9 @@ def produce(
         "linger.ms": 5,
         "message.timeout.ms": max(int(timeout * 1000), 1),
         "delivery.report.only.error": True,
+        "on_delivery": on_error,
     }
-    options: dict[str, Any] = {"on_delivery": on_error}
+    options: dict[str, Any] = {}
     if headers:
         options["headers"] = headers
     if partition is not None:
@@ -82,13 +83,17 @@ def produce(
         sent = 0
         # not while a person types the records
         with _progress("produced", show_progress() and not sys.stdin.isatty()) as advance:
+            send = producer.produce
             try:
                 for line in sys.stdin.buffer:
-                    value = line[:-1] if line.endswith(b"\n") else line
+                    value = line[:-1] if line[-1:] == b"\n" else line
                     key = None
                     if delimiter is not None and delimiter in value:
                         key, value = value.split(delimiter, 1)
-                    _send(producer, topic, value, key, options)
+                    try:
+                        send(topic, value, key, **options)
+                    except BufferError:
+                        _send_when_queued(producer, topic, value, key, options)
                     sent += 1
                     if sent % 1000 == 0:  # serve callbacks, show progress
                         producer.poll(0)
@@ -107,16 +112,17 @@ def produce(
     typer.echo(f"produced {records(sent)} to {topic}", err=True)
 
 
-def _send(
+def _send_when_queued(
     producer: Producer, topic: str, value: bytes, key: bytes | None, options: dict[str, Any]
 ) -> None:
-    """Queue one record, waiting for deliveries while the local queue is full."""
+    """Queue one record the full local queue refused, waiting for deliveries meanwhile."""
     while True:
+        producer.poll(0.1)
         try:
             producer.produce(topic, value, key, **options)
             return
         except BufferError:
-            producer.poll(0.1)
+            continue
 
 
 def consume(
@@ -197,6 +203,9 @@ def consume(
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": exit_at_end,
+        # librdkafka stops fetching for this long once its prefetch queue is full (default
+        # 1000 ms): a Python reader slower than the broker would wait whole seconds.
+        "fetch.queue.backoff.ms": 10,
     }
     what = f"consume from {topic}"
     out = sys.stdout.buffer
