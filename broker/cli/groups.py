@@ -313,10 +313,10 @@ def _offsets(
 
     if not keys:
         return {}
-    # the client leaves these factories unannotated
-    earliest, latest, at = OffsetSpec.earliest, OffsetSpec.latest, OffsetSpec.for_timestamp
+    # the client leaves earliest and latest unannotated
+    earliest, latest = OffsetSpec.earliest, OffsetSpec.latest
     if isinstance(spec, int):
-        offset_spec = at(spec)  # type: ignore[no-untyped-call]
+        offset_spec = OffsetSpec.for_timestamp(spec)
     else:
         offset_spec = earliest() if spec == "earliest" else latest()  # type: ignore[no-untyped-call]
     requests: dict[TopicPartition, Any] = {TopicPartition(t, p): offset_spec for t, p in keys}
