@@ -80,9 +80,8 @@ def describe_config(
     if output is Output.json:
         print_json({"broker": broker, "configs": shown})
         return
-    print_table(
-        ("config", "value", "source"),
-        [(c["name"], c["value"], c["source"].lower()) for c in shown],
+    configs_of.print_configs(
+        shown,
         title=f"broker {broker} configs" + ("" if all_configs else " (--all-configs for all)"),
         empty="none set",
     )

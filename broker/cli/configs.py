@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tierbroker.broker.cli.common import admin_client, failing, key_values
+from tierbroker.broker.cli.common import admin_client, failing, key_values, print_table
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -37,6 +37,16 @@ def described(admin: AdminClient, kind: str, name: str, timeout: float) -> list[
         }
         for e in sorted(future.result(timeout).values(), key=lambda e: e.name)
     ]
+
+
+def print_configs(configs: list[dict[str, Any]], title: str, empty: str) -> None:
+    """Configs as `described` gives them, one row each: name, value, source."""
+    print_table(
+        ("config", "value", "source"),
+        [(c["name"], c["value"], c["source"].lower()) for c in configs],
+        title=title,
+        empty=empty,
+    )
 
 
 def alter(

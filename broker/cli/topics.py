@@ -131,9 +131,8 @@ def describe(
     shown = [
         c for c in configs if all_configs or c["source"] == ConfigSource.DYNAMIC_TOPIC_CONFIG.name
     ]
-    print_table(
-        ("config", "value", "source"),
-        [(c["name"], c["value"], c["source"].lower()) for c in shown],
+    configs_of.print_configs(
+        shown,
         title="configs" if all_configs else "config overrides (--all-configs for all)",
         empty="none",
     )
