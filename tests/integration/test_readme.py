@@ -23,6 +23,7 @@ from tests.integration.broker_process import (
     executable,
     free_port,
 )
+from tests.integration.waiting import wait_for
 
 README = ROOT / "README.md"
 
@@ -142,3 +143,50 @@ def test_tiered_storage(broker: BrokerProcess, tmp_path: Path) -> None:
     (block,) = sh_blocks("### Tiered storage")
     out = run(block, broker, tmp_path).stdout
     assert "RemoteLogSizeBytes" in out
+
+
+@pytest.mark.parametrize("heading", ["## A cluster", "### Fetching from the closest replica"])
+def test_a_cluster_in_one_process(heading: str, tmp_path: Path) -> None:
+    in_one_process = sh_blocks(heading)[0]
+    logged = run_serve(in_one_process, tmp_path)
+    assert "Traceback" not in logged and " WARNING " not in logged
+    assert {f"[broker {i}]" for i in range(3)} <= set(re.findall(r"\[broker \d\]", logged))
+
+
+def test_the_backfill_example(tmp_path: Path) -> None:
+    """The TieredConsumer example as printed, against a broker of its own (remote-log
+    tasks every 200 ms instead of 30 s) and that broker's remote tier."""
+    text = README.read_text(encoding="utf-8")
+    (example,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "backfill" in b]
+    broker = BrokerProcess(
+        tmp_path / "broker", overrides={"remote.log.manager.task.interval.ms": "200"}
+    )
+    (tmp_path / "broker").mkdir()
+    broker.start()
+    try:
+        run(
+            "tierbroker topic create orders --config remote.storage.enable=true "
+            "--config segment.bytes=1024\n"
+            "for i in 1 2 3 4 5; do seq 1 40 | tierbroker produce orders; done\n",
+            broker,
+            tmp_path,
+        )
+
+        def tiered() -> int:
+            status = run("tierbroker tier status --topic orders --output json", broker, tmp_path)
+            return sum(p["remote_segments"] for p in json.loads(status.stdout)["partitions"])
+
+        wait_for(tiered, "segments of orders in the remote tier", timeout_s=60)
+        remote = (broker.data_dir / "logs" / "remote").as_uri()
+        script = example.replace("file:///tmp/tierbroker-logs/remote", remote).replace(
+            "127.0.0.1:9092", broker.bootstrap
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        )
+    finally:
+        broker.stop()
+    assert done.returncode == 0, done.stderr
+    (counted,) = re.findall(r"^(\d+) records$", done.stdout, re.M)
+    # a batch a run, a segment each: what the closed segments copied by then hold
+    assert int(counted) in (40, 80, 120, 160)
