@@ -60,26 +60,20 @@ def after_a_crash(side: Side, nodes: list[int], crash: Callable[[int], None]) ->
     create_topic(side.client, "diff-offline", replicas=[third])
     create_topic(side.client, "diff-under", replicas=nodes)
 
-    def partition(answer: dict[str, Any], topic: str) -> dict[str, Any]:
-        return answer[topic]["partitions"][0]  # type: ignore[no-any-return]
+    def shows(leader: int, isr_size: int) -> dict[str, Any] | None:
+        """The metadata, once the node asked shows diff-offline led by `leader` and
+        diff-under with an ISR of `isr_size`; a topic just created may reach it later."""
+        answer = metadata(side, TOPICS)
+        offline = (answer or {}).get("diff-offline", {}).get("partitions") or [{}]
+        under = (answer or {}).get("diff-under", {}).get("partitions") or [{}]
+        if offline[0].get("leader_id") == leader and len(under[0].get("isr_nodes", ())) == isr_size:
+            return answer
+        return None
 
-    wait_for(
-        lambda: (
-            (a := metadata(side, TOPICS))
-            and partition(a, "diff-offline")["leader_id"] == third
-            and len(partition(a, "diff-under")["isr_nodes"]) == 3
-        ),
-        "both topics led and in sync",
-        timeout_s=30,
-    )
+    wait_for(lambda: shows(third, 3), "both topics led and in sync", timeout_s=30)
     crash(third)
     answer = wait_for(
-        lambda: (
-            (a := metadata(side, TOPICS))
-            and partition(a, "diff-offline")["leader_id"] == -1
-            and len(partition(a, "diff-under")["isr_nodes"]) == 2
-            and a
-        ),
+        lambda: shows(-1, 2),
         "the crashed node out of the leaders and the ISR",
         timeout_s=60,
         show=lambda: metadata(side, TOPICS),
