@@ -78,7 +78,8 @@ def elect_leaders(
         if code == KafkaError.NO_ERROR:
             outcome = "elected"
         elif code == KafkaError.ELECTION_NOT_NEEDED:
-            outcome = "already led by its preferred replica"
+            preferred = election is Election.preferred
+            outcome = "already led by its preferred replica" if preferred else "it has a leader"
         else:
             outcome, failed = describe_error(error), True
         rows.append({"partition": tp.partition, "result": outcome})
