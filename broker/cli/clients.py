@@ -222,26 +222,37 @@ def consume(
             consumer.assign([TopicPartition(topic, p, start) for p in partitions])
             at_end: set[int] = set()
             render = _json_line if output is Output.json else _formatter(fmt)
+            lines: list[bytes] = []
+            ends: dict[int, int] = {}  # of `lines`, by partition
+
+            def emit() -> None:
+                """Write a batch's lines in one call; only then do they count as printed
+                (and get committed)."""
+                out.write(b"".join(lines))
+                out.flush()
+                printed.update(ends)
+                lines.clear()
+                ends.clear()
+
             # not while records go to the same terminal
             with _progress("consumed", show_progress() and not sys.stdout.isatty()) as advance:
                 while count is None or seen < count:
-                    lines = []
                     for message in consumer.consume(500, 0.5):
                         error = message.error()
                         if error is not None:
                             if error.code() == KafkaError._PARTITION_EOF:
                                 at_end.add(message.partition() or 0)
                             elif not error.retriable():
+                                emit()
                                 fail(f"{what}: {describe_error(error)}")
                             continue
                         at_end.discard(message.partition() or 0)
                         lines.append(render(message))
                         seen += 1
-                        printed[message.partition() or 0] = (message.offset() or 0) + 1
+                        ends[message.partition() or 0] = (message.offset() or 0) + 1
                         if count is not None and seen >= count:
                             break
-                    out.write(b"".join(lines))
-                    out.flush()
+                    emit()
                     advance(seen)
                     if exit_at_end and at_end >= set(partitions):
                         break
