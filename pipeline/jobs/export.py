@@ -159,10 +159,12 @@ def remote_segments(options: dict[str, str]) -> dict[str, RemoteSegment]:
     return segments
 
 
-def export(args: argparse.Namespace, segments: dict[str, RemoteSegment]) -> int:
-    """Export those of `segments` not exported yet; returns how many were exported now.
-    Spark starts only when there is something to write (or the output needs Hadoop)."""
-    options = source_options(args)
+def export(
+    args: argparse.Namespace, options: dict[str, str], segments: dict[str, RemoteSegment]
+) -> int:
+    """Export those of `segments` not exported yet, read with the source `options`; returns
+    how many were exported now. Spark starts only when there is something to write (or the
+    output needs Hadoop)."""
     markers = Markers(args.output, lambda: _session(args.master))
     done = markers.done()
     pending = [s for s in segments.values() if s.segment_id not in done]
@@ -228,15 +230,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing is not None:
         print(missing, file=sys.stderr)
         return 1
+    options = source_options(args)
     try:
-        segments = remote_segments(source_options(args))
+        segments = remote_segments(options)
     except ValueError as e:  # a storage URL or an --option that does not work
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not segments:
         print(f"error: no remote segments of topic {args.topic} in {args.storage}", file=sys.stderr)
         return 1
-    export(args, segments)
+    export(args, options, segments)
     return 0
 
 
