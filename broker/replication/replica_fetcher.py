@@ -486,6 +486,7 @@ class ReplicaFetcherManager:
         self._following: dict[TopicPartition, tuple[int, str, int]] = {}
         self.bytes_fetched: dict[str, int] = {}  # record bytes appended, by topic
         self.tier_state_machine: TierStateMachine | None = None
+        self.stopping = False  # `begin_shutdown` was called
         # After an OSError appending to a follower: True if its log dir is offline now.
         self.on_storage_error: Callable[[Partition, OSError], bool] = _log_storage_error
         self.new_client: Callable[[str, int], BrokerClient] = lambda host, port: BrokerClient(
@@ -510,6 +511,7 @@ class ReplicaFetcherManager:
                 self.free_space,
             )
             fetcher.tier_state_machine = self.tier_state_machine
+            fetcher.stopping = self.stopping
             self.fetchers[key] = fetcher
         fetcher.add(partition)
         self._following[partition.topic_partition] = key
@@ -517,6 +519,7 @@ class ReplicaFetcherManager:
     def begin_shutdown(self) -> None:
         """From now on a leader out of reach is expected (a cluster stops as a whole), not
         worth a warning."""
+        self.stopping = True
         for fetcher in self.fetchers.values():
             fetcher.stopping = True
 
