@@ -1,11 +1,15 @@
-"""`tierbroker partition elect-leaders`, as kafka-leader-election.sh does it: leadership
-back to each partition's preferred replica (the first of its replicas), or an unclean
-election of a leader outside the ISR where the partition has none."""
+"""`tierbroker partition`: what kafka-leader-election.sh and kafka-reassign-partitions.sh do.
+
+`elect-leaders` gives leadership back to each partition's preferred replica (the first of
+its replicas), or elects a leader outside the ISR where a partition has none (unclean).
+`reassign` moves partitions to other brokers, shows how far the moves are, or cancels them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,12 +22,16 @@ from tierbroker.broker.cli.common import (
     admin_client,
     command_group,
     describe_error,
+    fail,
     failing,
     print_json,
     print_table,
 )
 
-app = command_group("Partitions: elect leaders.")
+if TYPE_CHECKING:
+    from tierbroker.broker.cli.reassignments import Move, Ongoing
+
+app = command_group("Partitions: elect leaders, move them to other brokers.")
 
 
 class Election(StrEnum):
@@ -93,3 +101,114 @@ def elect_leaders(
         )
     if failed:  # as kafka-leader-election.sh, whose exit status says an election failed
         raise typer.Exit(1)
+
+
+class Reassign(StrEnum):
+    execute = "execute"
+    verify = "verify"
+    cancel = "cancel"
+
+
+@app.command()
+def reassign(
+    moves: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="TOPIC:PARTITION=BROKER,...",
+            help="a partition and its new replicas, the first preferred as leader",
+        ),
+    ],
+    verify: Annotated[
+        bool, typer.Option("--verify", help="show how far each move is; exit 1 until all done")
+    ] = False,
+    cancel: Annotated[
+        bool, typer.Option("--cancel", help="stop each move: back to the replicas it had")
+    ] = False,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+    timeout: Timeout = 10.0,
+    output: OutputOption = Output.table,
+) -> None:
+    """Move partitions to other brokers while they serve; the new replicas copy the log
+    from the leader, and the old ones are dropped once the new ones are in the ISR. The
+    same arguments with --verify show the progress, with --cancel stop the moves (there
+    the replicas after `=` may be left out). Exit status 1 if a partition failed."""
+    import asyncio
+
+    from tierbroker.broker.cli.reassignments import Move, parse_move
+
+    if verify and cancel:
+        raise typer.BadParameter("--verify and --cancel exclude each other")
+    mode = Reassign.verify if verify else Reassign.cancel if cancel else Reassign.execute
+    try:
+        parsed = [parse_move(spec) for spec in moves]
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if mode is Reassign.cancel:  # a cancel names no replicas: the original ones come back
+        parsed = [Move(m.topic, m.partition, None) for m in parsed]
+    elif any(m.replicas is None for m in parsed):
+        raise typer.BadParameter("name each partition's new replicas: TOPIC:PARTITION=BROKER,...")
+    rows, failed = asyncio.run(_reassign(mode, parsed, bootstrap, timeout))
+    if output is Output.json:
+        print_json({"mode": mode.value, "partitions": rows})
+    else:
+        print_table(
+            ("partition", "replicas", "target", "result"),
+            [(r["partition"], _ids(r["replicas"]), _ids(r["target"]), r["result"]) for r in rows],
+        )
+    if failed:
+        raise typer.Exit(1)
+
+
+async def _reassign(
+    mode: Reassign, moves: list[Move], bootstrap: str, timeout_s: float
+) -> tuple[list[dict[str, Any]], bool]:
+    """One row per move, and whether any failed (or, verifying, is not done)."""
+    from tierbroker.broker.cli.reassignments import Reassigner, ReassignmentFailed
+
+    reassigner = Reassigner(bootstrap, timeout_s)
+    try:
+        # the replicas before the move: to move back, run `reassign` with them as target
+        before = await reassigner.replicas([m.topic for m in moves])
+        if mode is Reassign.verify:
+            ongoing = await reassigner.ongoing(moves)
+            outcomes = {m: _progress(m, before, ongoing) for m in moves}
+        else:
+            errors = await reassigner.alter(moves)
+            done = "started" if mode is Reassign.execute else "cancelled"
+            outcomes = {m: (error or done, error is not None) for m, error in errors.items()}
+    except (OSError, ReassignmentFailed) as e:
+        fail(f"{mode.value} reassignment: {e}")
+    finally:
+        await reassigner.close()
+    rows = [
+        {
+            "partition": m.name,
+            "replicas": before.get((m.topic, m.partition)),
+            "target": m.replicas,
+            "result": outcomes[m][0],
+        }
+        for m in moves
+    ]
+    return rows, any(failed for _, failed in outcomes.values())
+
+
+def _progress(
+    move: Move,
+    replicas: dict[tuple[str, int], tuple[int, ...]],
+    ongoing: dict[tuple[str, int], Ongoing],
+) -> tuple[str, bool]:
+    """Where a move stands, as kafka-reassign-partitions.sh --verify says it; and whether
+    it is not done."""
+    key = (move.topic, move.partition)
+    if key not in replicas:
+        return "UNKNOWN_TOPIC_OR_PARTITION", True
+    if key in ongoing:
+        now = ongoing[key]
+        return f"in progress: adding {_ids(now.adding)}, removing {_ids(now.removing)}", True
+    if replicas[key] == move.replicas:
+        return "complete", False
+    return "not in progress, and the replicas differ", True
+
+
+def _ids(brokers: Sequence[int] | None) -> str:
+    return "" if brokers is None else ",".join(map(str, brokers))

@@ -11,10 +11,11 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from tests.integration.broker_process import (
     ROOT,
@@ -24,6 +25,7 @@ from tests.integration.broker_process import (
     free_port,
 )
 from tests.integration.waiting import wait_for
+from tests.zookeeper import ZooKeeperServer
 
 README = ROOT / "README.md"
 
@@ -55,13 +57,18 @@ def environment(broker: BrokerProcess | None) -> dict[str, str]:
     return env
 
 
-def run(block: str, broker: BrokerProcess | None, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`block` in bash, stopping at the first failure, with the broker's ports in it."""
+def run(
+    block: str, broker: BrokerProcess | None, cwd: Path, bootstrap: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`block` in bash, stopping at the first failure, with the broker's ports in it, or
+    with `bootstrap` for the cluster the README runs on 127.0.0.1:19092."""
     script = as_here(block, cwd)
     if broker is not None:
         script = script.replace("127.0.0.1:9092", broker.bootstrap).replace(
             "127.0.0.1:9404", f"127.0.0.1:{broker.metrics_port}"
         )
+    if bootstrap is not None:
+        script = script.replace("127.0.0.1:19092", bootstrap)
     executable("kcat", "apt-get install kcat")
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
@@ -75,15 +82,24 @@ def run(block: str, broker: BrokerProcess | None, cwd: Path) -> subprocess.Compl
     return done
 
 
-def run_serve(block: str, cwd: Path) -> str:
-    """A block that runs a broker in the foreground: run it, on free ports, until it
-    answers; stop it with SIGTERM; its stderr (it must have exited 0)."""
+def on_free_ports(script: str) -> tuple[str, int]:
+    """`script` with its listener and metrics ports free ones; and the listener's."""
     port = free_port()
-    script = (
-        as_here(block, cwd)
-        .replace("127.0.0.1:19092", f"127.0.0.1:{port}")
-        .replace("metrics.port=19404", f"metrics.port={free_port()}")
-    )
+    script = re.sub(r"(PLAINTEXT://127\.0\.0\.1:)\d+", rf"\g<1>{port}", script)
+    return re.sub(r"metrics\.port=\d+", f"metrics.port={free_port()}", script), port
+
+
+def run_serve(
+    block: str,
+    cwd: Path,
+    meanwhile: Callable[[str], None] | None = None,
+    zookeeper: str = "127.0.0.1:2181",
+) -> str:
+    """A block that runs brokers in the foreground: run it, on free ports (and the given
+    ZooKeeper), until it answers; `meanwhile` gets its bootstrap; stop it with SIGTERM;
+    its stderr (it must have exited 0)."""
+    script, port = on_free_ports(as_here(block, cwd).replace("127.0.0.1:2181", zookeeper))
+    bootstrap = f"127.0.0.1:{port}"
     with open(cwd / "serve.log", "w+") as log:
         process = subprocess.Popen(
             ["bash", "-c", f"exec {script}"], cwd=cwd, env=environment(None), stderr=log
@@ -92,13 +108,15 @@ def run_serve(block: str, cwd: Path) -> str:
             while not api_versions_answered(port):
                 assert process.poll() is None, f"{script}\n{Path(log.name).read_text()}"
             cluster = subprocess.run(
-                ["tierbroker", "cluster", "info", "-b", f"127.0.0.1:{port}"],
+                ["tierbroker", "cluster", "info", "-b", bootstrap],
                 env=environment(None),
                 capture_output=True,
                 text=True,
                 timeout=60,
             )
             assert cluster.returncode == 0, cluster.stderr
+            if meanwhile is not None:
+                meanwhile(bootstrap)
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(60) == 0
@@ -112,8 +130,26 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b.kill()
 
 
+@pytest.mark.parametrize("heading", ["## Quick start", "## Development"])
+def test_the_make_targets(heading: str) -> None:
+    """The `make` lines, dry-run: each target exists, and `make run` serves the shipped
+    config (its broker on 9092 would meet a developer's; the suite is `make test` itself)."""
+    block = sh_blocks(heading)[0]
+    targets = re.findall(r"^make (\S+)", block, flags=re.MULTILINE)
+    assert targets, block
+    for target in targets:
+        dry = subprocess.run(
+            ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert dry.returncode == 0, f"make -n {target}: {dry.stderr}"
+        if target == "run":
+            assert dry.stdout.splitlines()[-1] == (
+                ".venv/bin/tierbroker serve --config config/server.properties"
+            )
+
+
 def test_quick_start(broker: BrokerProcess, tmp_path: Path) -> None:
-    _make, produce_consume = sh_blocks("## Quick start")
+    _, produce_consume = sh_blocks("## Quick start")
     assert run(produce_consume, broker, tmp_path).stdout.splitlines() == ["hello"]
 
 
@@ -133,6 +169,14 @@ def test_the_request_log(tmp_path: Path) -> None:
     assert "DEBUG tierbroker.request: Completed request: Metadata v" in logged
 
 
+def test_the_demo(tmp_path: Path) -> None:
+    (block,) = sh_blocks("## See it work: `tierbroker demo`")
+    shown = run(block, None, tmp_path).stdout
+    for part in ("3 brokers in racks a, b, c started", "where the bytes are", "same-rack reads"):
+        assert part in shown
+    assert "Traceback" not in shown
+
+
 def test_everyday_commands(broker: BrokerProcess, tmp_path: Path) -> None:
     (block,) = sh_blocks("## Everyday commands")
     out = run(block, broker, tmp_path).stdout
@@ -145,10 +189,53 @@ def test_tiered_storage(broker: BrokerProcess, tmp_path: Path) -> None:
     assert "RemoteLogSizeBytes" in out
 
 
-@pytest.mark.parametrize("heading", ["## A cluster", "### Fetching from the closest replica"])
-def test_a_cluster_in_one_process(heading: str, tmp_path: Path) -> None:
-    in_one_process = sh_blocks(heading)[0]
-    logged = run_serve(in_one_process, tmp_path)
+def test_a_cluster_in_one_process_moves_a_partition(tmp_path: Path) -> None:
+    in_one_process, _ = sh_blocks("## A cluster")
+    (moving,) = sh_blocks("### Moving partitions")
+
+    def move(bootstrap: str) -> None:
+        elected = run(moving, None, tmp_path, bootstrap).stdout
+        assert re.search(r"payments:0\s+2,1,0\s+2,1,0\s+complete", elected), elected
+        described = subprocess.run(
+            ["tierbroker", "topic", "describe", "payments", "-b", bootstrap, "-o", "json"],
+            env=environment(None),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        [partition] = json.loads(described.stdout)["partitions"]
+        assert partition["replicas"] == [2, 1, 0] and partition["leader"] == 2
+
+    logged = run_serve(in_one_process, tmp_path, move)
+    assert "Traceback" not in logged
+    assert {f"[broker {i}]" for i in range(3)} <= set(re.findall(r"\[broker \d\]", logged))
+
+
+def test_a_cluster_over_zookeeper(tmp_path: Path) -> None:
+    _, over_zookeeper = sh_blocks("## A cluster")
+    zookeeper = ZooKeeperServer(tmp_path / "zookeeper").start()
+    registered: list[str] = []
+
+    def look(_bootstrap: str) -> None:
+        client = KazooClient(hosts=zookeeper.connect)
+        client.start(timeout=30)
+        try:
+            registered.extend(client.get_children("/tierbroker/brokers/ids"))
+        finally:
+            client.stop()
+            client.close()
+
+    try:
+        logged = run_serve(over_zookeeper, tmp_path, look, zookeeper=zookeeper.connect)
+    finally:
+        zookeeper.stop()
+    assert "Traceback" not in logged
+    assert registered == ["1"]  # in Kafka's layout, under the chroot it created
+
+
+def test_fetching_from_the_closest_replica(tmp_path: Path) -> None:
+    (racked,) = sh_blocks("### Fetching from the closest replica")
+    logged = run_serve(racked, tmp_path)
     assert "Traceback" not in logged
     assert {f"[broker {i}]" for i in range(3)} <= set(re.findall(r"\[broker \d\]", logged))
 

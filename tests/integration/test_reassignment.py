@@ -9,24 +9,29 @@ acknowledged record is readable and broker 0's log of the partition is deleted. 
 cancelled move drops the added replica; a move the controller started is completed by
 the next one when it stops; partitions cannot be added to a topic while one
 of its partitions moves. Kafka's per-partition errors, and NOT_CONTROLLER from a broker
-that is not the controller.
+that is not the controller. `tierbroker partition reassign` starts, verifies and cancels
+moves as kafka-python sees them.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import logging
+import subprocess
 import threading
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicCollection
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from tests.integration.broker_process import executable
 from tests.integration.held_fetcher import HeldFetcher, hold_fetcher
 from tests.integration.waiting import wait_for
 from tests.integration.wire import WireClient, request_module
@@ -206,6 +211,77 @@ def test_a_cancelled_move_drops_the_added_replica(
         cluster.call(held.release())
     [error] = admin.alter_partition_reassignments({tp: None}).values()
     assert error is not None and error.errno == ErrorCode.no_reassignment_in_progress
+
+
+def reassign(cluster: EmbeddedCluster, *args: str, exit_status: int = 0) -> list[dict[str, Any]]:
+    """`tierbroker partition reassign ARGS -o json`, as a user runs it: its rows."""
+    done = subprocess.run(
+        [
+            executable("tierbroker", "pip install -e ."),
+            "partition",
+            "reassign",
+            *args,
+            "-b",
+            cluster.bootstrap_servers,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == exit_status, done.stderr
+    rows: list[dict[str, Any]] = json.loads(done.stdout)["partitions"]
+    return rows
+
+
+def test_the_command_line_moves_verifies_and_cancels(
+    cluster: EmbeddedCluster, admin: KafkaAdminClient
+) -> None:
+    """`tierbroker partition reassign`, checked by kafka-python's view of the moves."""
+    topic = "cli-moved"
+    create(cluster, topic, [[0, 1, 2]])
+    held = new_replica_held(cluster, topic)
+    tp = KpTopicPartition(topic, 0)
+    move = f"{topic}:0=1,2,3"
+    try:
+        [started] = reassign(cluster, move)
+        assert started == {
+            "partition": f"{topic}:0",
+            "replicas": [0, 1, 2],
+            "target": [1, 2, 3],
+            "result": "started",
+        }
+        assert admin.list_partition_reassignments([tp]) == {
+            tp: {"replicas": [1, 2, 3, 0], "adding_replicas": [3], "removing_replicas": [0]}
+        }
+        [progress] = reassign(cluster, "--verify", move, exit_status=1)
+        assert progress["result"] == "in progress: adding 3, removing 0"
+        [cancelled] = reassign(cluster, "--cancel", f"{topic}:0")
+        assert cancelled["result"] == "cancelled"
+        assert admin.list_partition_reassignments() == {}
+        [again] = reassign(cluster, "--cancel", move, exit_status=1)
+        assert again["result"].startswith("NO_REASSIGNMENT_IN_PROGRESS")
+        wait_for(lambda: state(cluster, topic)[0] == (1, 2, 0), "the cancel")
+        [not_done] = reassign(cluster, "--verify", move, exit_status=1)
+        assert not_done["result"] == "not in progress, and the replicas differ"
+
+        reassign(cluster, move)
+    finally:
+        cluster.call(held.release())
+    wait_for(lambda: admin.list_partition_reassignments() == {}, "the move to complete")
+    [complete] = reassign(cluster, "--verify", move)
+    assert complete == {
+        "partition": f"{topic}:0",
+        "replicas": [1, 2, 3],
+        "target": [1, 2, 3],
+        "result": "complete",
+    }
+    describing = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    [described] = describing.describe_topics(TopicCollection([topic])).values()
+    assert [r.id for r in described.result(30).partitions[0].replicas] == [1, 2, 3]
+    [refused] = reassign(cluster, f"{topic}:0=1,9", exit_status=1)
+    assert refused["result"].startswith("INVALID_REPLICA_ASSIGNMENT")
 
 
 def test_bad_targets_get_kafkas_errors(cluster: EmbeddedCluster, admin: KafkaAdminClient) -> None:

@@ -1,0 +1,196 @@
+"""Partition reassignments over the wire, for `tierbroker partition reassign`.
+
+librdkafka has no AlterPartitionReassignments, so these requests go through the broker's own
+client: Metadata from the bootstrap broker names the controller and each partition's
+replicas, and the controller answers AlterPartitionReassignments and
+ListPartitionReassignments, as it does for Kafka's `kafka-reassign-partitions.sh`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kio.schema.alter_partition_reassignments.v0 import request as alter
+from kio.schema.list_partition_reassignments.v0 import request as listing
+from kio.schema.metadata.v12 import request as metadata
+from kio.schema.metadata.v12.response import MetadataResponse
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i32, i32Timedelta
+
+from tierbroker.broker.network.broker_client import BrokerClient
+from tierbroker.protocol.errors import ErrorCode
+
+CLIENT_ID = "tierbroker-cli"
+
+
+@dataclass(frozen=True)
+class Move:
+    """A partition and the replicas it should have; None cancels its reassignment."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...] | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+
+@dataclass(frozen=True)
+class Ongoing:
+    """A reassignment in progress, as ListPartitionReassignments shows it."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def parse_move(spec: str) -> Move:
+    """`topic:partition=1,2,3`, or `topic:partition` (no target: for a cancel)."""
+    name, has_target, target = spec.partition("=")
+    topic, _, number = name.rpartition(":")
+    if not topic or not number.isdigit():
+        raise ValueError(f"{spec!r} is not TOPIC:PARTITION[=BROKER,...]")
+    if not has_target:
+        return Move(topic, int(number), None)
+    try:
+        replicas = tuple(int(b) for b in target.split(","))
+    except ValueError:
+        raise ValueError(f"{spec!r}: replicas are broker ids separated by commas") from None
+    return Move(topic, int(number), replicas)
+
+
+class ReassignmentFailed(Exception):
+    """The request as a whole failed: the brokers unreachable, or an error for all of it."""
+
+
+def error_text(code: ErrorCode, message: str | None) -> str:
+    """A Kafka error as its name, and the broker's reason when it gave one."""
+    name = code.name.upper()
+    return f"{name}: {message}" if message else name
+
+
+class Reassigner:
+    """One command's connections: to a bootstrap broker, and to the controller it names."""
+
+    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_ms = max(int(timeout_s * 1000), 1)
+        self._clients: list[BrokerClient] = []
+
+    async def close(self) -> None:
+        for client in self._clients:
+            await client.close()
+
+    def _client(self, host: str, port: int) -> BrokerClient:
+        client = BrokerClient(host, port, CLIENT_ID, self.timeout_ms)
+        self._clients.append(client)
+        return client
+
+    async def _metadata(self, topics: Sequence[str]) -> MetadataResponse:
+        """Metadata from the first bootstrap broker that answers."""
+        error: Exception | None = None
+        for address in self.bootstrap.split(","):
+            host, _, port = address.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ReassignmentFailed(f"{address!r} is not host:port")
+            try:
+                answer: MetadataResponse = await self._client(host, int(port)).send(
+                    metadata.MetadataRequest(
+                        topics=tuple(
+                            metadata.MetadataRequestTopic(topic_id=None, name=TopicName(t))
+                            for t in sorted(set(topics))
+                        ),
+                        allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False,
+                    )
+                )
+                return answer
+            except OSError as e:  # BrokerUnavailable is one
+                error = e
+        raise ReassignmentFailed(f"cannot reach {self.bootstrap} ({error})")
+
+    async def replicas(self, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, ...]]:
+        """Each existing partition of `topics` and its replicas, in order."""
+        answer = await self._metadata(topics)
+        return {
+            (str(t.name), int(p.partition_index)): tuple(int(b) for b in p.replica_nodes)
+            for t in answer.topics
+            if t.error_code == ErrorCode.none
+            for p in t.partitions
+        }
+
+    async def _controller(self, topics: Sequence[str]) -> BrokerClient:
+        answer = await self._metadata(topics)
+        for broker in answer.brokers:
+            if broker.node_id == answer.controller_id:
+                return self._client(broker.host, int(broker.port))
+        raise ReassignmentFailed(f"{self.bootstrap} names no controller")
+
+    async def alter(self, moves: Sequence[Move]) -> dict[Move, str | None]:
+        """Start (or, with no target, cancel) each move; its error, or None."""
+        controller = await self._controller([m.topic for m in moves])
+        by_topic: dict[str, list[Move]] = {}
+        for move in moves:
+            by_topic.setdefault(move.topic, []).append(move)
+        answer = await controller.send(
+            alter.AlterPartitionReassignmentsRequest(
+                timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=self.timeout_ms)),
+                topics=tuple(
+                    alter.ReassignableTopic(
+                        name=TopicName(topic),
+                        partitions=tuple(
+                            alter.ReassignablePartition(
+                                partition_index=i32(m.partition),
+                                replicas=None
+                                if m.replicas is None
+                                else tuple(BrokerId(b) for b in m.replicas),
+                            )
+                            for m in group
+                        ),
+                    )
+                    for topic, group in by_topic.items()
+                ),
+            )
+        )
+        if answer.error_code != ErrorCode.none:
+            raise ReassignmentFailed(error_text(answer.error_code, answer.error_message))
+        errors = {
+            (str(t.name), int(p.partition_index)): None
+            if p.error_code == ErrorCode.none
+            else error_text(p.error_code, p.error_message)
+            for t in answer.responses
+            for p in t.partitions
+        }
+        return {m: errors.get((m.topic, m.partition), "no answer") for m in moves}
+
+    async def ongoing(self, moves: Sequence[Move]) -> dict[tuple[str, int], Ongoing]:
+        """The reassignments in progress among `moves`' partitions."""
+        controller = await self._controller([m.topic for m in moves])
+        partitions: dict[str, set[int]] = {}
+        for move in moves:
+            partitions.setdefault(move.topic, set()).add(move.partition)
+        answer = await controller.send(
+            listing.ListPartitionReassignmentsRequest(
+                timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=self.timeout_ms)),
+                topics=tuple(
+                    listing.ListPartitionReassignmentsTopics(
+                        name=TopicName(topic), partition_indexes=tuple(i32(p) for p in sorted(ps))
+                    )
+                    for topic, ps in partitions.items()
+                ),
+            )
+        )
+        if answer.error_code != ErrorCode.none:
+            raise ReassignmentFailed(error_text(answer.error_code, answer.error_message))
+        return {
+            (str(t.name), int(p.partition_index)): Ongoing(
+                tuple(int(b) for b in p.replicas),
+                tuple(int(b) for b in p.adding_replicas),
+                tuple(int(b) for b in p.removing_replicas),
+            )
+            for t in answer.topics
+            for p in t.partitions
+        }
