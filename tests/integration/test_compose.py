@@ -10,8 +10,9 @@
   translation (a service's name and port, or 0.0.0.0 and a published port, become
   127.0.0.1 and a free port; container paths become temp dirs). A real ZooKeeper
   stands for the zookeeper service and moto's S3 server for MinIO, with the bucket the
-  minio-bucket service creates. Records produced through it are read back by a
-  consumer in rack b from the broker in rack b, and reach the bucket.
+  minio-bucket service creates. The README's commands run in the services create the
+  topic and show its tiers; records produced through it are read back by a consumer in
+  rack b from the broker in rack b, and reach the bucket.
 - The Dockerfile copies every layer of the package.
 """
 
@@ -34,7 +35,6 @@ import jsonschema
 import pytest
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import ROOT, api_versions_answered, executable, free_port
 from tests.integration.moto_server import MotoServer
@@ -218,7 +218,13 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         for name, broker in brokers.items():
             port = int(broker["address"].split(":")[1])
             wait_for(lambda p=port: api_versions_answered(p), f"{name} answering", directory)
-        yield {"brokers": brokers, "bucket": bucket, "moto": moto, "directory": directory}
+        yield {
+            "brokers": brokers,
+            "bucket": bucket,
+            "moto": moto,
+            "directory": directory,
+            "translate": translate,
+        }
     finally:
         for process in processes:  # one after another, as a rolling stop: each hands over
             process.terminate()
@@ -258,26 +264,45 @@ def consumer_bytes(metrics_port: int, topic: str) -> dict[str, float]:
     return totals
 
 
+def readme_commands() -> list[str]:
+    """The README's commands run inside the compose services (`docker compose exec`)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## On a laptop: docker compose") :]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)[:1]
+    commands = block.replace("\\\n", " ").splitlines()
+    return [c for c in commands if c.startswith("docker compose exec")]
+
+
+def run_in_service(command: str, translate: Translation) -> str:
+    """A README `docker compose exec SERVICE tierbroker ...` line, run as the service
+    would: its names and ports translated as the topology's are."""
+    words = shlex.split(command)
+    assert words[:3] == ["docker", "compose", "exec"] and words[4] == "tierbroker", command
+    args = [
+        executable("tierbroker", "pip install -e ."),
+        *(translate.text(a, {}) for a in words[5:]),
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"{command}\n{done.stderr}"
+    return done.stdout
+
+
 def test_records_go_through_the_topology_and_tier_to_the_bucket(topology: dict[str, Any]) -> None:
     brokers = topology["brokers"]
     bootstrap = ",".join(b["address"] for b in brokers.values())
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = NewTopic(
-        "clicks", 1, 3, config={"remote.storage.enable": "true", "segment.bytes": "16384"}
-    )
-    admin.create_topics([topic])["clicks"].result(30)
-    producer = Producer(  # batches smaller than a segment, so segments roll; in order
+    create, status = readme_commands()
+    run_in_service(create, topology["translate"])  # the README's topic: 1 MiB segments, tiered
+    producer = Producer(  # in order, to one partition; more than a segment, so one rolls
         {
             "bootstrap.servers": bootstrap,
             "acks": "all",
             "linger.ms": 5,
-            "batch.size": 4096,
             "enable.idempotence": True,
         }
     )
-    values = [b"click-%d:" % i + b"." * 200 for i in range(400)]
+    values = [b"click-%d:" % i + b"." * 200 for i in range(6000)]
     for value in values:
-        producer.produce("clicks", value)
+        producer.produce("clicks", value, partition=0)
         producer.poll(0)
     assert producer.flush(30) == 0
 
@@ -312,3 +337,4 @@ def test_records_go_through_the_topology_and_tier_to_the_bucket(topology: dict[s
         "a segment in the bucket",
         topology["directory"],
     )
+    assert "clicks" in run_in_service(status, topology["translate"])
