@@ -21,16 +21,19 @@ Progress goes to stdout, one line per job.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlparse
+
+import typer
 
 from tierbroker.pipeline import SPARK_INSTALL
 from tierbroker.pipeline.discovery import RemoteSegment
@@ -38,33 +41,97 @@ from tierbroker.pipeline.discovery import RemoteSegment
 MARKER_DIR = "_exported_segments"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="tierbroker export", description="Export a topic's remote tier to Parquet."
-    )
-    parser.add_argument("--storage", required=True, help="file:///dir or s3://bucket/prefix?...")
-    parser.add_argument("--topic", required=True, help="a topic, or several separated by commas")
-    parser.add_argument(
-        "--to", dest="output", required=True, help="the output directory or Hadoop URI"
-    )
-    parser.add_argument("--format", choices=["parquet"], default="parquet")
-    parser.add_argument("--cluster", help="the cluster id (default: found by listing)")
-    parser.add_argument("--entropy-bits", type=int, default=0, help="the broker's entropy bits")
-    parser.add_argument("--partitions", help="comma-separated partition numbers (default: all)")
-    parser.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="another option of the tierbroker source (credentials, startingOffsets, ...)",
-    )
-    parser.add_argument("--segments-per-job", type=int, default=16)
-    parser.add_argument("--max-segments", type=int, default=0, help="stop after N (0: all)")
-    parser.add_argument("--master", default="local[*]", help="when no Spark session exists yet")
-    return parser.parse_args(argv)
+@dataclass(frozen=True)
+class ExportArgs:
+    """What `tierbroker export` was asked to do (see `command` for each option)."""
+
+    storage: str
+    topic: str
+    output: str
+    cluster: str | None
+    entropy_bits: int
+    partitions: str | None
+    options: tuple[str, ...]
+    segments_per_job: int
+    max_segments: int
+    master: str
 
 
-def source_options(args: argparse.Namespace) -> dict[str, str]:
+class Format(StrEnum):
+    parquet = "parquet"
+
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@app.command()
+def command(
+    storage: Annotated[
+        str, typer.Option(metavar="URL", help="file:///dir or s3://bucket/prefix?...")
+    ],
+    topic: Annotated[str, typer.Option(help="a topic, or several separated by commas")],
+    output: Annotated[
+        str, typer.Option("--to", metavar="DIR", help="the output directory or Hadoop URI")
+    ],
+    _format: Annotated[Format, typer.Option("--format", help="the output format")] = (
+        Format.parquet
+    ),
+    cluster: Annotated[
+        str | None, typer.Option(help="the cluster id (default: found by listing)")
+    ] = None,
+    entropy_bits: Annotated[int, typer.Option(help="the broker's entropy bits")] = 0,
+    partitions: Annotated[
+        str | None, typer.Option(help="comma-separated partition numbers (default: all)")
+    ] = None,
+    options: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            metavar="KEY=VALUE",
+            help="another option of the tierbroker source (credentials, startingOffsets, "
+            "...), repeatable",
+        ),
+    ] = None,
+    segments_per_job: Annotated[
+        int, typer.Option(help="segments one Spark job writes: a stopped run redoes at most these")
+    ] = 16,
+    max_segments: Annotated[int, typer.Option(help="stop after N (0: all)")] = 0,
+    master: Annotated[
+        str, typer.Option(help="Spark's master, when no Spark session exists yet")
+    ] = "local[*]",
+) -> None:
+    """Export a topic's remote tier to Parquet with Spark, straight from the object store.
+    Exit status 1 without Spark or with no remote segment of the topic in the store; 2
+    for a storage URL or an option that does not work."""
+    args = ExportArgs(
+        storage,
+        topic,
+        output,
+        cluster,
+        entropy_bits,
+        partitions,
+        tuple(options or ()),
+        segments_per_job,
+        max_segments,
+        master,
+    )
+    missing = missing_spark()
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        raise typer.Exit(1)
+    source = source_options(args)
+    try:
+        segments = remote_segments(source)
+    except ValueError as e:  # a storage URL or an --option that does not work
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if not segments:
+        print(f"error: no remote segments of topic {args.topic} in {args.storage}", file=sys.stderr)
+        raise typer.Exit(1)
+    export(args, source, segments)
+
+
+def source_options(args: ExportArgs) -> dict[str, str]:
     """The `tierbroker` source options the arguments stand for."""
     options = {"storage": args.storage, "topic": args.topic, "includeHeaders": "true"}
     if args.cluster:
@@ -73,10 +140,10 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
         options["key.prefix.entropy.bits"] = str(args.entropy_bits)
     if args.partitions:
         options["partitions"] = args.partitions
-    for item in args.option:
+    for item in args.options:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--option {item!r}: expected KEY=VALUE")
+            raise typer.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--option")
         options[key] = value
     return options
 
@@ -159,9 +226,7 @@ def remote_segments(options: dict[str, str]) -> dict[str, RemoteSegment]:
     return segments
 
 
-def export(
-    args: argparse.Namespace, options: dict[str, str], segments: dict[str, RemoteSegment]
-) -> int:
+def export(args: ExportArgs, options: dict[str, str], segments: dict[str, RemoteSegment]) -> int:
     """Export those of `segments` not exported yet, read with the source `options`; returns
     how many were exported now. Spark starts only when there is something to write (or the
     output needs Hadoop)."""
@@ -222,24 +287,11 @@ def missing_spark() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point (`tierbroker export`-style): parse, export. Exit status 0; 1 without
-    Spark, or with no remote segment of the topic in the store; 2 for a storage URL or an
-    option that does not work (one `error:` line each)."""
-    args = parse_args(argv)
-    missing = missing_spark()
-    if missing is not None:
-        print(missing, file=sys.stderr)
-        return 1
-    options = source_options(args)
+    """Entry point (`tierbroker export`, or spark-submit): its exit status."""
     try:
-        segments = remote_segments(options)
-    except ValueError as e:  # a storage URL or an --option that does not work
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if not segments:
-        print(f"error: no remote segments of topic {args.topic} in {args.storage}", file=sys.stderr)
-        return 1
-    export(args, options, segments)
+        typer.main.get_command(app).main(argv, prog_name="tierbroker export")
+    except SystemExit as e:  # how a command's status comes back, usage errors' 2 included
+        return e.code if isinstance(e.code, int) else 1
     return 0
 
 
