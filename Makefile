@@ -14,12 +14,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# On every editable install of a mapped layout (setup.py) setuptools notes that a folder
+# named like the package may shadow it: `tierbroker/` is the package's own, and imports
+# from the checkout reach the layers through setuptools' hook, so the note is muted.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet
+
 $(VENV)/.installed: pyproject.toml setup.py | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml setup.py | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(PIP_INSTALL) -e '.[test]'
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed
