@@ -6,7 +6,9 @@ Against one tierbroker broker (the shipped config), wall time of:
 - `tierbroker --help`, and `tierbroker cluster info` (start-up to the first request
   answered), each the median of 10 runs;
 - producing `--lines` lines of 100 bytes from a file: `tierbroker produce T < file`
-  against `kcat -P -b B -t T -l file`, each to its own topic of one partition;
+  against `kcat -P -b B -t T -l file`, each to its own topic of one partition, and
+  against kcat with `-X enable.idempotence=true`, the guarantee `tierbroker produce`
+  gives (librdkafka's default is off; Kafka's console producer's is on);
 - consuming them to /dev/null: `tierbroker consume T -e` against `kcat -C -b B -t T -e -q`.
 Rounds alternate which tool goes first (ABBA). Reported: medians, and the ratios
 tierbroker / kcat (time: lower is better; the goal is 2x or less).
@@ -59,7 +61,7 @@ def main() -> None:
         help_s = statistics.median(timed([tierbroker, "--help"]) for _ in range(10))
         info_s = statistics.median(timed([tierbroker, "cluster", "info", *b]) for _ in range(10))
         results: dict[str, dict[str, list[float]]] = {
-            "produce": {"tierbroker": [], "kcat": []},
+            "produce": {"tierbroker": [], "kcat": [], "kcat idempotent": []},
             "consume": {"tierbroker": [], "kcat": []},
         }
         for round_ in range(args.rounds):
@@ -72,9 +74,14 @@ def main() -> None:
                     consume = [tierbroker, "consume", topic, "-e", *b]
                     results["produce"][tool].append(timed(produce, stdin=lines))
                 else:
-                    produce = [kcat, "-P", *b, "-t", topic, "-l", str(lines)]
+                    produce = [kcat, "-P", *b, "-l", str(lines)]
                     consume = [kcat, "-C", *b, "-t", topic, "-e", "-q"]
-                    results["produce"][tool].append(timed(produce))
+                    results["produce"][tool].append(timed([*produce, "-t", topic]))
+                    timed([tierbroker, "topic", "create", f"{topic}-idempotent", "-p", "1", *b])
+                    idempotent = [*produce, "-X", "enable.idempotence=true"]
+                    results["produce"]["kcat idempotent"].append(
+                        timed([*idempotent, "-t", f"{topic}-idempotent"])
+                    )
                 results["consume"][tool].append(timed(consume))
                 print(
                     f"round {round_ + 1} {tool}: produce {results['produce'][tool][-1]:.2f} s, "
@@ -85,9 +92,13 @@ def main() -> None:
     print(f"tierbroker --help          {help_s:.3f} s (median of 10)")
     print(f"tierbroker cluster info    {info_s:.3f} s (median of 10; start-up to an answer)")
     for phase, by_tool in results.items():
-        ours, theirs = (statistics.median(by_tool[t]) for t in ("tierbroker", "kcat"))
-        ratio = ours / theirs
-        print(f"{phase:8} tierbroker {ours:6.2f} s  kcat {theirs:6.2f} s  ratio {ratio:.2f}x")
+        ours = statistics.median(by_tool["tierbroker"])
+        for theirs_name in (t for t in by_tool if t != "tierbroker"):
+            theirs = statistics.median(by_tool[theirs_name])
+            print(
+                f"{phase:8} tierbroker {ours:6.2f} s  {theirs_name} {theirs:6.2f} s  "
+                f"ratio {ours / theirs:.2f}x"
+            )
 
 
 if __name__ == "__main__":

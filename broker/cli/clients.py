@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
@@ -83,23 +83,21 @@ def produce(
         sent = 0
         # not while a person types the records
         with _progress("produced", show_progress() and not sys.stdin.isatty()) as advance:
-            send = producer.produce
             try:
-                for line in sys.stdin.buffer:
-                    value = line[:-1] if line[-1:] == b"\n" else line
-                    key = None
-                    if delimiter is not None and delimiter in value:
-                        key, value = value.split(delimiter, 1)
-                    try:
-                        send(topic, value, key, **options)
-                    except BufferError:
-                        _send_when_queued(producer, topic, value, key, options)
-                    sent += 1
-                    if sent % 1000 == 0:  # serve callbacks, show progress
-                        producer.poll(0)
-                        advance(sent)
-                        if failed:
-                            break
+                for lines in _lines(sys.stdin.buffer):
+                    for line in lines:
+                        key = None
+                        if delimiter is not None and delimiter in line:
+                            key, line = line.split(delimiter, 1)
+                        try:
+                            producer.produce(topic, line, key, **options)
+                        except BufferError:  # the local queue is full: wait for deliveries
+                            _send_when_queued(producer, topic, line, key, options)
+                        sent += 1
+                    producer.poll(0)  # serve callbacks
+                    advance(sent)
+                    if failed:
+                        break
             except KeyboardInterrupt:  # deliver what was read, then stop
                 pass
             left = producer.flush(timeout)
@@ -112,12 +110,26 @@ def produce(
     typer.echo(f"produced {records(sent)} to {topic}", err=True)
 
 
+def _lines(stream: BinaryIO) -> Iterator[list[bytes]]:
+    """The lines of `stream` without their newlines, a list per read: a file's or a pipe's
+    in reads of up to 1 MiB (a Python call per line is the cost to keep low), a
+    terminal's as each line is typed. The last line needs no newline."""
+    tail = b""
+    while chunk := stream.read1(1 << 20):
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        yield lines
+    if tail:
+        yield [tail]
+
+
 def _send_when_queued(
     producer: Producer, topic: str, value: bytes, key: bytes | None, options: dict[str, Any]
 ) -> None:
-    """Queue one record the full local queue refused, waiting for deliveries meanwhile."""
+    """Queue one record the full local queue refused, waiting for deliveries meanwhile
+    (briefly: only failed deliveries are reported, so a poll waits out its timeout)."""
     while True:
-        producer.poll(0.1)
+        producer.poll(0.005)
         try:
             producer.produce(topic, value, key, **options)
             return
