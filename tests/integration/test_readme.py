@@ -137,9 +137,11 @@ def test_the_make_targets(heading: str) -> None:
     block = sh_blocks(heading)[0]
     targets = re.findall(r"^make (\S+)", block, flags=re.MULTILINE)
     assert targets, block
+    # as from a shell: not as a sub-make of `make test`, which would print its directories
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     for target in targets:
         dry = subprocess.run(
-            ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+            ["make", "-n", target], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
         )
         assert dry.returncode == 0, f"make -n {target}: {dry.stderr}"
         if target == "run":
