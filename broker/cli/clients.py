@@ -7,12 +7,13 @@ format (`%k %s %h %t %p %o %T`), or as one JSON object per line for scripts.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -84,7 +85,8 @@ def produce(
         # not while a person types the records
         with _progress("produced", show_progress() and not sys.stdin.isatty()) as advance:
             try:
-                for lines in _lines(sys.stdin.buffer):
+                # stdin's buffer is a BufferedReader (typed as a plain BinaryIO)
+                for lines in _lines(cast(io.BufferedIOBase, sys.stdin.buffer)):
                     for line in lines:
                         key = None
                         if delimiter is not None and delimiter in line:
@@ -110,7 +112,7 @@ def produce(
     typer.echo(f"produced {records(sent)} to {topic}", err=True)
 
 
-def _lines(stream: BinaryIO) -> Iterator[list[bytes]]:
+def _lines(stream: io.BufferedIOBase) -> Iterator[list[bytes]]:
     """The lines of `stream` without their newlines, a list per read: a file's or a pipe's
     in reads of up to 1 MiB (a Python call per line is the cost to keep low), a
     terminal's as each line is typed. The last line needs no newline."""
