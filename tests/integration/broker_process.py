@@ -26,6 +26,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports (for brokers that take ports from one
+    up, as `serve --brokers N` does)."""
+    while True:
+        first = free_port()
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+
+
 def api_versions_answered(port: int, timeout_s: float = 0.5) -> bool:
     """True once the broker answers an ApiVersions v0 request."""
     request = struct.pack(">hhih", 18, 0, 1, 4) + b"test"

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -22,7 +23,7 @@ from tests.integration.broker_process import (
     BrokerProcess,
     api_versions_answered,
     executable,
-    free_port,
+    free_ports,
 )
 from tests.integration.waiting import wait_for
 from tests.zookeeper import ZooKeeperServer
@@ -83,10 +84,11 @@ def run(
 
 
 def on_free_ports(script: str) -> tuple[str, int]:
-    """`script` with its listener and metrics ports free ones; and the listener's."""
-    port = free_port()
+    """`script` with its listener and metrics ports free ones (three in a row each, for
+    `--brokers 3`); and the listener's."""
+    port = free_ports(3)
     script = re.sub(r"(PLAINTEXT://127\.0\.0\.1:)\d+", rf"\g<1>{port}", script)
-    return re.sub(r"metrics\.port=\d+", f"metrics.port={free_port()}", script), port
+    return re.sub(r"metrics\.port=\d+", f"metrics.port={free_ports(3)}", script), port
 
 
 def run_serve(
@@ -119,8 +121,10 @@ def run_serve(
                 meanwhile(bootstrap)
         finally:
             process.send_signal(signal.SIGTERM)
-            assert process.wait(60) == 0
-        return Path(log.name).read_text()
+            status = process.wait(60)
+        logged = Path(log.name).read_text()
+        assert status == 0, logged[-4000:]
+        return logged
 
 
 @pytest.fixture(scope="module")
@@ -198,15 +202,21 @@ def test_a_cluster_in_one_process_moves_a_partition(tmp_path: Path) -> None:
     def move(bootstrap: str) -> None:
         elected = run(moving, None, tmp_path, bootstrap).stdout
         assert re.search(r"payments:0\s+2,1,0\s+2,1,0\s+complete", elected), elected
-        described = subprocess.run(
-            ["tierbroker", "topic", "describe", "payments", "-b", bootstrap, "-o", "json"],
-            env=environment(None),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        [partition] = json.loads(described.stdout)["partitions"]
-        assert partition["replicas"] == [2, 1, 0] and partition["leader"] == 2
+
+        def described() -> dict[str, Any]:
+            shown = subprocess.run(
+                ["tierbroker", "topic", "describe", "payments", "-b", bootstrap, "-o", "json"],
+                env=environment(None),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            [partition] = json.loads(shown.stdout)["partitions"]
+            return dict(partition)
+
+        # the broker asked may learn of the election a moment after it is made
+        wait_for(lambda: described()["leader"] == 2, "broker 2 to lead payments")
+        assert described()["replicas"] == [2, 1, 0]
 
     logged = run_serve(in_one_process, tmp_path, move)
     assert "Traceback" not in logged
