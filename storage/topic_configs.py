@@ -265,6 +265,22 @@ def parse_value(definition: ConfigDef, raw: str) -> Any:
     return ",".join(value) if definition.config_type is ConfigType.LIST else value
 
 
+def broker_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 1) -> Any:
+    """The topic default broker property `prop` supplies, in the topic config's unit,
+    checked as the topic config is; a `ValueError` naming `prop` and the valid values."""
+    text = format_value(raw) if isinstance(raw, bool) else str(raw)
+    try:
+        if prop.startswith("log.retention."):  # Kafka: any negative retention is unlimited
+            text = str(max(int(text.strip()) * unit_ms, -1))
+        elif unit_ms != 1:
+            text = str(int(text.strip()) * unit_ms)
+        return parse_value(definition, text)
+    except (KafkaError, ValueError):
+        kind = "an integer " if definition.config_type in (ConfigType.INT, ConfigType.LONG) else ""
+        unit = f" once in ms (x {unit_ms})" if unit_ms != 1 else ""
+        raise ValueError(f"{prop}={raw!r}: must be {kind}{definition.valid}{unit}") from None
+
+
 def check_overrides(overrides: Mapping[str, str | None]) -> dict[str, Any]:
     """Validate topic config overrides by name and value; the parsed values."""
     parsed = {}

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
@@ -17,16 +18,34 @@ from tierbroker.broker.cli.common import (
     Timeout,
     admin_client,
     command_group,
+    fail,
     failing,
+    key_values,
     print_json,
     print_table,
 )
+
+if TYPE_CHECKING:
+    from tierbroker.broker.cli.wire_admin import WireAdmin
+
+T = TypeVar("T")
 
 app = command_group("The cluster a broker belongs to.")
 config_app = command_group("A broker's configs: describe, alter.")
 app.add_typer(config_app, name="config")
 
-BrokerId = Annotated[int, typer.Option("--broker", help="the broker's id")]
+BrokerId = Annotated[int | None, typer.Option("--broker", help="the broker's id")]
+ClusterDefault = Annotated[
+    bool,
+    typer.Option("--default", help="the cluster-wide defaults instead of one broker's"),
+]
+
+
+def _entity(broker: int | None, cluster_default: bool) -> str:
+    """What the configs are of, in messages: a broker, or the cluster's defaults."""
+    if (broker is None) == (not cluster_default):
+        raise typer.BadParameter("give --broker N or --default")
+    return "the cluster defaults" if cluster_default else f"broker {broker}"
 
 
 @app.command()
@@ -64,7 +83,8 @@ def info(
 
 @config_app.command("describe")
 def describe_config(
-    broker: BrokerId,
+    broker: BrokerId = None,
+    cluster_default: ClusterDefault = False,
     all_configs: Annotated[
         bool, typer.Option("--all-configs", help="defaults too, not just the values set")
     ] = False,
@@ -72,28 +92,67 @@ def describe_config(
     timeout: Timeout = 10.0,
     output: OutputOption = Output.table,
 ) -> None:
-    """A broker's configs set in its properties file or at run time (--all-configs: all)."""
-    with failing(f"describe configs of broker {broker}", bootstrap):
-        admin = admin_client(bootstrap, timeout)
-        configs = configs_of.described(admin, "broker", str(broker), timeout)
-    shown = [c for c in configs if all_configs or c["source"] != "DEFAULT_CONFIG"]
-    if output is Output.json:
-        print_json({"broker": broker, "configs": shown})
-        return
-    configs_of.print_configs(
-        shown,
-        title=f"broker {broker} configs" + ("" if all_configs else " (--all-configs for all)"),
-        empty="none set",
+    """A broker's configs set in its properties file or at run time (--all-configs: all),
+    or the dynamic defaults set for the whole cluster (--default)."""
+    what = _entity(broker, cluster_default)
+    entries = _wire(
+        f"describe configs of {what}", bootstrap, timeout, lambda a: a.broker_configs(broker)
     )
+    configs = [
+        {"name": e.name, "value": e.value, "source": e.source}
+        for e in entries
+        if all_configs or e.source != "DEFAULT_CONFIG"
+    ]
+    if output is Output.json:
+        print_json({"broker": broker, "configs": configs})
+        return
+    hint = "" if all_configs or cluster_default else " (--all-configs for all)"
+    configs_of.print_configs(configs, title=f"{what} configs{hint}", empty="none set")
 
 
 @config_app.command("alter")
 def alter_config(
-    broker: BrokerId,
+    broker: BrokerId = None,
+    cluster_default: ClusterDefault = False,
     config: configs_of.SetOption = None,
     delete_config: configs_of.DeleteOption = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
     timeout: Timeout = 10.0,
 ) -> None:
-    """Set or remove a broker's dynamic configs; the others stay as they are."""
-    configs_of.alter("broker", str(broker), config, delete_config, bootstrap, timeout)
+    """Set or remove dynamic configs of a broker, or of the whole cluster (--default);
+    the others stay as they are. The topic defaults (log.retention.ms, log.segment.bytes,
+    log.cleanup.policy, ...) are dynamic, and apply at once to every topic without an
+    override."""
+    what = _entity(broker, cluster_default)
+    changes = key_values(config, "--config")
+    if not changes and not delete_config:
+        raise typer.BadParameter("give --config key=value or --delete-config key")
+    _wire(
+        f"alter configs of {what}",
+        bootstrap,
+        timeout,
+        lambda a: a.alter_broker_configs(broker, changes, delete_config or []),
+    )
+    typer.echo(f"altered configs of {what}", err=True)
+
+
+def _wire(
+    what: str, bootstrap: str, timeout: float, call: Callable[[WireAdmin], Awaitable[T]]
+) -> T:
+    """`call` on a `WireAdmin` (librdkafka names no cluster-wide broker resource); a
+    failure is one line naming `what`."""
+    import asyncio
+
+    from tierbroker.broker.cli.wire_admin import WireAdmin, WireError
+
+    async def run() -> T:
+        admin = WireAdmin(bootstrap, timeout)
+        try:
+            return await call(admin)
+        finally:
+            await admin.close()
+
+    try:
+        return asyncio.run(run())
+    except (OSError, WireError) as e:
+        fail(f"{what}: {e}")

@@ -1,5 +1,6 @@
-"""Configs of a topic or a broker, described and altered as kafka-configs.sh does it:
-IncrementalAlterConfigs sets or deletes the keys named and leaves the others."""
+"""Configs as kafka-configs.sh shows and changes them: the options and the table the topic
+and broker config commands share, and a topic's configs through librdkafka
+(IncrementalAlterConfigs sets or deletes the keys named and leaves the others)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ DeleteOption = Annotated[
 ]
 
 
-def described(admin: AdminClient, kind: str, name: str, timeout: float) -> list[dict[str, Any]]:
-    """Every config of the topic or broker (`kind`) `name`: name, value, source, default,
-    sorted by name. Raises the client's errors (inside `failing`)."""
+def described(admin: AdminClient, topic: str, timeout: float) -> list[dict[str, Any]]:
+    """Every config of `topic`: name, value, source, default, sorted by name. Raises the
+    client's errors (inside `failing`)."""
     from confluent_kafka.admin import ConfigResource
 
-    resource = ConfigResource(ConfigResource.Type[kind.upper()], name)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     [future] = admin.describe_configs([resource], request_timeout=timeout).values()
     return [
         {
@@ -50,15 +51,14 @@ def print_configs(configs: list[dict[str, Any]], title: str, empty: str) -> None
 
 
 def alter(
-    kind: str,
-    name: str,
+    topic: str,
     config: list[str] | None,
     delete_config: list[str] | None,
     bootstrap: str,
     timeout: float,
 ) -> None:
-    """Set `config` (key=value) and delete `delete_config` keys of the topic or broker
-    (`kind`) `name`, in one IncrementalAlterConfigs request."""
+    """Set `config` (key=value) and delete `delete_config` keys of `topic`, in one
+    IncrementalAlterConfigs request."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     changes = [
@@ -70,13 +70,13 @@ def alter(
     ]
     if not changes:
         raise typer.BadParameter("give --config key=value or --delete-config key")
-    resource = ConfigResource(ConfigResource.Type[kind.upper()], name, incremental_configs=changes)
-    with failing(f"alter configs of {kind} {name}", bootstrap):
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=changes)
+    with failing(f"alter configs of topic {topic}", bootstrap):
         admin = admin_client(bootstrap, timeout)
         futures = admin.incremental_alter_configs([resource], request_timeout=timeout)
         for future in futures.values():
             future.result(timeout)
-    typer.echo(f"altered configs of {kind} {name}", err=True)
+    typer.echo(f"altered configs of topic {topic}", err=True)
 
 
 def _source_name(source: Any) -> str:

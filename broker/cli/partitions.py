@@ -29,7 +29,7 @@ from tierbroker.broker.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from tierbroker.broker.cli.reassignments import Move, Ongoing
+    from tierbroker.broker.cli.wire_admin import Move, Ongoing
 
 app = command_group("Partitions: elect leaders, move them to other brokers.")
 
@@ -134,7 +134,7 @@ def reassign(
     the replicas after `=` may be left out). Exit status 1 if a partition failed."""
     import asyncio
 
-    from tierbroker.broker.cli.reassignments import Move, parse_move
+    from tierbroker.broker.cli.wire_admin import Move, parse_move
 
     if verify and cancel:
         raise typer.BadParameter("--verify and --cancel exclude each other")
@@ -163,23 +163,23 @@ async def _reassign(
     mode: Reassign, moves: list[Move], bootstrap: str, timeout_s: float
 ) -> tuple[list[dict[str, Any]], bool]:
     """One row per move, and whether any failed (or, verifying, is not done)."""
-    from tierbroker.broker.cli.reassignments import Reassigner, ReassignmentFailed
+    from tierbroker.broker.cli.wire_admin import WireAdmin, WireError
 
-    reassigner = Reassigner(bootstrap, timeout_s)
+    admin = WireAdmin(bootstrap, timeout_s)
     try:
         # the replicas before the move: to move back, run `reassign` with them as target
-        before = await reassigner.replicas([m.topic for m in moves])
+        before = await admin.replicas([m.topic for m in moves])
         if mode is Reassign.verify:
-            ongoing = await reassigner.ongoing(moves)
+            ongoing = await admin.ongoing_reassignments(moves)
             outcomes = {m: _progress(m, before, ongoing) for m in moves}
         else:
-            errors = await reassigner.alter(moves)
+            errors = await admin.alter_reassignments(moves)
             done = "started" if mode is Reassign.execute else "cancelled"
             outcomes = {m: (error or done, error is not None) for m, error in errors.items()}
-    except (OSError, ReassignmentFailed) as e:
+    except (OSError, WireError) as e:
         fail(f"{mode.value} reassignment: {e}")
     finally:
-        await reassigner.close()
+        await admin.close()
     rows = [
         {
             "partition": m.name,

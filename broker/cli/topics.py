@@ -102,7 +102,7 @@ def describe(
             TopicCollection([topic]), request_timeout=timeout
         ).values()
         described = description.result(timeout)
-        configs = configs_of.described(admin, "topic", topic, timeout)
+        configs = configs_of.described(admin, topic, timeout)
     partitions = [
         {
             "partition": p.id,
@@ -147,7 +147,7 @@ def alter_config(
     timeout: Timeout = 10.0,
 ) -> None:
     """Set or remove a topic's config overrides; the others stay as they are."""
-    configs_of.alter("topic", topic, config, delete_config, bootstrap, timeout)
+    configs_of.alter(topic, config, delete_config, bootstrap, timeout)
 
 
 @app.command("add-partitions")

@@ -1,28 +1,52 @@
-"""Partition reassignments over the wire, for `tierbroker partition reassign`.
+"""`WireAdmin`: the admin requests librdkafka cannot send, through the broker's own client.
 
-librdkafka has no AlterPartitionReassignments, so these requests go through the broker's own
-client: Metadata from the bootstrap broker names the controller and each partition's
-replicas, and the controller answers AlterPartitionReassignments and
-ListPartitionReassignments, as it does for Kafka's `kafka-reassign-partitions.sh`.
+librdkafka has no AlterPartitionReassignments, and names no broker resource without a
+broker id (the cluster's dynamic defaults). Metadata from a bootstrap broker names the
+controller, each broker's address and each partition's replicas; the controller answers
+AlterPartitionReassignments and ListPartitionReassignments (`tierbroker partition
+reassign`, as for Kafka's `kafka-reassign-partitions.sh`), and a broker its own configs
+or, any broker, the cluster's (`tierbroker cluster config`, as `kafka-configs.sh`).
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kio.schema.alter_partition_reassignments.v0 import request as alter
+from kio.schema.describe_configs.v4 import request as describe
+from kio.schema.incremental_alter_configs.v1 import request as incremental
 from kio.schema.list_partition_reassignments.v0 import request as listing
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from tierbroker.broker.network.broker_client import BrokerClient
 from tierbroker.protocol.errors import ErrorCode
 
 CLIENT_ID = "tierbroker-cli"
+BROKER_RESOURCE = 4
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
+CONFIG_SOURCES = {
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+}
+
+
+class BrokerConfigEntry(NamedTuple):
+    name: str
+    value: str | None
+    source: str  # Kafka's name of the config source: STATIC_BROKER_CONFIG, ...
+
+
+def _resource_name(broker_id: int | None) -> str:
+    return "" if broker_id is None else str(broker_id)
 
 
 @dataclass(frozen=True)
@@ -62,8 +86,8 @@ def parse_move(spec: str) -> Move:
     return Move(topic, int(number), replicas)
 
 
-class ReassignmentFailed(Exception):
-    """The request as a whole failed: the brokers unreachable, or an error for all of it."""
+class WireError(Exception):
+    """The request failed as a whole: the brokers unreachable, or an error for all of it."""
 
 
 def error_text(code: ErrorCode, message: str | None) -> str:
@@ -72,8 +96,8 @@ def error_text(code: ErrorCode, message: str | None) -> str:
     return f"{name}: {message}" if message else name
 
 
-class Reassigner:
-    """One command's connections: to a bootstrap broker, and to the controller it names."""
+class WireAdmin:
+    """One command's connections: to a bootstrap broker, and to the brokers it names."""
 
     def __init__(self, bootstrap: str, timeout_s: float) -> None:
         self.bootstrap = bootstrap
@@ -95,7 +119,7 @@ class Reassigner:
         for address in self.bootstrap.split(","):
             host, _, port = address.strip().rpartition(":")
             if not host or not port.isdigit():
-                raise ReassignmentFailed(f"{address!r} is not host:port")
+                raise WireError(f"{address!r} is not host:port")
             try:
                 answer: MetadataResponse = await self._client(host, int(port)).send(
                     metadata.MetadataRequest(
@@ -110,7 +134,7 @@ class Reassigner:
                 return answer
             except OSError as e:  # BrokerUnavailable is one
                 error = e
-        raise ReassignmentFailed(f"cannot reach {self.bootstrap} ({error})")
+        raise WireError(f"cannot reach {self.bootstrap} ({error})")
 
     async def replicas(self, topics: Sequence[str]) -> dict[tuple[str, int], tuple[int, ...]]:
         """Each existing partition of `topics` and its replicas, in order."""
@@ -122,16 +146,77 @@ class Reassigner:
             for p in t.partitions
         }
 
-    async def _controller(self, topics: Sequence[str]) -> BrokerClient:
+    async def _node(self, broker_id: int | None, topics: Sequence[str] = ()) -> BrokerClient:
+        """A client of broker `broker_id`, or of the controller (None)."""
         answer = await self._metadata(topics)
+        wanted = answer.controller_id if broker_id is None else broker_id
         for broker in answer.brokers:
-            if broker.node_id == answer.controller_id:
+            if broker.node_id == wanted:
                 return self._client(broker.host, int(broker.port))
-        raise ReassignmentFailed(f"{self.bootstrap} names no controller")
+        raise WireError(
+            f"{self.bootstrap} names no "
+            + ("controller" if broker_id is None else f"broker {broker_id}")
+        )
 
-    async def alter(self, moves: Sequence[Move]) -> dict[Move, str | None]:
+    # Broker configs ------------------------------------------------------------------
+
+    async def broker_configs(self, broker_id: int | None) -> list[BrokerConfigEntry]:
+        """A broker's configs, or (None) the cluster's dynamic defaults, by name."""
+        client = await self._node(broker_id)
+        answer = await client.send(
+            describe.DescribeConfigsRequest(
+                resources=(
+                    describe.DescribeConfigsResource(
+                        resource_type=i8(BROKER_RESOURCE),
+                        resource_name=_resource_name(broker_id),
+                        configuration_keys=None,
+                    ),
+                ),
+                include_synonyms=False,
+                include_documentation=False,
+            )
+        )
+        [result] = answer.results
+        if result.error_code != ErrorCode.none:
+            raise WireError(error_text(result.error_code, result.error_message))
+        return sorted(
+            BrokerConfigEntry(c.name, c.value, CONFIG_SOURCES.get(c.config_source, "UNKNOWN"))
+            for c in result.configs
+        )
+
+    async def alter_broker_configs(
+        self, broker_id: int | None, set_: Mapping[str, str], delete: Sequence[str]
+    ) -> None:
+        """Set and delete dynamic configs of a broker, or (None) of the cluster."""
+        client = await self._node(broker_id)
+        changes: list[tuple[str, int, str | None]] = [(n, SET, v) for n, v in set_.items()]
+        changes += [(name, DELETE, None) for name in delete]
+        answer = await client.send(
+            incremental.IncrementalAlterConfigsRequest(
+                resources=(
+                    incremental.AlterConfigsResource(
+                        resource_type=i8(BROKER_RESOURCE),
+                        resource_name=_resource_name(broker_id),
+                        configs=tuple(
+                            incremental.AlterableConfig(
+                                name=name, config_operation=i8(operation), value=value
+                            )
+                            for name, operation, value in changes
+                        ),
+                    ),
+                ),
+                validate_only=False,
+            )
+        )
+        [result] = answer.responses
+        if result.error_code != ErrorCode.none:
+            raise WireError(error_text(result.error_code, result.error_message))
+
+    # Reassignments -------------------------------------------------------------------
+
+    async def alter_reassignments(self, moves: Sequence[Move]) -> dict[Move, str | None]:
         """Start (or, with no target, cancel) each move; its error, or None."""
-        controller = await self._controller([m.topic for m in moves])
+        controller = await self._node(None, [m.topic for m in moves])
         by_topic: dict[str, list[Move]] = {}
         for move in moves:
             by_topic.setdefault(move.topic, []).append(move)
@@ -156,7 +241,7 @@ class Reassigner:
             )
         )
         if answer.error_code != ErrorCode.none:
-            raise ReassignmentFailed(error_text(answer.error_code, answer.error_message))
+            raise WireError(error_text(answer.error_code, answer.error_message))
         errors = {
             (str(t.name), int(p.partition_index)): None
             if p.error_code == ErrorCode.none
@@ -166,9 +251,9 @@ class Reassigner:
         }
         return {m: errors.get((m.topic, m.partition), "no answer") for m in moves}
 
-    async def ongoing(self, moves: Sequence[Move]) -> dict[tuple[str, int], Ongoing]:
+    async def ongoing_reassignments(self, moves: Sequence[Move]) -> dict[tuple[str, int], Ongoing]:
         """The reassignments in progress among `moves`' partitions."""
-        controller = await self._controller([m.topic for m in moves])
+        controller = await self._node(None, [m.topic for m in moves])
         partitions: dict[str, set[int]] = {}
         for move in moves:
             partitions.setdefault(move.topic, set()).add(move.partition)
@@ -184,7 +269,7 @@ class Reassigner:
             )
         )
         if answer.error_code != ErrorCode.none:
-            raise ReassignmentFailed(error_text(answer.error_code, answer.error_message))
+            raise WireError(error_text(answer.error_code, answer.error_message))
         return {
             (str(t.name), int(p.partition_index)): Ongoing(
                 tuple(int(b) for b in p.replicas),

@@ -35,13 +35,10 @@ from tierbroker.broker.config.connection_limits import (
     parse_per_ip_overrides,
 )
 from tierbroker.broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIGS
-from tierbroker.protocol.errors import KafkaError
 from tierbroker.storage.topic_configs import (
     TOPIC_CONFIGS,
-    ConfigDef,
-    ConfigType,
+    broker_default,
     format_value,
-    parse_value,
 )
 
 # Passed to the plugins (prefix removed), or Kafka's per-listener settings (ignored).
@@ -287,7 +284,7 @@ class BrokerConfig(BaseModel):
         for definition in TOPIC_CONFIGS.values():
             found = next((s for s in definition.synonyms if s.name in values), None)
             if found is not None:  # the first synonym set wins, as in Kafka
-                defaults[definition.name] = _checked_default(
+                defaults[definition.name] = broker_default(
                     found.name, values[found.name], definition, found.unit_ms
                 )
         values["log_defaults"] = defaults
@@ -362,22 +359,6 @@ class BrokerConfig(BaseModel):
             return parse_listener(self.advertised_listeners, "advertised.listeners")
         host, port = self.listener.host, self.listener.port
         return Endpoint("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
-
-
-def _checked_default(prop: str, raw: Any, definition: ConfigDef, unit_ms: int = 1) -> Any:
-    """The topic default `prop` supplies, in the topic config's unit, checked as the topic
-    config is; a `ValueError` naming `prop` and the valid values if it is not valid."""
-    text = format_value(raw) if isinstance(raw, bool) else str(raw)
-    try:
-        if prop.startswith("log.retention."):  # Kafka: any negative retention is unlimited
-            text = str(max(int(text.strip()) * unit_ms, -1))
-        elif unit_ms != 1:
-            text = str(int(text.strip()) * unit_ms)
-        return parse_value(definition, text)
-    except (KafkaError, ValueError):
-        kind = "an integer " if definition.config_type in (ConfigType.INT, ConfigType.LONG) else ""
-        unit = f" once in ms (x {unit_ms})" if unit_ms != 1 else ""
-        raise ValueError(f"{prop}={raw!r}: must be {kind}{definition.valid}{unit}") from None
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ from kio.static.constants import EntityType
 from tierbroker.broker.config.broker_config import BrokerConfig
 from tierbroker.broker.controller.controller import Controller
 from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
+from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
@@ -42,6 +43,7 @@ class BrokerContext:
     replicas: ReplicaManager
     metadata: MetadataCache
     admin: TopicAdmin
+    dynamic_config: DynamicBrokerConfig
     groups: GroupCoordinator
     controller: Controller
     topic_metrics: BrokerTopicMetrics

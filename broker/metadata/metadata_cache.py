@@ -39,21 +39,27 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class MetadataDelta:
     """What one refresh changed: partition states (None: the partition is gone), topics
-    deleted, topics whose configs changed, and whether the live brokers changed."""
+    deleted, topics whose configs changed, whether the live brokers changed, and whether
+    dynamic broker configs did."""
 
     partitions: dict[TopicPartition, PartitionState | None] = field(default_factory=dict)
     deleted_topics: set[str] = field(default_factory=set)
     configs_changed: set[str] = field(default_factory=set)
     brokers_changed: bool = False
+    broker_configs_changed: bool = False
 
     def __bool__(self) -> bool:
         return bool(
-            self.partitions or self.deleted_topics or self.configs_changed or self.brokers_changed
+            self.partitions
+            or self.deleted_topics
+            or self.configs_changed
+            or self.brokers_changed
+            or self.broker_configs_changed
         )
 
 
 # What a watch marks stale: ("brokers",), ("controller",), ("topics",), ("topic", name),
-# ("state", name, partition), ("config", name).
+# ("state", name, partition), ("config", name), ("broker_configs",), ("broker_config", entity).
 _Stale = tuple[str, ...]
 
 
@@ -66,6 +72,8 @@ class MetadataCache:
         self.shutting_down: set[int] = set()  # brokers in a controlled shutdown
         self.topics: dict[str, TopicAssignment] = {}
         self.configs: dict[str, dict[str, str]] = {}
+        # Dynamic broker configs by entity: a broker id, or zk.DEFAULT_BROKER_ENTITY.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         self._names_by_id: dict[uuid.UUID, str] = {}
         self._listeners: list[Callable[[MetadataDelta], None]] = []
@@ -193,6 +201,10 @@ class MetadataCache:
                 await self._read_state(TopicPartition(key[1], int(key[2])), delta)
             elif kind == "config":
                 await self._read_config(key[1], delta)
+            elif kind == "broker_configs":
+                delta.broker_configs_changed |= await self._read_broker_configs()
+            elif kind == "broker_config":
+                delta.broker_configs_changed |= await self._read_broker_config(key[1])
         return delta
 
     def _publish(self, delta: MetadataDelta) -> None:
@@ -213,6 +225,7 @@ class MetadataCache:
         await self._read_shutdowns()
         await self._read_controller()
         await self._read_topics(delta, reread=True)
+        delta.broker_configs_changed = await self._read_broker_configs()
         self.full_reads += 1
         return delta
 
@@ -323,7 +336,7 @@ class MetadataCache:
         watch = self._watch("config", name)
         try:
             data, _ = await self.store.get(zk.config_path(name), watch)
-            configs = zk.decode_topic_config(data)
+            configs = zk.decode_config(data)
         except zk.UNDECODABLE as e:
             log.error("config znode of %r does not decode: %r", name, e)
             return
@@ -334,3 +347,28 @@ class MetadataCache:
         if self.configs.get(name) != configs and name in self.topics:
             self.configs[name] = configs
             delta.configs_changed.add(name)
+
+    async def _read_broker_configs(self) -> bool:
+        """Every entity's dynamic broker configs; whether any changed."""
+        entities = await self.store.children(zk.BROKER_CONFIGS, self._watch("broker_configs"))
+        changed = False
+        for gone in set(self.broker_configs) - set(entities):
+            del self.broker_configs[gone]
+            changed = True
+        for entity in entities:
+            changed |= await self._read_broker_config(entity)
+        return changed
+
+    async def _read_broker_config(self, entity: str) -> bool:
+        path = zk.broker_config_path(entity)
+        try:
+            data, _ = await self.store.get(path, self._watch("broker_config", entity))
+            configs = zk.decode_config(data)
+        except NoNodeError:
+            return self.broker_configs.pop(entity, None) is not None
+        except zk.UNDECODABLE as e:
+            log.error("broker config znode %s does not decode: %r", path, e)
+            return False
+        changed = self.broker_configs.get(entity) != configs
+        self.broker_configs[entity] = configs
+        return changed

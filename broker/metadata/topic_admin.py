@@ -17,7 +17,7 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tierbroker.broker.metadata import zk_data as zk
@@ -87,7 +87,7 @@ class TopicAdmin:
         broker_id: int,
         store: MetadataStore,
         cache: MetadataCache,
-        log_defaults: Mapping[str, Any],
+        log_defaults: Callable[[], Mapping[str, Any]],
         default_partitions: int,
         default_replication_factor: int,
         tiering_enabled: bool = False,
@@ -95,7 +95,7 @@ class TopicAdmin:
         self.broker_id = broker_id
         self.store = store
         self.cache = cache
-        self.log_defaults = dict(log_defaults)
+        self.log_defaults = log_defaults  # the topic defaults in force (they change)
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
         self.tiering_enabled = tiering_enabled
@@ -105,7 +105,7 @@ class TopicAdmin:
 
     def log_config(self, topic: str) -> LogConfig:
         return LogConfig.from_configs(
-            {**self.log_defaults, **check_overrides(self.cache.configs.get(topic, {}))}
+            {**self.log_defaults(), **check_overrides(self.cache.configs.get(topic, {}))}
         )
 
     def topic_or_error(self, name: str) -> TopicAssignment:
@@ -165,7 +165,7 @@ class TopicAdmin:
                 raise KafkaError(
                     ErrorCode.topic_already_exists, f"topic {name!r} is marked for deletion"
                 )
-            await self._put(zk.config_path(name), zk.encode_topic_config(dict(configs)))
+            await self._put(zk.config_path(name), zk.encode_config(dict(configs)))
             await self.store.create(zk.topic_path(name), topic.encode(), make_parents=True)
         except NodeExistsError:
             raise KafkaError(
@@ -313,7 +313,7 @@ class TopicAdmin:
             return
         before = self.cache.configs.get(name, {})
         try:
-            await self._put(zk.config_path(name), zk.encode_topic_config(dict(configs)))
+            await self._put(zk.config_path(name), zk.encode_config(dict(configs)))
         except StoreError as e:
             raise store_error(f"altering the configs of {name}", e) from e
         _note_not_applied(name, {k: v for k, v in configs.items() if before.get(k) != v})
@@ -326,7 +326,7 @@ class TopicAdmin:
         """Each override's name and value, then the topic's configs together, as Kafka
         checks them (`current`: the topic's configs before an alteration)."""
         overrides = check_overrides(configs)
-        LogConfig.from_configs({**self.log_defaults, **overrides}).check()
+        LogConfig.from_configs({**self.log_defaults(), **overrides}).check()
         self._check_tiering(overrides, current)
 
     def _check_tiering(self, overrides: Mapping[str, Any], current: LogConfig | None) -> None:

@@ -10,6 +10,8 @@
 | | | `"adding_replicas":{...},"removing_replicas":{...}}`: replicas of moves in progress |
 | `/brokers/topics/T/partitions/P/state` | persistent | leader, leader epoch, ISR; version = epoch |
 | `/config/topics/T` | persistent | `{"version":1,"config":{...}}`: the topic's overrides |
+| `/config/brokers/E` | persistent | the same, for broker `E` or the cluster (`<default>`): |
+| | | dynamic broker configs |
 | `/admin/delete_topics/T` | persistent | a deletion the controller carries out |
 | `/latest_producer_id_block` | persistent | the last producer-id block handed out |
 | `/tierbroker/controlled_shutdown/N` | ephemeral | broker N asks to have its leadership moved |
@@ -34,10 +36,19 @@ CONTROLLER_EPOCH = "/controller_epoch"
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
+BROKER_CONFIGS = "/config/brokers"
+DEFAULT_BROKER_ENTITY = "<default>"  # the cluster-wide defaults' entity, as Kafka names it
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONTROLLED_SHUTDOWN = "/tierbroker/controlled_shutdown"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, CONTROLLED_SHUTDOWN)
+PERSISTENT_PATHS = (
+    BROKER_IDS,
+    TOPICS,
+    TOPIC_CONFIGS,
+    BROKER_CONFIGS,
+    DELETE_TOPICS,
+    CONTROLLED_SHUTDOWN,
+)
 
 NO_LEADER = -1
 
@@ -64,6 +75,10 @@ def state_path(topic: str, partition: int) -> str:
 
 def config_path(topic: str) -> str:
     return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    return f"{BROKER_CONFIGS}/{entity}"
 
 
 def delete_path(topic: str) -> str:
@@ -199,11 +214,11 @@ class PartitionState:
         )
 
 
-def encode_topic_config(configs: dict[str, str]) -> bytes:
+def encode_config(configs: dict[str, str]) -> bytes:
     return _dumps({"version": 1, "config": dict(sorted(configs.items()))})
 
 
-def decode_topic_config(data: bytes) -> dict[str, str]:
+def decode_config(data: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in _loads(data).get("config", {}).items()}
 
 

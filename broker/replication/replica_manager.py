@@ -189,7 +189,9 @@ class ReplicaManager:
                 failed[tp] = e
         for tp, error in failed.items():
             self._take_offline(tp, error)
-        for topic in delta.configs_changed:
+        # A dynamic broker config changes the defaults of every topic.
+        changed = set(self.cache.topics) if delta.broker_configs_changed else delta.configs_changed
+        for topic in changed:
             config = self.log_config(topic)
             for p in range(self.cache.partition_count(topic)):
                 self.update_config(TopicPartition(topic, p), config)

@@ -52,6 +52,7 @@ from tierbroker.broker.coordinator.group.offsets_store import (
 from tierbroker.broker.handlers import RequestDispatcher
 from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.store import (
     MetadataStore,
@@ -104,11 +105,14 @@ class BrokerServer:
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
         )
+        self.dynamic_config = DynamicBrokerConfig(
+            config.broker_id, store, self.cache, config.log_defaults
+        )
         self.admin = TopicAdmin(
             config.broker_id,
             store,
             self.cache,
-            config.log_defaults,
+            self.dynamic_config.log_defaults,
             config.num_partitions,
             config.default_replication_factor,
             config.remote_log_storage_system_enable,
@@ -164,6 +168,7 @@ class BrokerServer:
             self.replicas,
             self.cache,
             self.admin,
+            self.dynamic_config,
             self.groups,
             self.controller,
             topic_metrics,

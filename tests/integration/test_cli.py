@@ -277,7 +277,7 @@ def test_cluster_info(broker: BrokerProcess) -> None:
     assert f"127.0.0.1:{broker.port}" in table and info["cluster_id"] in table
 
 
-def test_cluster_config_describes_a_broker_and_alters_it_as_the_broker_allows(
+def test_cluster_config_describes_a_broker_and_alters_its_dynamic_configs(
     broker: BrokerProcess,
 ) -> None:
     described = cli_json(broker, "cluster", "config", "describe", "--broker", "0")
@@ -286,10 +286,17 @@ def test_cluster_config_describes_a_broker_and_alters_it_as_the_broker_allows(
     assert all(c["source"] != "DEFAULT_CONFIG" for c in described["configs"])
     every = cli_json(broker, "cluster", "config", "describe", "--broker", "0", "--all-configs")
     assert len(every["configs"]) > len(described["configs"])
-    # No broker config is dynamic here: deleting succeeds (nothing is set), setting is refused
-    cli(
-        broker, "cluster", "config", "alter", "--broker", "0", "--delete-config", "log.retention.ms"
+    # The topic defaults are dynamic: set, shown with their source, then removed.
+    cli(broker, "cluster", "config", "alter", "--broker", "0", "--config", "log.roll.ms=3600000")
+    shown = {
+        c["name"]: c
+        for c in cli_json(broker, "cluster", "config", "describe", "--broker", "0")["configs"]
+    }
+    assert (shown["log.roll.ms"]["value"], shown["log.roll.ms"]["source"]) == (
+        "3600000",
+        "DYNAMIC_BROKER_CONFIG",
     )
+    cli(broker, "cluster", "config", "alter", "--broker", "0", "--delete-config", "log.roll.ms")
     refused = cli(
         broker,
         "cluster",
@@ -298,10 +305,10 @@ def test_cluster_config_describes_a_broker_and_alters_it_as_the_broker_allows(
         "--broker",
         "0",
         "--config",
-        "log.retention.ms=1",
+        "num.partitions=3",
         ok=False,
     )
-    assert_one_line_error(refused, "alter configs of broker 0")
+    assert_one_line_error(refused, "alter configs of broker 0", "dynamically")
 
 
 def test_partition_elect_leaders_answers_per_partition(broker: BrokerProcess) -> None:

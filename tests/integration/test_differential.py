@@ -50,8 +50,8 @@ KAFKA_3_CONFIGS = (
 )
 CLUSTER_MIN_ISR = (
     "Apache Kafka 4 writes a cluster-wide min.insync.replicas default into its KRaft metadata "
-    "when the log dir is formatted (source DYNAMIC_DEFAULT_BROKER_CONFIG); tierbroker has no "
-    "KRaft controller and no dynamic broker defaults, so its value comes from the broker default"
+    "when the log dir is formatted (source DYNAMIC_DEFAULT_BROKER_CONFIG); tierbroker, without "
+    "KRaft or ELR, writes no dynamic default at start, so its value is the static broker default"
 )
 
 
@@ -73,12 +73,9 @@ ACCEPTED: dict[tuple[str, str], str] = {
     ("describe_configs_broker", "configs.min.insync.replicas.config_source"): CLUSTER_MIN_ISR,
     ("describe_configs_broker", "configs.min.insync.replicas.synonyms"): CLUSTER_MIN_ISR,
     ("describe_configs_broker", "configs.*.read_only"): (
-        "tierbroker changes no broker config at run time (AlterConfigs of a broker is refused), "
-        "so it reports every broker config read-only; Kafka's dynamic ones are not"
-    ),
-    ("alter_broker_configs_validate_only", "error_code"): (
-        "tierbroker has no dynamic broker configs (Kafka keeps them in its KRaft metadata): "
-        "altering a broker's config is refused with INVALID_REQUEST"
+        "tierbroker's dynamic broker configs are the topic defaults (log.*, as Kafka's "
+        "DynamicLogConfig); Kafka also changes others at run time (thread pools, connection "
+        "limits, ...), which tierbroker reports read-only"
     ),
     ("produce_corrupt", "magic_1.error_code"): (
         "a magic 0 or 1 batch gets UNSUPPORTED_FOR_MESSAGE_FORMAT, as the project's bad-input "
@@ -327,26 +324,35 @@ def incremental_alter_configs(side: Side) -> Any:
 
 @scenario
 def alter_broker_configs_validate_only(side: Side) -> Any:
-    """Checked, not applied: the brokers stay as the other scenarios expect."""
+    """Checked, not applied: the brokers stay as the other scenarios expect. A dynamic
+    config, a static one, a synonym of a dynamic one, a bad value, for this broker and for
+    the cluster's defaults."""
     m = request_module(44, 1)
-    response = side.request(
-        m.IncrementalAlterConfigsRequest(
-            resources=(
-                m.AlterConfigsResource(
-                    resource_type=BROKER_RESOURCE,
-                    resource_name=str(side.node_id),
-                    configs=(
-                        m.AlterableConfig(
-                            name="log.retention.ms", config_operation=SET, value="3600000"
-                        ),
+
+    def validated(resource_name: str, name: str, value: str) -> Any:
+        response = side.request(
+            m.IncrementalAlterConfigsRequest(
+                resources=(
+                    m.AlterConfigsResource(
+                        resource_type=BROKER_RESOURCE,
+                        resource_name=resource_name,
+                        configs=(m.AlterableConfig(name=name, config_operation=SET, value=value),),
                     ),
                 ),
-            ),
-            validate_only=True,
+                validate_only=True,
+            )
         )
-    )
-    (result,) = response.responses
-    return {**comparable(result, side), "resource_name": "self"}
+        (result,) = response.responses
+        return {**comparable(result, side), "resource_name": resource_name and "self"}
+
+    this = str(side.node_id)
+    return {
+        "dynamic": validated(this, "log.retention.ms", "3600000"),
+        "dynamic_default": validated("", "log.cleanup.policy", "delete"),
+        "static": validated(this, "log.dirs", "/elsewhere"),
+        "synonym": validated("", "log.retention.hours", "2"),
+        "bad_value": validated(this, "log.segment.bytes", "big"),
+    }
 
 
 @scenario

@@ -97,3 +97,22 @@ def test_perf_tools_produce_and_consume_every_record(kafka_broker: str) -> None:
     summary = dict(zip(header, (value.strip() for value in consumed[1].split(",")), strict=True))
     assert summary["data.consumed.in.nMsg"] == "20000"
     assert float(summary["data.consumed.in.MB"]) == round(20000 * 100 / 1024 / 1024, 4)
+
+
+def test_kafka_configs_sets_the_cluster_wide_broker_defaults(kafka_broker: str) -> None:
+    command = ("kafka.admin.ConfigCommand", "--bootstrap-server", kafka_broker)
+    default = ("--entity-type", "brokers", "--entity-default")
+    setting = ("--add-config", "log.index.interval.bytes=4096")  # its default: harmless
+    altered = run_tool(*command, "--alter", *default, *setting)
+    try:
+        described = run_tool(*command, "--describe", *default)
+    finally:
+        run_tool(*command, "--alter", *default, "--delete-config", "log.index.interval.bytes")
+    assert altered == "Completed updating default config for brokers in the cluster.\n"
+    # Accepted difference: the cluster-wide min.insync.replicas Kafka 4.x stores (ELR).
+    shown = [line for line in described.splitlines() if "min.insync.replicas" not in line]
+    assert shown == [
+        "Default configs for brokers in the cluster are:",
+        "  log.index.interval.bytes=4096 sensitive=false synonyms="
+        "{DYNAMIC_DEFAULT_BROKER_CONFIG:log.index.interval.bytes=4096}",
+    ]
