@@ -57,8 +57,10 @@ class FreeSpaceGuard:
             if space is None:
                 space = self._dirs[log_dir] = _DirSpace(floor_bytes=self._floor_of(log_dir))
             now = time.monotonic()
+            # Refused only on a reading: one is taken whenever the bytes admitted since the
+            # last would reach the floor (then a refusal is logged), else once a second.
             if now - space.read_at >= FREE_SPACE_CHECK_INTERVAL_S or (
-                0 < space.headroom_bytes <= size_bytes
+                space.headroom_bytes <= size_bytes and not space.refusing
             ):
                 self._read(log_dir, space, now)
         except OSError:

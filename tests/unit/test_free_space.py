@@ -71,6 +71,22 @@ def test_below_the_floor_produce_is_refused_until_space_returns(
     assert any("accepting produce again" in r.getMessage() for r in caplog.records)
 
 
+def test_a_refusal_follows_a_reading_and_is_logged_at_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bytes admitted up to the floor lead to a reading, not to a refusal on the count
+    alone: a refusal no reading saw would go unlogged if space came back within a second."""
+    caplog.set_level(logging.INFO)
+    fs = FakeFilesystem(monkeypatch, total_bytes=1 << 30)
+    guard = FreeSpaceGuard(100 * BLOCK)
+    log_dir = Path("/logs")
+    fs.free_bytes = 110 * BLOCK
+    assert guard.refusal(log_dir, 10 * BLOCK) is None  # the headroom, counted as used
+    fs.free_bytes = 95 * BLOCK
+    assert guard.refusal(log_dir, BLOCK) is not None
+    assert fs.reads == 2 and len(refusals(caplog)) == 1
+
+
 def test_the_default_floor_is_the_larger_of_1_gib_and_5_percent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
