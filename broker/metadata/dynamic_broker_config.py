@@ -19,6 +19,7 @@ from typing import Any
 from tierbroker.broker.metadata import zk_data as zk
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.store import MetadataStore, NoNodeError, StoreError
+from tierbroker.broker.metadata.topic_admin import store_error
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.topic_configs import TOPIC_CONFIGS, ConfigDef, broker_default
@@ -128,9 +129,7 @@ class DynamicBrokerConfig:
         except NoNodeError:
             pass  # nothing was set: nothing to delete
         except StoreError as e:
-            raise KafkaError(
-                ErrorCode.unknown_server_error, f"altering broker configs of {entity}: {e}"
-            ) from e
+            raise store_error(f"altering the broker configs of {entity}", e) from e
         if not await self.cache.wait_until(
             lambda: self.cache.broker_configs.get(entity, {}) == configs, timeout_s
         ):
