@@ -128,8 +128,7 @@ def _lines(stream: io.BufferedIOBase) -> Iterator[list[bytes]]:
 def _send_when_queued(
     producer: Producer, topic: str, value: bytes, key: bytes | None, options: dict[str, Any]
 ) -> None:
-    """Queue one record the full local queue refused, waiting for deliveries meanwhile
-    (briefly: only failed deliveries are reported, so a poll waits out its timeout)."""
+    """Queue one record the full local queue refused, serving deliveries meanwhile."""
     while True:
         producer.poll(0.005)
         try:
