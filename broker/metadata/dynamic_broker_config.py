@@ -18,7 +18,7 @@ from typing import Any
 
 from tierbroker.broker.metadata import zk_data as zk
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
-from tierbroker.broker.metadata.store import MetadataStore, NoNodeError, StoreError
+from tierbroker.broker.metadata.store import MetadataStore, NoNodeError, StoreError, put
 from tierbroker.broker.metadata.topic_admin import store_error
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log_config import LogConfig
@@ -120,10 +120,7 @@ class DynamicBrokerConfig:
         path = zk.broker_config_path(entity)
         try:
             if configs:
-                try:
-                    await self.store.set(path, zk.encode_config(configs))
-                except NoNodeError:
-                    await self.store.create(path, zk.encode_config(configs), make_parents=True)
+                await put(self.store, path, zk.encode_config(configs))
             else:
                 await self.store.delete(path)
         except NoNodeError:

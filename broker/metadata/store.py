@@ -175,6 +175,14 @@ def join(*parts: str | int) -> str:
     return "/" + "/".join(str(p).strip("/") for p in parts if str(p).strip("/"))
 
 
+async def put(store: MetadataStore, path: str, data: bytes) -> None:
+    """Set `path` to `data`, creating it (and its parents) if it does not exist."""
+    try:
+        await store.set(path, data)
+    except NoNodeError:
+        await store.create(path, data, make_parents=True)
+
+
 async def gather_bounded(reads: Iterable[Coroutine[Any, Any, None]]) -> None:
     """Run the read coroutines, at most `READ_CONCURRENCY` at a time (a store serves them
     pipelined); the first error wins."""

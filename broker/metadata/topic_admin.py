@@ -32,6 +32,7 @@ from tierbroker.broker.metadata.store import (
     NoNodeError,
     SessionExpiredError,
     StoreError,
+    put,
 )
 from tierbroker.broker.metadata.zk_data import ProducerIdBlock, TopicAssignment
 from tierbroker.protocol.errors import ErrorCode, KafkaError
@@ -165,7 +166,7 @@ class TopicAdmin:
                 raise KafkaError(
                     ErrorCode.topic_already_exists, f"topic {name!r} is marked for deletion"
                 )
-            await self._put(zk.config_path(name), zk.encode_config(dict(configs)))
+            await put(self.store, zk.config_path(name), zk.encode_config(dict(configs)))
             await self.store.create(zk.topic_path(name), topic.encode(), make_parents=True)
         except NodeExistsError:
             raise KafkaError(
@@ -313,7 +314,7 @@ class TopicAdmin:
             return
         before = self.cache.configs.get(name, {})
         try:
-            await self._put(zk.config_path(name), zk.encode_config(dict(configs)))
+            await put(self.store, zk.config_path(name), zk.encode_config(dict(configs)))
         except StoreError as e:
             raise store_error(f"altering the configs of {name}", e) from e
         _note_not_applied(name, {k: v for k, v in configs.items() if before.get(k) != v})
@@ -387,12 +388,6 @@ class TopicAdmin:
         )
 
     # Helpers -------------------------------------------------------------------------
-
-    async def _put(self, path: str, data: bytes) -> None:
-        try:
-            await self.store.set(path, data)
-        except NoNodeError:
-            await self.store.create(path, data, make_parents=True)
 
     async def _wait(self, condition: Any, timeout_s: float, what: str) -> None:
         """Until the cache shows the change and this broker applied it (a client's next
