@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated
 
 import typer
 
@@ -18,17 +17,11 @@ from tierbroker.broker.cli.common import (
     Timeout,
     admin_client,
     command_group,
-    fail,
     failing,
     key_values,
     print_json,
     print_table,
 )
-
-if TYPE_CHECKING:
-    from tierbroker.broker.cli.wire_admin import WireAdmin
-
-T = TypeVar("T")
 
 app = command_group("The cluster a broker belongs to.")
 config_app = command_group("A broker's configs: describe, alter.")
@@ -95,7 +88,9 @@ def describe_config(
     """A broker's configs set in its properties file or at run time (--all-configs: all),
     or the dynamic defaults set for the whole cluster (--default)."""
     what = _entity(broker, cluster_default)
-    entries = _wire(
+    from tierbroker.broker.cli.wire_admin import run_admin
+
+    entries = run_admin(
         f"describe configs of {what}", bootstrap, timeout, lambda a: a.broker_configs(broker)
     )
     configs = [
@@ -127,32 +122,12 @@ def alter_config(
     changes = key_values(config, "--config")
     if not changes and not delete_config:
         raise typer.BadParameter("give --config key=value or --delete-config key")
-    _wire(
+    from tierbroker.broker.cli.wire_admin import run_admin
+
+    run_admin(
         f"alter configs of {what}",
         bootstrap,
         timeout,
         lambda a: a.alter_broker_configs(broker, changes, delete_config or []),
     )
     typer.echo(f"altered configs of {what}", err=True)
-
-
-def _wire(
-    what: str, bootstrap: str, timeout: float, call: Callable[[WireAdmin], Awaitable[T]]
-) -> T:
-    """`call` on a `WireAdmin` (librdkafka names no cluster-wide broker resource); a
-    failure is one line naming `what`."""
-    import asyncio
-
-    from tierbroker.broker.cli.wire_admin import WireAdmin, WireError
-
-    async def run() -> T:
-        admin = WireAdmin(bootstrap, timeout)
-        try:
-            return await call(admin)
-        finally:
-            await admin.close()
-
-    try:
-        return asyncio.run(run())
-    except (OSError, WireError) as e:
-        fail(f"{what}: {e}")

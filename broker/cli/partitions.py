@@ -22,14 +22,13 @@ from tierbroker.broker.cli.common import (
     admin_client,
     command_group,
     describe_error,
-    fail,
     failing,
     print_json,
     print_table,
 )
 
 if TYPE_CHECKING:
-    from tierbroker.broker.cli.wire_admin import Move, Ongoing
+    from tierbroker.broker.cli.wire_admin import Move, Ongoing, WireAdmin
 
 app = command_group("Partitions: elect leaders, move them to other brokers.")
 
@@ -132,9 +131,7 @@ def reassign(
     from the leader, and the old ones are dropped once the new ones are in the ISR. The
     same arguments with --verify show the progress, with --cancel stop the moves (there
     the replicas after `=` may be left out). Exit status 1 if a partition failed."""
-    import asyncio
-
-    from tierbroker.broker.cli.wire_admin import Move, parse_move
+    from tierbroker.broker.cli.wire_admin import Move, parse_move, run_admin
 
     if verify and cancel:
         raise typer.BadParameter("--verify and --cancel exclude each other")
@@ -147,7 +144,12 @@ def reassign(
         parsed = [Move(m.topic, m.partition, None) for m in parsed]
     elif any(m.replicas is None for m in parsed):
         raise typer.BadParameter("name each partition's new replicas: TOPIC:PARTITION=BROKER,...")
-    rows, failed = asyncio.run(_reassign(mode, parsed, bootstrap, timeout))
+    rows, failed = run_admin(
+        f"{mode.value} reassignment",
+        bootstrap,
+        timeout,
+        lambda admin: _reassign(admin, mode, parsed),
+    )
     if output is Output.json:
         print_json({"mode": mode.value, "partitions": rows})
     else:
@@ -160,26 +162,18 @@ def reassign(
 
 
 async def _reassign(
-    mode: Reassign, moves: list[Move], bootstrap: str, timeout_s: float
+    admin: WireAdmin, mode: Reassign, moves: list[Move]
 ) -> tuple[list[dict[str, Any]], bool]:
     """One row per move, and whether any failed (or, verifying, is not done)."""
-    from tierbroker.broker.cli.wire_admin import WireAdmin, WireError
-
-    admin = WireAdmin(bootstrap, timeout_s)
-    try:
-        # the replicas before the move: to move back, run `reassign` with them as target
-        before = await admin.replicas([m.topic for m in moves])
-        if mode is Reassign.verify:
-            ongoing = await admin.ongoing_reassignments(moves)
-            outcomes = {m: _progress(m, before, ongoing) for m in moves}
-        else:
-            errors = await admin.alter_reassignments(moves)
-            done = "started" if mode is Reassign.execute else "cancelled"
-            outcomes = {m: (error or done, error is not None) for m, error in errors.items()}
-    except (OSError, WireError) as e:
-        fail(f"{mode.value} reassignment: {e}")
-    finally:
-        await admin.close()
+    # the replicas before the move: to move back, run `reassign` with them as target
+    before = await admin.replicas([m.topic for m in moves])
+    if mode is Reassign.verify:
+        ongoing = await admin.ongoing_reassignments(moves)
+        outcomes = {m: _progress(m, before, ongoing) for m in moves}
+    else:
+        errors = await admin.alter_reassignments(moves)
+        done = "started" if mode is Reassign.execute else "cancelled"
+        outcomes = {m: (error or done, error is not None) for m, error in errors.items()}
     rows = [
         {
             "partition": m.name,

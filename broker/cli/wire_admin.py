@@ -10,10 +10,11 @@ or, any broker, the cluster's (`tierbroker cluster config`, as `kafka-configs.sh
 
 from __future__ import annotations
 
+import asyncio
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from kio.schema.alter_partition_reassignments.v0 import request as alter
 from kio.schema.describe_configs.v4 import request as describe
@@ -24,10 +25,12 @@ from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
+from tierbroker.broker.cli.common import fail
 from tierbroker.broker.network.broker_client import BrokerClient
 from tierbroker.protocol.errors import ErrorCode
 
 CLIENT_ID = "tierbroker-cli"
+T = TypeVar("T")
 BROKER_RESOURCE = 4
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 CONFIG_SOURCES = {
@@ -102,15 +105,18 @@ class WireAdmin:
     def __init__(self, bootstrap: str, timeout_s: float) -> None:
         self.bootstrap = bootstrap
         self.timeout_ms = max(int(timeout_s * 1000), 1)
-        self._clients: list[BrokerClient] = []
+        self._clients: dict[tuple[str, int], BrokerClient] = {}  # one connection a broker
 
     async def close(self) -> None:
-        for client in self._clients:
+        for client in self._clients.values():
             await client.close()
 
     def _client(self, host: str, port: int) -> BrokerClient:
-        client = BrokerClient(host, port, CLIENT_ID, self.timeout_ms)
-        self._clients.append(client)
+        client = self._clients.get((host, port))
+        if client is None:
+            client = self._clients[host, port] = BrokerClient(
+                host, port, CLIENT_ID, self.timeout_ms
+            )
         return client
 
     async def _metadata(self, topics: Sequence[str]) -> MetadataResponse:
@@ -279,3 +285,22 @@ class WireAdmin:
             for t in answer.topics
             for p in t.partitions
         }
+
+
+def run_admin(
+    what: str, bootstrap: str, timeout_s: float, call: Callable[[WireAdmin], Awaitable[T]]
+) -> T:
+    """`call` on a `WireAdmin`, its connections closed after; a failure is one `error:`
+    line naming `what`, and exit 1."""
+
+    async def run() -> T:
+        admin = WireAdmin(bootstrap, timeout_s)
+        try:
+            return await call(admin)
+        finally:
+            await admin.close()
+
+    try:
+        return asyncio.run(run())
+    except (OSError, WireError) as e:
+        fail(f"{what}: {e}")
