@@ -18,12 +18,14 @@ import itertools
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import BatchView, iter_batches, whole_batches_size
+from tierbroker.storage import segment_swap
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.file_cache import LogFileCache
 from tierbroker.storage.leader_epoch import LeaderEpochCache
@@ -256,8 +258,9 @@ class Log:
         cut at the end of the fetch is left for the next one; None if nothing is whole.
 
         Each batch is checked (magic, size, CRC), not its records: the leader validated
-        them. Raises CORRUPT_MESSAGE, or OFFSET_OUT_OF_RANGE if the batches do not start at
-        the log end offset, before anything is written.
+        them. Offsets may skip forward (a leader's cleaner removed the batches between),
+        never back: that raises OFFSET_OUT_OF_RANGE, a bad batch CORRUPT_MESSAGE, before
+        anything is written.
         """
         records = memoryview(records)[: whole_batches_size(records)]
         batches = list(iter_batches(records))
@@ -268,11 +271,11 @@ class Log:
         count = 0
         for batch in batches:
             batch.validate()
-            if batch.base_offset != expected:
+            if batch.base_offset < expected:
                 raise KafkaError(
                     ErrorCode.offset_out_of_range,
                     f"{self.topic_partition}: fetched batch at offset {batch.base_offset}, "
-                    f"log end offset {expected}",
+                    f"below {expected}",
                 )
             expected = batch.next_offset
             max_timestamp = max(max_timestamp, batch.max_timestamp)
@@ -595,10 +598,11 @@ class Log:
     def delete_old_segments(self) -> list[LogSegment]:
         """Local retention by time, size and log start offset; returns the removed segments.
 
-        The active segment is kept. Without a remote tier, `retention.*` apply and the
-        log start offset moves to the first kept segment. With one, `local.retention.*`
-        apply, only segments wholly in the remote tier go, and the log start offset
-        stays where the remote tier starts.
+        The active segment is kept; time and size apply only with `cleanup.policy`
+        delete. Without a remote tier, `retention.*` apply and the log start offset moves
+        to the first kept segment. With one, `local.retention.*` apply, only segments
+        wholly in the remote tier go, and the log start offset stays where the remote
+        tier starts.
         """
         remote = self.config.remote_storage_enable
         retention_ms = (
@@ -607,6 +611,8 @@ class Log:
         retention_bytes = (
             self.config.effective_local_retention_bytes if remote else self.config.retention_bytes
         )
+        if not self.config.delete:  # compact only: just what the log start offset passed
+            retention_ms = retention_bytes = -1
         now = now_ms()
         deletable: list[LogSegment] = []
         excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else 0
@@ -639,6 +645,36 @@ class Log:
         self.producer_state.delete_snapshots_below(first_kept)
         self._remove_segments(deletable)
         return deletable
+
+    # Cleaning ------------------------------------------------------------------------
+
+    def replace_segments(
+        self, base_offset: int, replaced: Sequence[LogSegment], sizes: Sequence[int]
+    ) -> LogSegment | None:
+        """Swap in the cleaned segment at `base_offset` (its `.cleaned` files written) for
+        `replaced`, crash-safe (`segment_swap`); None, its files removed, if `replaced`
+        are no longer consecutive rolled segments of these `sizes` (a truncation or
+        retention came between)."""
+        first = self._segment_for(replaced[0].base_offset)
+        current = self.segments[first : first + len(replaced)]
+        if (
+            len(current) != len(replaced)
+            or any(a is not b for a, b in zip(current, replaced, strict=True))
+            or [s.size for s in current] != list(sizes)
+            or replaced[-1] is self.active_segment
+        ):
+            segment_swap.discard(self.dir, base_offset)
+            return None
+        segment_swap.commit(self.dir, base_offset)
+        for old in replaced:
+            old.rename_to_deleted()
+            self.deleted_segments.append((now_ms(), old))
+        segment_swap.finish(self.dir, base_offset)
+        cleaned = self._new_segment(base_offset, replaced[-1].created_ms)
+        cleaned.load_state()
+        self.segments[first : first + len(replaced)] = [cleaned]
+        self._bases[first : first + len(replaced)] = [base_offset]
+        return cleaned
 
     @property
     def local_log_start_offset(self) -> int:

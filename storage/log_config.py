@@ -68,6 +68,16 @@ class LogConfig:
     unclean_leader_election_enable: bool = False
 
     @property
+    def compact(self) -> bool:
+        """The cleaner keeps the last record of each key (`compact` or `compact,delete`)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Time and size retention apply (`delete` or `compact,delete`)."""
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
     def effective_local_retention_ms(self) -> int:
         return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
 
@@ -114,6 +124,12 @@ class LogConfig:
             )
         if not self.remote_storage_enable:
             return
+        if self.cleanup_policy != "delete":  # Kafka's words (LogConfig, 4.1+)
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                "Remote log storage only supports topics with cleanup.policy=delete or "
+                "cleanup.policy being an empty list.",
+            )
         for kind, total, local in (
             ("bytes", self.retention_bytes, self.local_retention_bytes),
             ("ms", self.retention_ms, self.local_retention_ms),

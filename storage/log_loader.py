@@ -1,7 +1,8 @@
 """`LogLoader`: the segments of a log directory as the broker finds them at start-up.
 
-Stale `.tmp` and `.deleted` files (a write or a retention cut short by a stop or a
-crash) are removed first. After an unclean shutdown, segments from the one holding
+A swap of cleaned segments a stop or a crash cut short is completed or undone first
+(`segment_swap`), then stale `.tmp` and `.deleted` files (a write or a retention cut
+short) are removed. After an unclean shutdown, segments from the one holding
 the recovery point on are re-read and cut at the first torn or corrupt batch, and
 the leader epochs of their batches go back into the epoch cache; a segment missing
 its offset index is re-read too. A segment after a gap (a truncated one before it)
@@ -16,6 +17,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from tierbroker.storage import segment_swap
 from tierbroker.storage.leader_epoch import LeaderEpochCache
 from tierbroker.storage.segment import LogSegment
 from tierbroker.storage.topic_partition import TopicPartition
@@ -43,6 +45,7 @@ class LogLoader:
 
     def load(self, log_start_offset: int) -> list[LogSegment]:
         """The log's segments in order, contiguous; one empty at `log_start_offset` if none."""
+        segment_swap.complete_swaps(self.dir)
         for stale in list(self.dir.glob("*.tmp")) + list(self.dir.glob("*.deleted")):
             stale.unlink()
         segments: list[LogSegment] = []

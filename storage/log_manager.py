@@ -79,7 +79,7 @@ class LogManager:
         )
 
     @contextmanager
-    def _io_guard(self, log_dir: Path, action: str, *, loading: bool = False) -> Iterator[None]:
+    def io_guard(self, log_dir: Path, action: str, *, loading: bool = False) -> Iterator[None]:
         """Take `log_dir` offline on an OSError in the block (out of file descriptors: only
         while `loading`), and carry on (the error is logged)."""
         try:
@@ -114,7 +114,7 @@ class LogManager:
         while the broker was down) are removed.
         """
         for log_dir in self.log_dirs:
-            with self._io_guard(log_dir, "loading its logs", loading=True):
+            with self.io_guard(log_dir, "loading its logs", loading=True):
                 self._load_dir(log_dir, config_for)
                 self._loaded_dirs.add(log_dir)
 
@@ -233,7 +233,7 @@ class LogManager:
         self._logs_per_dir[removed.dir.parent] -= 1
         doomed = removed.dir.with_name(f"{removed.dir.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}")
         # Files left by an I/O error are removed at the next start (topic unknown).
-        with self._io_guard(removed.dir.parent, f"deleting {tp}"):
+        with self.io_guard(removed.dir.parent, f"deleting {tp}"):
             removed.close()
             removed.dir.rename(doomed)
             try:
@@ -257,7 +257,7 @@ class LogManager:
         """Apply local retention to every online log; returns the number of segments removed."""
         removed = 0
         for lg in self._online_logs():
-            with self._io_guard(lg.dir.parent, f"retention of {lg.topic_partition}"):
+            with self.io_guard(lg.dir.parent, f"retention of {lg.topic_partition}"):
                 deleted = lg.delete_old_segments()
                 if deleted:
                     log.info(
@@ -301,7 +301,7 @@ class LogManager:
             segments = lg.segments_to_flush(target)
             if not segments:
                 continue
-            with self._io_guard(lg.dir.parent, f"flushing {lg.topic_partition}"):
+            with self.io_guard(lg.dir.parent, f"flushing {lg.topic_partition}"):
                 await loop.run_in_executor(
                     None, flush_segments, segments, lg.producer_state, lg.leader_epoch_cache
                 )
@@ -330,7 +330,7 @@ class LogManager:
         Safe in a worker thread: it reads no log, and the failure channel's listeners are.
         """
         for log_dir, files in offsets.items():
-            with self._io_guard(log_dir, "writing checkpoints"):
+            with self.io_guard(log_dir, "writing checkpoints"):
                 _write_dir_checkpoints(log_dir, files)
 
     def _online_logs(self) -> list[Log]:
@@ -348,7 +348,7 @@ class LogManager:
         after its flush and checkpoints succeeded; an offline dir is not touched.
         """
         for log_dir in self._writable_log_dirs():
-            with self._io_guard(log_dir, "shutting down"):
+            with self.io_guard(log_dir, "shutting down"):
                 for lg in self.logs.values():
                     if lg.dir.parent == log_dir:
                         lg.flush()

@@ -77,17 +77,21 @@ class LogSegment:
         max_index_bytes: int,
         created_ms: int,
         file_cache: LogFileCache,
+        suffix: str = "",
     ) -> None:
+        """`suffix`: after each file's name, for a segment the cleaner is writing."""
         self.base_offset = base_offset
         self.file_cache = file_cache
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / file_name(base_offset, ".log")
+        self.log_path = directory / (file_name(base_offset, ".log") + suffix)
         self._deleted_file: LogFile | None = None  # held from unlink() until close()
         self.offset_index = OffsetIndex(
-            directory / file_name(base_offset, ".index"), base_offset, max_index_bytes
+            directory / (file_name(base_offset, ".index") + suffix), base_offset, max_index_bytes
         )
         self.time_index = TimeIndex(
-            directory / file_name(base_offset, ".timeindex"), base_offset, max_index_bytes
+            directory / (file_name(base_offset, ".timeindex") + suffix),
+            base_offset,
+            max_index_bytes,
         )
         # Created here, opened only when used: a new segment holds no descriptor either.
         os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o644))

@@ -9,11 +9,10 @@ properties that supply its default, first one first, each with its unit. Values 
 parsed as Kafka's `ConfigDef` parses them: trimmed, booleans in any case, integers
 within their Java type, lists split at commas.
 
-Configs marked `applied=False` change nothing here (compaction, flushing, replication
-throttles, ...): they are checked, stored and reported as Kafka does, and setting one
-is logged (`not_applied`). Two values Kafka accepts are refused with INVALID_CONFIG,
-because tierbroker cannot honour them: `cleanup.policy` with `compact`, and an empty
-`cleanup.policy` (which keeps every record forever).
+Configs marked `applied=False` change nothing here (flushing, replication throttles,
+...): they are checked, stored and reported as Kafka does, and setting one is logged
+(`not_applied`). One value Kafka 4.1+ accepts is refused with INVALID_CONFIG, because
+tierbroker does not honour it: an empty `cleanup.policy` (keep every record forever).
 """
 
 from __future__ import annotations
@@ -124,7 +123,7 @@ def _gzip_level(level: int) -> bool:
 
 
 _BOOL = (_anything, "true or false")
-_CLEANUP = "delete (compaction is not supported)"
+_CLEANUP = "delete, compact or both"
 _THROTTLED = "'*' or a list of partitionId:brokerId"
 _COMPRESSION = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -143,7 +142,7 @@ _CONFIGS = (
     ConfigDef("compression.zstd.level", _T.INT, 3, _between(-131072, 22), "-131072 to 22",
               (_S("compression.zstd.level"),)),
     ConfigDef("delete.retention.ms", _T.LONG, 86_400_000, _at_least(0), ">= 0",
-              (_S("log.cleaner.delete.retention.ms"),), applied=False),
+              (_S("log.cleaner.delete.retention.ms"),)),
     ConfigDef("file.delete.delay.ms", _T.LONG, 60_000, _at_least(0), ">= 0",
               (_S("log.segment.delete.delay.ms"),)),
     ConfigDef("flush.messages", _T.LONG, LONG_MAX, _at_least(1), ">= 1",
@@ -162,7 +161,7 @@ _CONFIGS = (
     ConfigDef("local.retention.ms", _T.LONG, -2, _at_least(-2), ">= -2",
               (_S("log.local.retention.ms"),)),
     ConfigDef("max.compaction.lag.ms", _T.LONG, LONG_MAX, _at_least(1), ">= 1",
-              (_S("log.cleaner.max.compaction.lag.ms"),), applied=False),
+              (_S("log.cleaner.max.compaction.lag.ms"),)),
     ConfigDef("max.message.bytes", _T.INT, 1_048_588, _at_least(0), ">= 0",
               (_S("message.max.bytes"),)),
     ConfigDef("message.downconversion.enable", _T.BOOLEAN, True, *_BOOL,
@@ -179,9 +178,9 @@ _CONFIGS = (
     ConfigDef("message.timestamp.type", _T.STRING, "CreateTime", _one_of(*_TIMESTAMP_TYPES),
               " or ".join(_TIMESTAMP_TYPES), (_S("log.message.timestamp.type"),)),
     ConfigDef("min.cleanable.dirty.ratio", _T.DOUBLE, 0.5, _between(0, 1), "0 to 1",
-              (_S("log.cleaner.min.cleanable.ratio"),), applied=False),
+              (_S("log.cleaner.min.cleanable.ratio"),)),
     ConfigDef("min.compaction.lag.ms", _T.LONG, 0, _at_least(0), ">= 0",
-              (_S("log.cleaner.min.compaction.lag.ms"),), applied=False),
+              (_S("log.cleaner.min.compaction.lag.ms"),)),
     ConfigDef("min.insync.replicas", _T.INT, 1, _at_least(1), ">= 1",
               (_S("min.insync.replicas"),), applied=False),
     ConfigDef("preallocate", _T.BOOLEAN, False, *_BOOL, (_S("log.preallocate"),),
@@ -257,10 +256,10 @@ def parse_value(definition: ConfigDef, raw: str) -> Any:
         raise KafkaError(ErrorCode.invalid_config, f"{name}={raw!r}: not {kind}") from None
     if not definition.check(value):
         raise KafkaError(ErrorCode.invalid_config, f"{name}={raw!r}: must be {definition.valid}")
-    if name == "cleanup.policy" and set(value) != {"delete"}:
-        reason = "compaction is not supported" if value else "an empty policy keeps every record"
+    if name == "cleanup.policy" and not value:
         raise KafkaError(
-            ErrorCode.invalid_config, f"cleanup.policy={raw!r}: {reason}; only delete is"
+            ErrorCode.invalid_config,
+            f"cleanup.policy={raw!r}: an empty policy (keep every record) is not supported",
         )
     return ",".join(value) if definition.config_type is ConfigType.LIST else value
 

@@ -153,6 +153,18 @@ class BrokerConfig(BaseModel):
     replica_high_watermark_checkpoint_interval_ms: int = Field(
         5_000, alias="replica.high.watermark.checkpoint.interval.ms", ge=1
     )
+    log_cleaner_enable: KafkaBool = Field(True, alias="log.cleaner.enable")
+    log_cleaner_threads: int = Field(1, alias="log.cleaner.threads", ge=1)
+    log_cleaner_dedupe_buffer_size: int = Field(
+        134_217_728, alias="log.cleaner.dedupe.buffer.size", ge=1
+    )
+    log_cleaner_io_buffer_load_factor: float = Field(
+        0.9, alias="log.cleaner.io.buffer.load.factor", gt=0, le=1
+    )
+    log_cleaner_io_max_bytes_per_second: float = Field(
+        float("inf"), alias="log.cleaner.io.max.bytes.per.second", gt=0
+    )
+    log_cleaner_backoff_ms: int = Field(15_000, alias="log.cleaner.backoff.ms", ge=1)
     offsets_topic_num_partitions: int = Field(50, alias="offsets.topic.num.partitions", ge=1)
     offsets_topic_replication_factor: int = Field(3, alias="offsets.topic.replication.factor", ge=1)
     offsets_retention_minutes: int = Field(10_080, alias="offsets.retention.minutes", ge=1)

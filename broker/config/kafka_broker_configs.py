@@ -152,6 +152,7 @@ KAFKA_BROKER_CONFIG_TYPES = {
     **dict.fromkeys(
         """
         queued.max.request.bytes connections.max.idle.ms log.retention.check.interval.ms
+        log.cleaner.dedupe.buffer.size log.cleaner.backoff.ms
         replica.high.watermark.checkpoint.interval.ms offsets.retention.check.interval.ms
         remote.log.manager.task.interval.ms remote.log.index.file.cache.total.size.bytes
         remote.log.manager.copy.max.bytes.per.second remote.log.manager.fetch.max.bytes.per.second

@@ -112,7 +112,8 @@ class DynamicBrokerConfig:
         # retention within the retention whether a topic tiers or not.
         defaults = self._log_defaults(own, cluster)
         try:
-            LogConfig.from_configs({**defaults, "remote.storage.enable": True}).check()
+            tiered = {"remote.storage.enable": True, "cleanup.policy": "delete"}
+            LogConfig.from_configs({**defaults, **tiered}).check()
         except KafkaError as e:
             raise KafkaError(ErrorCode.invalid_request, str(e.args[0])) from None
         if validate_only or configs == current:

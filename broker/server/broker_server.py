@@ -8,19 +8,19 @@ Start: open the store session (the cluster id is created once, or checked agains
 here, listen, register (an ephemeral `/brokers/ids/N` with the bound port; its creating
 transaction is the broker epoch), take the partitions the metadata assigns here (as
 leader or follower), stand for controller, then start the remote tier, the group
-coordinator, background jobs and the metrics endpoint, and log a summary
+coordinator, the log cleaner, background jobs and the metrics endpoint, and log a summary
 (`startup_summary`).
 
 Stop (idempotent, in this order, all within `shutdown.timeout.ms`): a controlled shutdown
 (the controller moves this broker's leadership to other ISR members and takes it out of
 ISRs, so producers and consumers move before it goes), stop coordinating groups, answer
 parked fetches, stop listening and finish requests in hand, stop background jobs and the
-metrics endpoint, stop fetching and resign as controller, stop the remote tier, finish
-removing deleted logs' files, flush and checkpoint every log, and close the session (the
-registration goes with it). When the controlled shutdown fails (its retries spent, or
-the store unreachable) or the timeout passes, the shutdown goes on uncontrolled: the
-session is closed at once, so nothing waits for the store any more, and the logs are
-still flushed and checkpointed; `shutdown_error` says why.
+metrics endpoint, stop fetching and resign as controller, stop the remote tier and the
+log cleaner, finish removing deleted logs' files, flush and checkpoint every log, and
+close the session (the registration goes with it). When the controlled shutdown fails
+(its retries spent, or the store unreachable) or the timeout passes, the shutdown goes
+on uncontrolled: the session is closed at once, so nothing waits for the store any
+more, and the logs are still flushed and checkpointed; `shutdown_error` says why.
 
 A log dir that fails (an I/O error) goes offline and its partitions answer
 KAFKA_STORAGE_ERROR; when no log dir is left online the broker asks to be stopped
@@ -61,6 +61,7 @@ from tierbroker.broker.metadata.store import (
 )
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.metadata.zk_data import BrokerRegistration
+from tierbroker.broker.metrics.cleaner_metrics import CleanerMetrics
 from tierbroker.broker.metrics.metrics_server import MetricsServer
 from tierbroker.broker.metrics.replication_metrics import ReplicationMetrics
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
@@ -77,6 +78,7 @@ from tierbroker.broker.server.scheduler import Scheduler
 from tierbroker.broker.server.startup_summary import startup_summary
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import now_ms
+from tierbroker.storage.log_cleaner import CleanerConfig, LogCleaner
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_dir_failure import describe
 from tierbroker.storage.log_manager import LogManager
@@ -137,7 +139,9 @@ class BrokerServer:
             ),
         )
         offsets = GroupMetadataManager(self.replicas, self.admin, _offsets_config(config))
+        self.cleaner = LogCleaner(self.log_manager, _cleaner_config(config))
         self.registry = CollectorRegistry()
+        CleanerMetrics(self.cleaner, self.registry)
         replication_metrics = ReplicationMetrics(self.replicas, self.controller, self.registry)
         self.replicas.isr_change_listeners.append(replication_metrics.isr_changed)
         topic_metrics = BrokerTopicMetrics(self.registry)
@@ -250,6 +254,7 @@ class BrokerServer:
                 min(c.remote_log_manager_task_interval_ms, 10_000),
             )
         self.groups.start()
+        self.cleaner.start()
         self._schedule_jobs()
         if self.ports.metrics is not None:
             await self.metrics_server.start_on(self.ports.metrics)
@@ -418,6 +423,7 @@ class BrokerServer:
         await self.cache.close()
         if self.remote is not None:
             await self.remote.stop(left())
+        await self.cleaner.stop(left())
         await self.log_manager.wait_deletions(left())
         self.log_manager.shutdown()
         watchdog.cancel()
@@ -474,6 +480,7 @@ class BrokerServer:
         await self.cache.close()
         if self.remote is not None:
             await self.remote.stop(0, crash=True)
+        await self.cleaner.stop(0)
         for lg in self.log_manager.logs.values():
             for segment in lg.segments:
                 segment.close()
@@ -493,6 +500,17 @@ def _replication_config(c: BrokerConfig) -> ReplicationConfig:
         fetcher=fetcher,
         # Followers serve consumers committed data: tell them the HW at once.
         propagate_high_watermark=c.replica_selector_class is not None,
+    )
+
+
+def _cleaner_config(c: BrokerConfig) -> CleanerConfig:
+    return CleanerConfig(
+        enable=c.log_cleaner_enable,
+        threads=c.log_cleaner_threads,
+        dedupe_buffer_size=c.log_cleaner_dedupe_buffer_size,
+        io_buffer_load_factor=c.log_cleaner_io_buffer_load_factor,
+        io_max_bytes_per_second=c.log_cleaner_io_max_bytes_per_second,
+        backoff_ms=c.log_cleaner_backoff_ms,
     )
 
 

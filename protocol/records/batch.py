@@ -30,6 +30,7 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+DELETE_HORIZON_FLAG = 0x40  # attributes bit 6: baseTimestamp is the delete horizon (KIP-534)
 NO_PRODUCER_ID = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
@@ -161,6 +162,11 @@ class BatchView:
         return bool(self.attributes & 0x20)
 
     @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the cleaner may drop this batch's tombstones; None until it set one."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_FLAG else None
+
+    @property
     def has_producer_id(self) -> bool:
         return self.producer_id != NO_PRODUCER_ID
 
@@ -244,7 +250,7 @@ class BatchView:
             )
         if from_client:
             self._validate_client_header()
-        elif self.record_count <= 0 or self.last_offset_delta < 0:
+        elif self.record_count < 0 or self.last_offset_delta < 0:  # empty: cleaned away
             raise InvalidRecordError(
                 ErrorCode.corrupt_message,
                 f"batch at position {self.position} has recordsCount {self.record_count} "

@@ -286,7 +286,7 @@ def test_alter_configs_replaces_every_override(admin: AdminClient) -> None:
     ("name", "value"),
     [
         ("no.such.config", "1"),
-        ("cleanup.policy", "compact"),
+        ("cleanup.policy", "shred"),
         ("retention.ms", "soon"),
         ("segment.bytes", "1"),
     ],

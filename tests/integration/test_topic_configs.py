@@ -227,14 +227,12 @@ def test_invalid_configs_are_refused_with_invalid_config(
     assert admin.describe_configs([resource])[resource].exception(timeout=TIMEOUT_S) is not None
 
 
-def test_compaction_is_refused_saying_it_is_not_supported(admin: AdminClient) -> None:
-    error = refused(admin, "compacted", {"cleanup.policy": "compact"})
-    assert error.code() == KafkaError.INVALID_CONFIG
-    assert "compaction is not supported" in error.str()
-    create(admin, "altered", {})
+def test_compaction_policies_are_taken_and_reported(admin: AdminClient) -> None:
+    create(admin, "compacted", {"cleanup.policy": "compact"})
+    assert describe(admin, "compacted")["cleanup.policy"].value == "compact"
     resource = ConfigResource(
         ResourceType.TOPIC,
-        "altered",
+        "compacted",
         incremental_configs=[
             ConfigEntry(
                 "cleanup.policy", "compact,delete", incremental_operation=AlterConfigOpType.SET
@@ -242,9 +240,9 @@ def test_compaction_is_refused_saying_it_is_not_supported(admin: AdminClient) ->
         ],
     )
     (future,) = admin.incremental_alter_configs([resource]).values()
-    with pytest.raises(KafkaException) as raised:
-        future.result(timeout=TIMEOUT_S)
-    assert raised.value.args[0].code() == KafkaError.INVALID_CONFIG
+    future.result(timeout=TIMEOUT_S)
+    assert describe(admin, "compacted")["cleanup.policy"].value == "compact,delete"
+    assert refused(admin, "keep-all", {"cleanup.policy": ""}).code() == KafkaError.INVALID_CONFIG
 
 
 # compression.type -----------------------------------------------------------------------

@@ -82,9 +82,27 @@ def test_valid_values_are_parsed_as_kafka_parses_them(
     assert check_overrides({name: value}) == {name: parsed}
 
 
-@pytest.mark.parametrize("policy", ["compact", "delete,compact", "compact, delete"])
-def test_compaction_is_refused_saying_so(policy: str) -> None:
-    assert "compaction is not supported" in refusal({"cleanup.policy": policy})
+@pytest.mark.parametrize(
+    ("policy", "parsed"),
+    [
+        ("compact", "compact"),
+        ("delete,compact", "delete,compact"),
+        ("compact, delete", "compact,delete"),
+    ],
+)
+def test_compaction_policies_are_accepted(policy: str, parsed: str) -> None:
+    assert check_overrides({"cleanup.policy": policy}) == {"cleanup.policy": parsed}
+
+
+def test_an_empty_policy_is_refused_saying_so() -> None:
+    assert "an empty policy" in refusal({"cleanup.policy": ""})
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+def test_a_tiered_topic_cannot_be_compacted_in_kafkas_words(policy: str) -> None:
+    config = LogConfig.from_configs({"cleanup.policy": policy, "remote.storage.enable": True})
+    with pytest.raises(KafkaError, match="Remote log storage only supports topics with "):
+        config.check()
 
 
 def test_an_unknown_name_or_a_null_value_is_refused() -> None:
