@@ -15,8 +15,8 @@ record parsing holds no lock the broker's event loop needs.
    (the new segment ends where the old ones ended, so a swap cut short by a crash can
    be completed from the new files alone).
 
-A batch that fails its CRC or does not parse ends the pass (`InvalidRecordError`):
-the broker marks the log uncleanable. The pass stops (`CleaningAborted`) when the
+A batch that fails its CRC or does not parse ends the pass (`CleaningError`): the
+broker marks the log uncleanable. The pass stops (`CleaningAborted`) when the
 broker stops or is gone, so that no orphan writes into a log dir the next start owns.
 """
 
@@ -148,8 +148,22 @@ class Throttler:
                 time.sleep(ahead)
 
 
+class CleaningError(Exception):
+    """The log cannot be cleaned as it is (a corrupt batch, a map too small for a batch)."""
+
+
 def clean(task: CleaningTask) -> CleaningResult:
-    """Run one pass; the new segments' files are `.cleaned`, fsynced, for the loop to swap."""
+    """Run one pass; the new segments' files are `.cleaned`, fsynced, for the loop to swap.
+
+    Raises CleaningError, CleaningAborted or OSError, each of which crosses the process
+    boundary whole."""
+    try:
+        return _clean(task)
+    except (InvalidRecordError, ValueError) as e:
+        raise CleaningError(f"{task.topic_partition}: {e}") from None
+
+
+def _clean(task: CleaningTask) -> CleaningResult:
     started = time.monotonic()
     stats = CleanerStats()
     throttler = Throttler(task.io_max_bytes_per_second)

@@ -9,9 +9,11 @@ did. With nothing to clean, a task waits `log.cleaner.backoff.ms`. The pass runs
 another process because it parses every record: in a thread it would hold the
 interpreter lock the event loop needs.
 
-A pass that fails (a corrupt batch, a worker that died) makes its log uncleanable
-until the broker restarts, with a log line and `uncleanable_partitions_count`; the
-others go on. A task that fails otherwise logs it and goes on after a backoff.
+A pass that fails on its log (a corrupt batch, a worker that died) makes the log
+uncleanable until the broker restarts, with a log line and
+`uncleanable_partitions_count`; the others go on. One that fails on the file system
+(ENOSPC) leaves nothing behind and comes again after the backoff; a task that fails
+otherwise logs it and goes on after the backoff.
 `stop` tells running passes to stop, cancels the tasks, and waits for the workers;
 a pass's unswapped files are removed by the next start.
 """
@@ -32,6 +34,7 @@ from tierbroker.storage.checkpoints import OffsetCheckpointFile
 from tierbroker.storage.cleaner import (
     CleanerStats,
     CleaningAborted,
+    CleaningError,
     CleaningResult,
     CleaningTask,
     SegmentToClean,
@@ -147,13 +150,18 @@ class LogCleaner:
         except (CleaningAborted, asyncio.CancelledError):
             self.manager.done_cleaning(lg, None)
             raise
+        except CleaningError as e:
+            self._uncleanable(lg, str(e))
+            return True
         except BrokenProcessPool:
             self._pool = None  # made again for the next pass
             self._uncleanable(lg, "its cleaner worker died")
             return True
-        except Exception as e:  # whatever failed, the other logs go on
-            self._uncleanable(lg, repr(e))
-            return True
+        except OSError as e:  # out of space, say: the files go, the pass comes again
+            self.manager.done_cleaning(lg, None)
+            log.warning("%s: cleaning failed, to be tried again: %s", lg.topic_partition, e)
+            self._discard(lg, planned)
+            return False
         entries = self.manager.done_cleaning(lg, end_offset)
         if entries is not None:
             self.manager.forget(self.log_manager.logs)
@@ -210,6 +218,12 @@ class LogCleaner:
                 with contextlib.suppress(OSError):
                     segment_swap.discard(lg.dir, group.base_offset)
         return live
+
+    def _discard(self, lg: Log, planned: list[LogSegment]) -> None:
+        """Remove what a failed pass may have written."""
+        for segment in planned:
+            with contextlib.suppress(OSError):
+                segment_swap.discard(lg.dir, segment.base_offset)
 
     def _uncleanable(self, lg: Log, why: str) -> None:
         self.manager.mark_uncleanable(lg)

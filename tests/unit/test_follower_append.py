@@ -1,6 +1,8 @@
 """A follower's append keeps what its leader stamped: offsets, leader epochs, producer state;
-a batch cut at the end of a fetch waits for the next fetch; a gap is refused; a former
-leader's epoch without records goes when the new leader's log diverges at its log end."""
+a batch cut at the end of a fetch waits for the next fetch; a batch behind the log end is
+refused, one after a gap (its leader's cleaner removed the batches between) taken; a
+former leader's epoch without records goes when the new leader's log diverges at its log
+end."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.protocol.records import build_batch
+from tierbroker.protocol.records import build_batch, iter_batches
 from tierbroker.storage.log import Log
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.topic_partition import TopicPartition
@@ -62,6 +64,16 @@ def test_batches_that_do_not_follow_the_log_end_are_refused(tmp_path: Path) -> N
         follower.append_as_follower(data)
     assert refused.value.code == ErrorCode.offset_out_of_range
     assert follower.log_end_offset == 9
+
+
+def test_batches_after_a_gap_a_cleaner_left_are_taken(tmp_path: Path) -> None:
+    data = leader_batches(tmp_path)
+    second = next(b for b in iter_batches(data) if b.base_offset == 3)
+    follower = Log(tmp_path / "follower" / "f-0", TP, LogConfig(), uuid.uuid4())
+    info = follower.append_as_follower(data[second.position :])  # offsets 0-2 cleaned away
+    assert info is not None and (info.first_offset, info.last_offset) == (3, 8)
+    assert follower.log_end_offset == 9
+    assert follower.log_start_offset == 0  # the log still starts where it started
 
 
 def test_a_former_leaders_epoch_without_records_goes_at_a_truncation_to_its_log_end(
