@@ -167,6 +167,7 @@ class BrokerConfig(BaseModel):
     log_cleaner_backoff_ms: int = Field(15_000, alias="log.cleaner.backoff.ms", ge=1)
     offsets_topic_num_partitions: int = Field(50, alias="offsets.topic.num.partitions", ge=1)
     offsets_topic_replication_factor: int = Field(3, alias="offsets.topic.replication.factor", ge=1)
+    offsets_topic_segment_bytes: int = Field(104_857_600, alias="offsets.topic.segment.bytes", ge=1)
     offsets_retention_minutes: int = Field(10_080, alias="offsets.retention.minutes", ge=1)
     offsets_retention_check_interval_ms: int = Field(
         600_000, alias="offsets.retention.check.interval.ms", ge=1

@@ -24,7 +24,13 @@ from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.protocol.records import build_batch, decode_records
+from tierbroker.protocol.records import (
+    build_batch,
+    decode_batch,
+    decode_records,
+    iter_batches,
+    whole_batches_size,
+)
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -208,14 +214,15 @@ class InternalTopic:
             data = log_.read(offset, _READ_BYTES, end, min_one_batch=True)
             if data.records is None:
                 return
-            last = offset - 1
-            for record in decode_records(data.records.read()):
-                if record.offset >= offset and record.key is not None:
-                    yield record.offset, record.key, record.value
-                last = record.offset
-            if last < offset:
+            buffer = data.records.read()
+            batches = list(iter_batches(memoryview(buffer)[: whole_batches_size(buffer)]))
+            if not batches:
                 return
-            offset = last + 1
+            for batch in batches:  # by batch: a cleaned log has emptied ones, and gaps
+                for record in decode_batch(batch).records:
+                    if record.offset >= offset and record.key is not None:
+                        yield record.offset, record.key, record.value
+            offset = batches[-1].next_offset
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}

@@ -520,6 +520,7 @@ def _offsets_config(c: BrokerConfig) -> OffsetsConfig:
         replication_factor=c.offsets_topic_replication_factor,
         retention_ms=c.offsets_retention_minutes * 60_000,
         metadata_max_bytes=c.offset_metadata_max_bytes,
+        segment_bytes=c.offsets_topic_segment_bytes,
     )
 
 

@@ -5,15 +5,17 @@ Every commit and every completed rebalance is appended to the group's partition 
 once the partition's ISR has it (acks=all), so a coordinator that moves to another
 broker, or a restart, rebuilds the same state by replaying that partition. The broker
 leading a partition loads it (`load_partition`) and coordinates its groups; one that
-stops leading it forgets them (`unload_partition`). The topic has no compaction: it is
-kept whole (retention.ms=-1). Offsets of a group with no members expire
-`offsets.retention.minutes` after the group became empty (KIP-211); their removal is
-written as tombstones.
+stops leading it forgets them (`unload_partition`). The topic is compacted, as in
+Kafka: a load replays about one record a live key. Offsets of a group with no members
+expire `offsets.retention.minutes` after the group became empty (KIP-211); their
+removal is written as tombstones, which the cleaner drops after
+`delete.retention.ms`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -39,7 +41,7 @@ from tierbroker.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_TOPIC_CONFIGS = {"retention.ms": "-1", "segment.bytes": "104857600"}
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "compression.type": "producer"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class OffsetsConfig:
     retention_ms: int = 7 * 24 * 3_600_000
     metadata_max_bytes: int = 4096
     commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms
+    segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
 
 
 class GroupMetadataManager:
@@ -57,7 +60,7 @@ class GroupMetadataManager:
             OFFSETS_TOPIC,
             config.num_partitions,
             config.replication_factor,
-            OFFSETS_TOPIC_CONFIGS,
+            {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": str(config.segment_bytes)},
             replicas,
             admin,
             config.commit_timeout_ms,
@@ -79,9 +82,12 @@ class GroupMetadataManager:
         the last metadata of each."""
         groups: dict[str, GroupValue] = {}
         self.unload_partition(partition)
+        started = time.monotonic()
+        replayed = 0
         # To the log end: a new leader may not know the high watermark the old one had
         # reached, and what it holds is what it serves from now on.
         for _, key_bytes, value in self.topic.read(partition, to_log_end=True):
+            replayed += 1
             key = decode_key(key_bytes)
             if isinstance(key, OffsetKey):
                 tp = TopicPartition(key.topic, key.partition)
@@ -95,6 +101,13 @@ class GroupMetadataManager:
                 else:
                     groups[key.group] = decode_group_value(value)
         self.offsets = {g: o for g, o in self.offsets.items() if o}
+        log.info(
+            "loaded %s-%d: %d records replayed in %.0f ms",
+            OFFSETS_TOPIC,
+            partition,
+            replayed,
+            (time.monotonic() - started) * 1000,
+        )
         return groups
 
     def unload_partition(self, partition: int) -> None:
