@@ -248,6 +248,28 @@ class LogCleaner:
             100 * stats.map_utilization,
         )
 
+    def status(self) -> list[dict[str, object]]:
+        """Each compacted log hosted here: how dirty it is now, for operators."""
+        now = now_ms()
+        rows: list[dict[str, object]] = []
+        for lg in self._online_logs():
+            if not lg.config.compact:
+                continue
+            cleanable = self.manager.cleanable(lg, now)
+            rows.append(
+                {
+                    "topic": lg.topic_partition.topic,
+                    "partition": lg.topic_partition.partition,
+                    "dirty_ratio": round(cleanable.cleanable_ratio, 4),
+                    "first_dirty_offset": cleanable.first_dirty_offset,
+                    "cleanable_bytes": cleanable.cleanable_bytes,
+                    "size_bytes": lg.size_in_bytes,
+                    "uncleanable": lg.topic_partition
+                    in self.manager.uncleanable.get(lg.dir.parent, ()),
+                }
+            )
+        return rows
+
     def _online_logs(self) -> list[Log]:
         return [lg for lg in self.log_manager.logs.values() if self.log_manager.is_online(lg)]
 
