@@ -33,7 +33,7 @@ from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_loader import LogLoader
 from tierbroker.storage.log_offset_metadata import LogOffsetMetadata
 from tierbroker.storage.log_validator import validate_batches
-from tierbroker.storage.producer_state import BatchMetadata, ProducerStateManager
+from tierbroker.storage.producer_state import ProducerStateManager
 from tierbroker.storage.segment import FileSlice, LogSegment, file_name
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -221,7 +221,7 @@ class Log:
         if validated is None:
             validated = validate_batches(records, self.config, now_ms(), self.topic_partition)
         records, batches = validated
-        duplicate = self._check_producer_state(batches)
+        duplicate = self.producer_state.check_batches(batches)
         if duplicate is not None:
             return LogAppendInfo(
                 duplicate.base_offset,
@@ -294,38 +294,6 @@ class Log:
             self.log_start_offset,
             count,
         )
-
-    def _check_producer_state(self, batches: list[BatchView]) -> BatchMetadata | None:
-        """Check idempotent batches; the cached metadata if the first one is a duplicate."""
-        previous: dict[int, BatchView] = {}
-        for i, batch in enumerate(batches):
-            if not batch.has_producer_id:
-                continue
-            if batch.is_transactional:
-                raise KafkaError(
-                    ErrorCode.transactional_id_authorization_failed,
-                    f"{self.topic_partition}: transactional batches are not supported",
-                )
-            before = previous.get(batch.producer_id)
-            if before is None:
-                duplicate = self.producer_state.check(batch)
-                if duplicate is not None and i == 0:
-                    return duplicate
-                if duplicate is not None:
-                    raise KafkaError(
-                        ErrorCode.out_of_order_sequence_number,
-                        f"{self.topic_partition}: a retried batch behind new ones",
-                    )
-            elif batch.producer_epoch != before.producer_epoch or batch.base_sequence != (
-                before.base_sequence + before.last_offset_delta + 1
-            ):
-                raise KafkaError(
-                    ErrorCode.out_of_order_sequence_number,
-                    f"{self.topic_partition}: batches of producer {batch.producer_id} in one "
-                    "request are not consecutive",
-                )
-            previous[batch.producer_id] = batch
-        return None
 
     def _append(
         self, batches: list[BatchView], data: bytes | bytearray | memoryview, max_timestamp: int

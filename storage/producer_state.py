@@ -126,6 +126,39 @@ class ProducerStateManager:
             )
         return None
 
+    def check_batches(self, batches: list[BatchView]) -> BatchMetadata | None:
+        """Check the idempotent batches of one produce request, in order; the cached
+        metadata if the first one is a duplicate (a retry, answered as the first time)."""
+        previous: dict[int, BatchView] = {}
+        for i, batch in enumerate(batches):
+            if not batch.has_producer_id:
+                continue
+            if batch.is_transactional:
+                raise KafkaError(
+                    ErrorCode.transactional_id_authorization_failed,
+                    f"{self.topic_partition}: transactional batches are not supported",
+                )
+            before = previous.get(batch.producer_id)
+            if before is None:
+                duplicate = self.check(batch)
+                if duplicate is not None and i == 0:
+                    return duplicate
+                if duplicate is not None:
+                    raise KafkaError(
+                        ErrorCode.out_of_order_sequence_number,
+                        f"{self.topic_partition}: a retried batch behind new ones",
+                    )
+            elif batch.producer_epoch != before.producer_epoch or batch.base_sequence != (
+                before.base_sequence + before.last_offset_delta + 1
+            ):
+                raise KafkaError(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"{self.topic_partition}: batches of producer {batch.producer_id} in one "
+                    "request are not consecutive",
+                )
+            previous[batch.producer_id] = batch
+        return None
+
     def update(self, batch: BatchView) -> None:
         """Record an appended batch (its offsets already assigned)."""
         self._record(
