@@ -127,6 +127,7 @@ class Log:
             else max(log_start_offset, self.segments[0].base_offset)
         )
         self.highest_offset_in_remote_storage = -1  # set by the RemoteLogManager
+        self._lowest_truncation: int | None = None
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False)
@@ -528,6 +529,7 @@ class Log:
             # Below the local log (its older part is in the remote tier): start over there.
             self.truncate_fully_and_start_at(offset)
             return
+        self._note_truncation(offset)
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
             self._remove_segments([self.segments[-1]])
         self.active_segment.truncate_to(offset)
@@ -545,6 +547,7 @@ class Log:
         `log_start_offset` (at most `offset`), as Kafka's truncateFullyAndStartAt: a
         follower rebuilt from the remote tier keeps the leader's log start below its
         local log, so the records between are read from the remote tier."""
+        self._note_truncation(offset)
         self._remove_segments(list(self.segments))
         self._add(self._new_segment(offset))
         self.high_watermark = self.recovery_point = offset
@@ -554,6 +557,15 @@ class Log:
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_to(-1)
         self.producer_state.producers.clear()
+
+    def _note_truncation(self, offset: int) -> None:
+        self._lowest_truncation = min(offset, self._lowest_truncation or offset)
+
+    def take_lowest_truncation(self) -> int | None:
+        """The lowest offset the log was truncated to since the last call, if any: what
+        was clean above it is gone (the cleaner's checkpoint must not stay above it)."""
+        offset, self._lowest_truncation = self._lowest_truncation, None
+        return offset
 
     def load_producer_snapshot(self, data: bytes) -> None:
         """Install `data` as the producer snapshot at the log end offset and load it (a log
@@ -579,7 +591,7 @@ class Log:
         retention_bytes = (
             self.config.effective_local_retention_bytes if remote else self.config.retention_bytes
         )
-        if not self.config.delete:  # compact only: just what the log start offset passed
+        if not (self.config.delete or remote):  # compact: what the log start offset passed
             retention_ms = retention_bytes = -1
         now = now_ms()
         deletable: list[LogSegment] = []

@@ -3,8 +3,9 @@ clean (Kafka's `LogCleanerManager`).
 
 Each log dir keeps `cleaner-offset-checkpoint`: per partition, its first dirty offset
 (everything below it was cleaned), written atomically after each pass. A checkpoint
-outside [log start, log end] (retention passed it, a truncation cut below it) is
-taken as the log start: the whole log is dirty again.
+outside [log start, log end] (retention passed it) is taken as the log start: the
+whole log is dirty again; one above an offset the log was truncated to comes down to
+it.
 
 A log's cleanable range is [first dirty, first uncleanable): first uncleanable is the
 base of the first segment that is active, holds offsets at or above the high watermark
@@ -63,7 +64,11 @@ class LogCleanerManager:
 
     def cleanable(self, lg: Log, now_ms: int) -> LogToClean:
         """`lg`'s clean and cleanable bytes, as things stand."""
-        checkpoint = self.checkpoints.get(lg.dir.parent, {}).get(lg.topic_partition, -1)
+        entries = self.checkpoints.setdefault(lg.dir.parent, {})
+        truncated = lg.take_lowest_truncation()
+        if truncated is not None and entries.get(lg.topic_partition, -1) > truncated:
+            entries[lg.topic_partition] = truncated  # Kafka's maybeTruncateCheckpoint
+        checkpoint = entries.get(lg.topic_partition, -1)
         first_dirty = (
             checkpoint
             if lg.log_start_offset <= checkpoint <= lg.log_end_offset
@@ -97,6 +102,9 @@ class LogCleanerManager:
             self.cleanable(lg, now_ms)
             for lg in logs
             if lg.config.compact
+            # A tiered log is never cleaned, as in Kafka: its segments are copied as they
+            # are (it can only be compacted through a dynamic log.cleanup.policy).
+            and not lg.config.remote_storage_enable
             and lg.topic_partition not in self.in_progress
             and lg.topic_partition not in self.uncleanable.get(lg.dir.parent, ())
         ]

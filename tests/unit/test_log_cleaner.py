@@ -234,6 +234,17 @@ def test_what_is_cleanable_stops_at_the_high_watermark_and_min_lag(lg: Log, tmp_
     assert manager.cleanable(lg, now_ms()).first_dirty_offset == 0
 
 
+def test_a_truncation_brings_the_checkpoint_down_to_it(lg: Log, tmp_path: Path) -> None:
+    fill(lg, rounds=10, keys=10)
+    manager = LogCleanerManager([tmp_path])
+    end = one_pass(lg, manager, now_ms()).end_offset
+    cut = lg.segments[-2].base_offset + 1  # inside the last rolled segment
+    lg.truncate_to(cut)
+    fill(lg, rounds=5, keys=10)  # new records above the cut, from another leader
+    assert cut < end < lg.log_end_offset
+    assert manager.cleanable(lg, now_ms()).first_dirty_offset == cut
+
+
 def test_only_compact_logs_are_chosen_and_compact_alone_keeps_old_segments(
     tmp_path: Path,
 ) -> None:
@@ -252,8 +263,23 @@ def test_only_compact_logs_are_chosen_and_compact_alone_keeps_old_segments(
     old = now_ms() - 10_000
     fill(deleting, rounds=5, keys=5, start_ms=old)
     fill(compacted, rounds=5, keys=5, start_ms=old)
-    assert LogCleanerManager([tmp_path]).grab_filthiest([deleting], now_ms()) is None
+    both = Log(
+        tmp_path / "b-0",
+        TopicPartition("b", 0),
+        LogConfig(cleanup_policy="compact,delete", segment_bytes=1500, retention_ms=1),
+        uuid.uuid4(),
+    )
+    fill(both, rounds=5, keys=5, start_ms=old)
+    tiered = Log(
+        tmp_path / "t-0",
+        TopicPartition("t", 0),
+        LogConfig(cleanup_policy="compact", remote_storage_enable=True, segment_bytes=1500),
+        uuid.uuid4(),
+    )
+    fill(tiered, rounds=5, keys=5)
+    assert LogCleanerManager([tmp_path]).grab_filthiest([deleting, tiered], now_ms()) is None
     assert deleting.delete_old_segments() and not compacted.delete_old_segments()
+    assert both.delete_old_segments()  # compact,delete: retention applies too
 
 
 # The swap, stopped after each step --------------------------------------------------
