@@ -40,6 +40,7 @@ TEST_SETTINGS = {
     "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.num.partitions": "5",
     "log.dir.min.free.bytes": "0",
+    "log.cleaner.backoff.ms": "100",
 }
 TIERING_SETTINGS = {
     "remote.log.manager.task.interval.ms": "100",

@@ -1,11 +1,13 @@
-"""Log compaction through stock clients, on one broker process.
+"""Log compaction through stock clients, on one broker process, and as Apache Kafka does it.
 
 20 keys overwritten 50 times each and 5 of them deleted (tombstones, kcat `-Z`), on a
 topic with small segments: once the cleaner has run, every client reading from offset
 0 gets the 15 last values, at their original offsets, and the tombstones until
 `delete.retention.ms` after their first cleaning, then not. A tiered topic cannot be
 compacted, in either order of setting the two configs, as Kafka refuses it; the
-cleaner's metrics and log lines say what it did.
+cleaner's metrics and log lines say what it did. The same records on Apache Kafka
+and on tierbroker read back the same once both cleaned (Kafka 4.x rolls segments of
+1 MiB at the least, so there a segment rolls by time, between the three writes).
 """
 
 from __future__ import annotations
@@ -273,3 +275,45 @@ def test_a_tiered_topic_cannot_be_compacted_in_either_order(admin: AdminClient) 
         alter(admin, "compacted-first", "remote.storage.enable", "true")
     assert compacted_first.value.args[0].code() == KafkaError.INVALID_CONFIG
     assert KAFKAS_WORDS in compacted_first.value.args[0].str()
+
+
+def test_the_same_records_clean_to_the_same_log_as_on_apache_kafka(
+    kafka_broker: str, request: pytest.FixtureRequest
+) -> None:
+    if request.node.callspec.params["kafka_broker"] == "apache-kafka":
+        _clean_often(kafka_broker)
+    topic = f"as-kafka-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker})
+    create(admin, topic, {**COMPACTED, "segment.bytes": str(1 << 20)})
+    roll(kafka_broker, topic, 0)  # the first write: the segment's clock starts
+    expected = produce_rounds(kafka_broker, topic)
+    roll(kafka_broker, topic, 1)
+    rows = wait_for(
+        lambda: (r := kcat_rows(kafka_broker, topic)) and len(r) == KEYS + 2 and r,
+        "one record a key",
+        show=lambda: len(kcat_rows(kafka_broker, topic)),
+    )
+    last_round = 1 + KEYS * (ROUNDS - 1)  # roll:0 came first
+    tombstones = 1 + KEYS * ROUNDS
+    assert rows == [
+        (0, "roll", "0"),
+        *[(last_round + k, f"k{k}", expected[f"k{k}"]) for k in range(DELETED, KEYS)],
+        *[(tombstones + k, f"k{k}", None) for k in range(DELETED)],
+        (tombstones + DELETED, "roll", "1"),
+    ]
+
+
+def _clean_often(bootstrap: str) -> None:
+    """Apache Kafka's cleaner backoff, 100 ms (a dynamic broker config there)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.BROKER,
+        "1",
+        incremental_configs=[
+            ConfigEntry(
+                "log.cleaner.backoff.ms", "100", incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    (future,) = admin.incremental_alter_configs([resource]).values()
+    future.result(timeout=TIMEOUT_S)
