@@ -121,13 +121,16 @@ _stop: multiprocessing.synchronize.Event | None = None
 _parent_pid = -1
 
 
-def init_worker(stop: multiprocessing.synchronize.Event) -> None:
+def init_worker(stop: multiprocessing.synchronize.Event, broker_pid: int) -> None:
     """The pool's initializer: the event the broker sets when it stops. On Linux the
-    worker also dies with the broker (a kill -9 leaves no orphan writing files)."""
+    worker also dies with the broker (a kill -9 leaves no orphan writing files, nor one
+    idle forever on a queue it holds both ends of)."""
     global _stop, _parent_pid
-    _stop, _parent_pid = stop, os.getppid()
+    _stop, _parent_pid = stop, broker_pid
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != broker_pid:  # the broker died before the line above
+        os._exit(1)
 
 
 def _check_running() -> None:

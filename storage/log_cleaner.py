@@ -25,6 +25,7 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.synchronize
+import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -125,7 +126,7 @@ class LogCleaner:
                 self.config.threads,
                 mp_context=self._context,
                 initializer=init_worker,
-                initargs=(self._stop,),
+                initargs=(self._stop, os.getpid()),
             )
         return self._pool
 
