@@ -37,11 +37,11 @@ run: install
 	$(BIN)/tierbroker serve --config config/server.properties
 
 # Three workers on two cores: most of a test's time is spent waiting on brokers, clients
-# and JVMs. A module stays on one worker (loadfile), so its fixtures are made once.
+# and JVMs. A module stays on one worker (loadfile), so its fixtures are made once. The
+# plugin's acceptance suite (tests/plugin) runs in the same session, beside the others.
 test: install-test
-	$(BIN)/pytest -n 3 --dist loadfile -m "not alone" --durations=25
+	$(BIN)/pytest -n 3 --dist loadfile -m "not alone" --durations=25 tests tests/plugin
 	$(BIN)/pytest -m alone
-	$(BIN)/pytest -n 2 tests/plugin
 
 # The inner loop: everything but the tests marked slow (Spark, packaging, leaders killed
 # mid-copy, 10,000 partitions, ...) and those run alone. CI runs `make test`.
