@@ -25,10 +25,11 @@ from tierbroker.protocol.records import (
 )
 from tierbroker.protocol.records.filtering import keyed_records, retain
 from tierbroker.storage import segment_swap
+from tierbroker.storage.checkpoints import OffsetCheckpointFile
 from tierbroker.storage.cleaner import CleaningResult, clean
 from tierbroker.storage.log import Log, now_ms
 from tierbroker.storage.log_cleaner import CleanerConfig, LogCleaner
-from tierbroker.storage.log_cleaner_manager import LogCleanerManager
+from tierbroker.storage.log_cleaner_manager import CLEANER_CHECKPOINT, LogCleanerManager
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.offset_map import OffsetMap
@@ -232,6 +233,28 @@ def test_what_is_cleanable_stops_at_the_high_watermark_and_min_lag(lg: Log, tmp_
     # A checkpoint past the log end (a truncation) makes the whole log dirty again.
     manager.checkpoints[lg.dir.parent] = {TP: lg.log_end_offset + 5}
     assert manager.cleanable(lg, now_ms()).first_dirty_offset == 0
+
+
+def test_max_compaction_lag_cleans_a_log_below_the_dirty_ratio(tmp_path: Path) -> None:
+    config = LogConfig(
+        cleanup_policy="compact",
+        segment_bytes=1500,
+        min_cleanable_dirty_ratio=0.99,
+        max_compaction_lag_ms=60_000,
+    )
+    lg = Log(tmp_path / "c-0", TP, config, uuid.uuid4())
+    fill(lg, rounds=5, keys=5, start_ms=now_ms() - 120_000)
+    manager = LogCleanerManager([tmp_path])
+    end = one_pass(lg, manager, now_ms()).end_offset  # all dirty: ratio 1.0
+    fill(lg, rounds=1, keys=5, start_ms=now_ms() - 120_000)  # a little, but old
+    assert manager.cleanable(lg, now_ms()).cleanable_ratio < 0.99
+    chosen = manager.grab_filthiest([lg], now_ms())
+    assert chosen is not None and chosen.needs_compaction_now
+    assert chosen.first_dirty_offset == end
+    # The checkpoint outlives the manager: a new one (a restart) reads it from the file.
+    manager.done_cleaning(lg, end)
+    OffsetCheckpointFile(tmp_path / CLEANER_CHECKPOINT).write(manager.checkpoints[tmp_path])
+    assert LogCleanerManager([tmp_path]).cleanable(lg, now_ms()).first_dirty_offset == end
 
 
 def test_a_truncation_brings_the_checkpoint_down_to_it(lg: Log, tmp_path: Path) -> None:
