@@ -34,7 +34,6 @@ from tierbroker.storage import segment_swap
 from tierbroker.storage.checkpoints import OffsetCheckpointFile
 from tierbroker.storage.cleaner import (
     CleanerStats,
-    CleaningAborted,
     CleaningError,
     CleaningResult,
     CleaningTask,
@@ -148,22 +147,17 @@ class LogCleaner:
                 end_offset = result.end_offset
                 self.last_stats[thread] = result.stats
                 self._log_pass(lg, result, sizes)
-        except (CleaningAborted, asyncio.CancelledError):
-            self.manager.done_cleaning(lg, None)
-            raise
         except CleaningError as e:
             self._uncleanable(lg, str(e))
-            return True
         except BrokenProcessPool:
             self._pool = None  # made again for the next pass
             self._uncleanable(lg, "its cleaner worker died")
-            return True
         except OSError as e:  # out of space, say: the files go, the pass comes again
-            self.manager.done_cleaning(lg, None)
             log.warning("%s: cleaning failed, to be tried again: %s", lg.topic_partition, e)
             self._discard(lg, planned)
             return False
-        entries = self.manager.done_cleaning(lg, end_offset)
+        finally:  # whatever happened, the log is no longer in progress
+            entries = self.manager.done_cleaning(lg, end_offset)
         if entries is not None:
             self.manager.forget(self.log_manager.logs)
             path = lg.dir.parent / CLEANER_CHECKPOINT
@@ -254,8 +248,6 @@ class LogCleaner:
         now = now_ms()
         rows: list[dict[str, object]] = []
         for lg in self._online_logs():
-            if not lg.config.compact:
-                continue
             cleanable = self.manager.cleanable(lg, now)
             rows.append(
                 {
@@ -272,7 +264,9 @@ class LogCleaner:
         return rows
 
     def _online_logs(self) -> list[Log]:
-        return [lg for lg in self.log_manager.logs.values() if self.log_manager.is_online(lg)]
+        """The compacted logs of online log dirs."""
+        manager = self.log_manager
+        return [lg for lg in manager.logs.values() if lg.config.compact and manager.is_online(lg)]
 
 
 def _planned(segment: LogSegment) -> SegmentToClean:

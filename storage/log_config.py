@@ -70,12 +70,12 @@ class LogConfig:
     @property
     def compact(self) -> bool:
         """The cleaner keeps the last record of each key (`compact` or `compact,delete`)."""
-        return "compact" in self.cleanup_policy.split(",")
+        return "compact" in self.cleanup_policy  # one of delete, compact or both
 
     @property
     def delete(self) -> bool:
         """Time and size retention apply (`delete` or `compact,delete`)."""
-        return "delete" in self.cleanup_policy.split(",")
+        return "delete" in self.cleanup_policy
 
     @property
     def effective_local_retention_ms(self) -> int:
