@@ -159,7 +159,8 @@ class Throttler:
 
 
 class CleaningError(Exception):
-    """The log cannot be cleaned as it is (a corrupt batch, a map too small for a batch)."""
+    """The pass failed on this log (a corrupt batch, a map too small for a batch): it
+    is not tried again until the broker restarts, as Kafka marks it uncleanable."""
 
 
 def clean(task: CleaningTask) -> CleaningResult:
@@ -169,7 +170,9 @@ def clean(task: CleaningTask) -> CleaningResult:
     boundary whole."""
     try:
         return _clean(task)
-    except (InvalidRecordError, ValueError) as e:
+    except (CleaningAborted, OSError):
+        raise
+    except Exception as e:  # a corrupt batch, a map too small, or a bug: this log only
         raise CleaningError(f"{task.topic_partition}: {e}") from None
 
 
