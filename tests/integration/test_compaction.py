@@ -281,7 +281,7 @@ def test_the_same_records_clean_to_the_same_log_as_on_apache_kafka(
     kafka_broker: str, request: pytest.FixtureRequest
 ) -> None:
     if request.node.callspec.params["kafka_broker"] == "apache-kafka":
-        _clean_often(kafka_broker)
+        clean_often(kafka_broker)
     topic = f"as-kafka-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": kafka_broker})
     create(admin, topic, {**COMPACTED, "segment.bytes": str(1 << 20)})
@@ -303,7 +303,7 @@ def test_the_same_records_clean_to_the_same_log_as_on_apache_kafka(
     ]
 
 
-def _clean_often(bootstrap: str) -> None:
+def clean_often(bootstrap: str) -> None:
     """Apache Kafka's cleaner backoff, 100 ms (a dynamic broker config there)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resource = ConfigResource(

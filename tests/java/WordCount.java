@@ -1,16 +1,18 @@
 // Kafka Streams' word count with a state store, run twice: creates INPUT and OUTPUT (two
 // partitions each), sends the first half of LINES_FILE's lines, counts the words
-// (groupBy, then count into an in-memory key-value store) until the output holds every
+// (groupBy, then count into an in-memory key-value store whose changelog topic Streams
+// creates as it does by default, cleanup.policy=compact) until the output holds every
 // count, stops, wipes the local state and starts again, so the second half is counted on
-// top of counts restored from the store's changelog topic. Prints the changelog topic's
-// cleanup.policy and retention.ms ("changelog NAME VALUE") and the final count of every
-// word ("count WORD N"), the last value OUTPUT holds for it; exits non-zero if the output
-// does not reach every count within a minute.
-// GUARANTEE is Streams' processing.guarantee (at_least_once, exactly_once_v2). CHANGELOG is
-// the store's changelog: "compact" (Streams' default, cleanup.policy=compact) or "keep"
-// (cleanup.policy=delete with retention.ms=-1: every update kept, so a restore is as exact
-// as from a compacted topic; only the topic grows).
-// Usage: java -cp 'JARS/*' WordCount.java BOOTSTRAP INPUT OUTPUT LINES_FILE STATE_DIR GUARANTEE CHANGELOG
+// top of counts restored from the store's changelog topic. The changelog rolls a segment
+// every 100 ms and is cleaned past a dirty ratio of 1%; between the two runs the program
+// waits until the broker's cleaner has removed records from it, so the second run
+// restores from a cleaned changelog. Prints the changelog topic's cleanup.policy as the
+// broker describes it ("changelog cleanup.policy VALUE"), its records and end offsets
+// when it was found cleaned ("changelog cleaned RECORDS END"), and the final count of
+// every word ("count WORD N"), the last value OUTPUT holds for it; exits non-zero if the
+// output does not reach every count within a minute, or the changelog is not cleaned in 30 s.
+// GUARANTEE is Streams' processing.guarantee (at_least_once, exactly_once_v2).
+// Usage: java -cp 'JARS/*' WordCount.java BOOTSTRAP INPUT OUTPUT LINES_FILE STATE_DIR GUARANTEE
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -28,6 +30,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.common.serialization.Serdes;
@@ -49,39 +52,34 @@ public class WordCount {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], input = args[1], output = args[2];
         List<String> lines = Files.readAllLines(Path.of(args[3]));
-        String stateDir = args[4], guarantee = args[5], changelog = args[6];
+        String stateDir = args[4], guarantee = args[5];
         String application = input + "-wordcount";
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
             admin.createTopics(List.of(new NewTopic(input, 2, (short) 1), new NewTopic(output, 2, (short) 1)))
                 .all().get();
-            Topology topology = topology(input, output, changelog);
+            Topology topology = topology(input, output);
             Map<String, Long> counts = new TreeMap<>();
             try (KafkaConsumer<String, Long> consumer = outputConsumer(bootstrap, output)) {
                 int half = lines.size() / 2;
                 run(topology, streamsConfig(bootstrap, application, stateDir, guarantee),
                     lines.subList(0, half), bootstrap, input, consumer, counts, words(lines.subList(0, half)));
+                awaitCleaned(bootstrap, application + "-" + STORE + "-changelog");
                 run(topology, streamsConfig(bootstrap, application, stateDir, guarantee),
                     lines.subList(half, lines.size()), bootstrap, input, consumer, counts, words(lines));
             }
             String changelogTopic = application + "-" + STORE + "-changelog";
             var resource = new ConfigResource(ConfigResource.Type.TOPIC, changelogTopic);
             var config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
-            for (String name : List.of("cleanup.policy", "retention.ms")) {
-                System.out.println("changelog " + name + " " + config.get(name).value());
-            }
+            System.out.println("changelog cleanup.policy " + config.get("cleanup.policy").value());
             counts.forEach((word, count) -> System.out.println("count " + word + " " + count));
         }
     }
 
-    static Topology topology(String input, String output, String changelog) {
+    static Topology topology(String input, String output) {
         Materialized<String, Long, KeyValueStore<Bytes, byte[]>> materialized = Materialized
             .<String, Long>as(Stores.inMemoryKeyValueStore(STORE))
-            .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long());
-        if (changelog.equals("keep")) {
-            materialized = materialized.withLoggingEnabled(Map.of("cleanup.policy", "delete", "retention.ms", "-1"));
-        } else if (!changelog.equals("compact")) {
-            throw new IllegalArgumentException("CHANGELOG must be compact or keep, not " + changelog);
-        }
+            .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long())
+            .withLoggingEnabled(Map.of("segment.ms", "100", "min.cleanable.dirty.ratio", "0.01"));
         StreamsBuilder builder = new StreamsBuilder();
         builder.<String, String>stream(input)
             .flatMapValues(line -> Arrays.asList(line.toLowerCase().split("\\W+")))
@@ -104,6 +102,10 @@ public class WordCount {
         config.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
         // Counts reach the output at each commit: commit often (at_least_once waits 30 s).
         config.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
+        // Every update to the changelog, none merged in Streams' cache, in small batches
+        // (a segment rolls between batches): a log to clean.
+        config.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        config.put(StreamsConfig.producerPrefix("batch.size"), 512);
         config.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
         return config;
     }
@@ -148,10 +150,43 @@ public class WordCount {
         config.put("key.serializer", StringSerializer.class.getName());
         config.put("value.serializer", StringSerializer.class.getName());
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(config)) {
-            for (String line : lines) {
-                producer.send(new ProducerRecord<>(topic, null, line));
+            // Lines 10 ms apart in event time, which the changelog's records carry: its
+            // segments roll by segment.ms on those timestamps.
+            long start = System.currentTimeMillis() - 10L * lines.size();
+            for (int i = 0; i < lines.size(); i++) {
+                producer.send(new ProducerRecord<>(topic, null, start + 10L * i, null, lines.get(i)));
             }
             producer.flush();
+        }
+    }
+
+    /** Waits until the changelog holds fewer records than its offsets span (the cleaner
+     * removed some), and prints both. */
+    static void awaitCleaned(String bootstrap, String changelog) throws Exception {
+        Properties config = new Properties();
+        config.put("bootstrap.servers", bootstrap);
+        config.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        config.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        var partitions = List.of(new TopicPartition(changelog, 0), new TopicPartition(changelog, 1));
+        long deadline = System.currentTimeMillis() + 30_000;
+        try (var consumer = new KafkaConsumer<byte[], byte[]>(config)) {
+            consumer.assign(partitions);
+            while (true) {
+                long end = consumer.endOffsets(partitions).values().stream().mapToLong(Long::longValue).sum();
+                consumer.seekToBeginning(partitions);
+                long records = 0;
+                while (partitions.stream().mapToLong(consumer::position).sum() < end) {
+                    records += consumer.poll(Duration.ofMillis(200)).count();
+                }
+                if (records < end) {
+                    System.out.println("changelog cleaned " + records + " " + end);
+                    return;
+                }
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException(changelog + ": not cleaned in 30 s (" + records + " records)");
+                }
+                Thread.sleep(200);
+            }
         }
     }
 
