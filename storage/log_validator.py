@@ -41,6 +41,7 @@ def validate_batches(
     if not batches:
         raise KafkaError(ErrorCode.corrupt_message, f"{topic_partition}: empty records")
     log_append_time = config.message_timestamp_type == "LogAppendTime"
+    compacted_partition = str(topic_partition) if config.compact else None  # keys required
     for batch in batches:
         batch.validate(config.max_message_bytes, from_client=True)
         max_timestamp = validate_records(
@@ -49,6 +50,7 @@ def validate_batches(
             log_append_time=log_append_time,
             timestamp_before_max_ms=config.timestamp_before_max_ms,
             timestamp_after_max_ms=config.timestamp_after_max_ms,
+            compacted_partition=compacted_partition,
         )
         if not log_append_time and batch.max_timestamp != max_timestamp:
             batch.set_max_timestamp(max_timestamp)  # as Kafka: the records' own maximum

@@ -124,6 +124,7 @@ def _topic_error(name: str, known: bool, by_id: bool) -> ErrorCode | None:
 
 
 def _partition_response(m: Any, index: int, result: ProduceResult) -> Any:
+    per_record = getattr(m, "BatchIndexAndErrorMessage", None)  # Produce v8+
     return make(
         m.PartitionProduceResponse,
         index=index,
@@ -135,6 +136,9 @@ def _partition_response(m: Any, index: int, result: ProduceResult) -> Any:
             else datetime.datetime.fromtimestamp(result.log_append_time_ms / 1000, datetime.UTC)
         ),
         log_start_offset=result.log_start_offset,
-        record_errors=(),
+        record_errors=tuple(
+            make(per_record, batch_index=i, batch_index_error_message=message)
+            for i, message in (result.record_errors if per_record is not None else ())
+        ),
         error_message=result.error_message,
     )

@@ -45,6 +45,7 @@ from tierbroker.broker.replication.replica_fetcher import FetcherConfig, Replica
 from tierbroker.broker.replication.tier_state_machine import TierStateMachine
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
+from tierbroker.protocol.records.validation import RecordValidationError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import (
     LogStartOffsetIncrementReason,
@@ -79,6 +80,7 @@ class ProduceResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, message)
 
 
 class ReplicaManager:
@@ -460,7 +462,11 @@ class ReplicaManager:
                 continue
             except InvalidRecordError as e:
                 log.info("produce to %s refused: %s", tp, e)
-                results[tp] = ProduceResult(e.code, error_message=str(e))
+                results[tp] = ProduceResult(
+                    e.code,
+                    error_message=e.args[0],  # Kafka's words, without the code's name
+                    record_errors=e.record_errors if isinstance(e, RecordValidationError) else (),
+                )
                 continue
             except KafkaError as e:
                 results[tp] = ProduceResult(e.code, error_message=str(e))

@@ -1,3 +1,8 @@
 def walk_records(
-    data: bytes | bytearray | memoryview, start: int, end: int, count: int, /
+    data: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    count: int,
+    keyless: list[int] | None = None,
+    /,
 ) -> tuple[int, int]: ...

@@ -5,13 +5,15 @@ moves the log end offset past its records, a record length that does not match
 the record, bytes after the last record, offset deltas out of order. Stored, such
 a batch stalls every consumer that reaches it. `validate_records` walks the
 records section and refuses these with INVALID_RECORD, and timestamps outside the
-topic's bounds with INVALID_TIMESTAMP.
+topic's bounds with INVALID_TIMESTAMP. On a compacted topic it also refuses records
+without a key, which the cleaner could not keep (INVALID_RECORD, `RecordValidationError`).
 
 The walk reads varints only (lengths, deltas, counts) and never copies or decodes
-keys, values or headers. An uncompressed batch is walked where it lies in the
-request buffer; a compressed one is decompressed first, as Kafka does, into a
-buffer of bounded size (`max_uncompressed_bytes`), because its offsets and
-timestamps are inside the compressed stream.
+keys, values or headers (a key's length says whether it is null). An uncompressed
+batch is walked where it lies in the request buffer; a compressed one is
+decompressed first, as Kafka does, into a buffer of bounded size
+(`max_uncompressed_bytes`), because its offsets and timestamps are inside the
+compressed stream.
 
 Record layout (after the 61-byte batch header, see `decoder`): length varint,
 attributes int8, timestampDelta varlong, offsetDelta varint, key (varint length,
@@ -62,6 +64,24 @@ class MalformedRecords(ValueError):
     """The records section does not hold what the batch header says; the message says where."""
 
 
+class RecordValidationError(InvalidRecordError):
+    """A batch refused for what some of its records hold, as Kafka's RecordValidationException:
+    INVALID_RECORD with Kafka's summary as the message, and `record_errors`, the (index in
+    the batch, message) of each record at fault, which Produce v8+ answers per record."""
+
+    def __init__(self, record_errors: list[tuple[int, str]]) -> None:
+        shown = ", ".join(
+            f"RecordError(batchIndex={index}, message='{message}')"
+            for index, message in record_errors[:3]
+        )
+        super().__init__(
+            ErrorCode.invalid_record,
+            f"One or more records have been rejected due to {len(record_errors)} record "
+            f"errors in total, and only showing the first three errors at most: [{shown}]",
+        )
+        self.record_errors = tuple(record_errors)
+
+
 def _varint(data: bytes | bytearray | memoryview, position: int, max_bytes: int) -> tuple[int, int]:
     """One zig-zag varint of more than one byte: its value and the position after it."""
     raw = shift = 0
@@ -77,10 +97,16 @@ def _varint(data: bytes | bytearray | memoryview, position: int, max_bytes: int)
 
 
 def walk_records(
-    data: bytes | bytearray | memoryview, start: int, end: int, count: int
+    data: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    count: int,
+    keyless: list[int] | None = None,
 ) -> tuple[int, int]:
     """Check that `data[start:end]` holds exactly `count` well-formed records whose offset
     deltas are 0, 1, ..., count - 1; return their smallest and largest timestampDelta.
+    If `keyless` is a list, append to it the index of each record with a null key (for a
+    compacted topic, which refuses them), once that record is known well-formed.
 
     Raises `MalformedRecords` naming the record and the byte (from `start`) at fault,
     or `IndexError` if a record runs past the end of `data`. Lengths are checked
@@ -134,6 +160,7 @@ def walk_records(
                 f"record {expected_offset_delta} at byte {record_start - start}: "
                 f"offsetDelta {offset_delta}, expected {expected_offset_delta}"
             )
+        null_key = False
         for what in ("key", "value"):
             byte = data[position]
             if byte < 0x80:
@@ -147,6 +174,8 @@ def walk_records(
                 )
             if size > 0:
                 position += size
+            elif size and what == "key":
+                null_key = True
         byte = data[position]
         if byte < 0x80:
             header_count, position = (byte >> 1) ^ -(byte & 1), position + 1
@@ -159,6 +188,8 @@ def walk_records(
                 f"record {expected_offset_delta} at byte {record_start - start}: its fields "
                 f"end at byte {position - start}, its length says {record_end - start}"
             )
+        if null_key and keyless is not None:
+            keyless.append(expected_offset_delta)
     if position != end:
         raise MalformedRecords(
             f"{end - position} bytes left in the records section after {count} records"
@@ -166,7 +197,9 @@ def walk_records(
     return min_delta, max_delta
 
 
-Walker = Callable[[bytes | bytearray | memoryview, int, int, int], tuple[int, int]]
+Walker = Callable[
+    [bytes | bytearray | memoryview, int, int, int, list[int] | None], tuple[int, int]
+]
 
 
 def _compiled_walker() -> Walker:
@@ -403,10 +436,14 @@ def validate_records(
     log_append_time: bool,
     timestamp_before_max_ms: int,
     timestamp_after_max_ms: int,
+    compacted_partition: str | None = None,
 ) -> int:
     """Walk a validated batch header's records; return their largest timestamp.
 
-    Structure and offsets: INVALID_RECORD. Timestamps, as Kafka's LogValidator:
+    Structure and offsets: INVALID_RECORD. If the topic is compacted
+    (`compacted_partition` names the partition, `topic-0`), records without a key:
+    `RecordValidationError`, one record error each, as Kafka's validateKey; this is
+    checked before timestamps. Timestamps, as Kafka's LogValidator:
     with CreateTime (`log_append_time` false) every record's timestamp must lie in
     [now - before.max.ms, now + after.max.ms] (records without one, -1, are exempt);
     a producer may not set LogAppendTime on a batch: INVALID_TIMESTAMP. Call
@@ -415,9 +452,10 @@ def validate_records(
     compression = view.compression
     start = view.position + BATCH_HEADER_SIZE
     end = view.position + LOG_OVERHEAD + view.batch_length  # batchLength counts from byte 12
+    keyless: list[int] | None = None if compacted_partition is None else []
     try:
         if compression is Compression.NONE:
-            min_delta, max_delta = _WALK(view.buffer, start, end, view.record_count)
+            min_delta, max_delta = _WALK(view.buffer, start, end, view.record_count, keyless)
         else:
             try:
                 records = _SCRATCH.decompress(
@@ -426,7 +464,9 @@ def validate_records(
                     max_uncompressed_bytes(end - view.position),
                 )
                 with records:
-                    min_delta, max_delta = _WALK(records, 0, len(records), view.record_count)
+                    min_delta, max_delta = _WALK(
+                        records, 0, len(records), view.record_count, keyless
+                    )
             finally:
                 _SCRATCH.maybe_release()
     except (ValueError, IndexError) as exc:  # the C walk raises ValueError, ours a subclass
@@ -434,6 +474,12 @@ def validate_records(
         raise InvalidRecordError(
             ErrorCode.invalid_record, f"batch at position {view.position}: {reason}"
         ) from exc
+    if keyless:
+        message = (
+            "Compacted topic cannot accept message without key in topic partition "
+            f"{compacted_partition}"
+        )
+        raise RecordValidationError([(index, message) for index in keyless])
     producer_set_log_append_time = view.timestamp_type is TimestampType.LOG_APPEND_TIME
     if producer_set_log_append_time:
         lowest = highest = view.max_timestamp  # every record's timestamp
