@@ -133,9 +133,10 @@ def test_a_topic_with_every_kafka_topic_config_at_its_default(
     }
     notes = [line for line in broker.log().splitlines() if "without effect" in line]
     assert len(notes) == 1, notes
-    for name in ("preallocate", "flush.messages", "min.cleanable.dirty.ratio"):
+    for name in ("preallocate", "flush.messages", "segment.jitter.ms"):
         assert f"{name}=" in notes[0] and "INFO" in notes[0]
-    assert "compression.type" not in notes[0]
+    for applied in ("compression.type", "min.cleanable.dirty.ratio", "delete.retention.ms"):
+        assert applied not in notes[0]
 
 
 def test_defaults_name_their_source_and_broker_synonyms(

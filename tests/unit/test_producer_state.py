@@ -271,13 +271,16 @@ def test_load_deletes_a_snapshot_below_the_first_local_offset(tmp_path: Path) ->
 
 
 @pytest.fixture
-def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths of the files fsynced during the test, in order."""
+def synced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """The paths of the files under `tmp_path` fsynced during the test, in order (a
+    cluster other tests share in this process may fsync its own meanwhile)."""
     paths: list[str] = []
     fsync = os.fsync
 
     def recording_fsync(fd: int) -> None:
-        paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(tmp_path)):
+            paths.append(path)
         fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
