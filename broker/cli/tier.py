@@ -8,11 +8,9 @@ file (`--config`/`--override`); else the broker at `--bootstrap-server` is asked
 
 from __future__ import annotations
 
-import json
 import shutil
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,6 +29,7 @@ from tierbroker.broker.cli.common import (
     print_json,
     print_table,
 )
+from tierbroker.broker.cli.metrics_endpoint import get_json, metrics_url
 
 app = command_group("The remote tier of a running broker.")
 
@@ -85,8 +84,7 @@ def status(
 
 def _get(url: str, path: str, timeout: float) -> Any:
     try:
-        with urllib.request.urlopen(f"{url}{path}", timeout=timeout) as response:
-            return json.load(response)
+        return get_json(f"{url}{path}", timeout)
     except (OSError, ValueError) as e:
         fail(f"tier status: cannot read {url}{path}: {e}")
 
@@ -116,20 +114,15 @@ def _from_config(config: Path | None, override: list[str] | None) -> str:
 
 def _ask(bootstrap: str, timeout: float) -> str:
     """The metrics endpoint of the broker at `bootstrap`, from its own `metrics.port`."""
-    from confluent_kafka.admin import ConfigResource
-
     admin = admin_client(bootstrap, timeout)
     with failing("tier status: ask the broker for its metrics.port", bootstrap):
         cluster = admin.describe_cluster(request_timeout=timeout).result(timeout)
         host, _, _ = bootstrap.rpartition(":")
         nodes = [n for n in cluster.nodes if f"{n.host}:{n.port}" == bootstrap] or cluster.nodes
-        resource = ConfigResource(ConfigResource.Type.BROKER, str(nodes[0].id))
-        [future] = admin.describe_configs([resource], request_timeout=timeout).values()
-        entry = future.result(timeout).get("metrics.port")
-    metrics_port = int(entry.value) if entry is not None and entry.value else -1
-    if metrics_port < 0:
+        url = metrics_url(admin, nodes[0].id, host, timeout)
+    if url is None:
         fail(f"tier status: the broker at {bootstrap} has no metrics endpoint (metrics.port)")
-    return f"http://{host or '127.0.0.1'}:{metrics_port}"
+    return url
 
 
 def _segments(count: int, size_bytes: int) -> str:

@@ -1,9 +1,11 @@
 """`tierbroker topic create|list|describe|alter-config|add-partitions|delete`, as
-kafka-topics.sh and kafka-configs.sh do them, through confluent-kafka's AdminClient."""
+kafka-topics.sh and kafka-configs.sh do them, through confluent-kafka's AdminClient.
+`describe` of a compacted topic adds each partition's dirty ratio, as its leader's
+cleaner reports it on the leader's metrics endpoint (`GET /cleaner/status`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,6 +24,10 @@ from tierbroker.broker.cli.common import (
     print_table,
     wait_each,
 )
+from tierbroker.broker.cli.metrics_endpoint import get_json, metrics_url
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 app = command_group("Create, list, describe, configure and delete topics.")
 
@@ -92,7 +98,7 @@ def describe(
     timeout: Timeout = 10.0,
     output: OutputOption = Output.table,
 ) -> None:
-    """A topic's partitions (leader, replicas, ISR) and configs."""
+    """A topic's partitions (leader, replicas, ISR; if compacted, how dirty) and configs."""
     from confluent_kafka import TopicCollection
     from confluent_kafka.admin import ConfigSource
 
@@ -112,6 +118,11 @@ def describe(
         }
         for p in sorted(described.partitions, key=lambda p: p.id)
     ]
+    compacted = _compacted(configs)
+    if compacted:
+        ratios = _dirty_ratios(admin, topic, described.partitions, timeout)
+        for row in partitions:
+            row["dirty_ratio"] = ratios.get(row["partition"])
     if output is Output.json:
         print_json(
             {
@@ -123,11 +134,7 @@ def describe(
             }
         )
         return
-    print_table(
-        ("partition", "leader", "replicas", "isr"),
-        [(p["partition"], p["leader"], _ids(p["replicas"]), _ids(p["isr"])) for p in partitions],
-        title=f"topic {topic} ({described.topic_id})",
-    )
+    _print_partitions(partitions, compacted, title=f"topic {topic} ({described.topic_id})")
     shown = [
         c for c in configs if all_configs or c["source"] == ConfigSource.DYNAMIC_TOPIC_CONFIG.name
     ]
@@ -183,6 +190,54 @@ def delete(
         futures = admin.delete_topics(topics, request_timeout=timeout, operation_timeout=timeout)
         wait_each("delete topic", futures, bootstrap, timeout)
     typer.echo(f"deleted topic {' '.join(topics)}", err=True)
+
+
+def _compacted(configs: list[dict[str, Any]]) -> bool:
+    """Whether `cleanup.policy`, among `configs`, holds `compact`."""
+    policy = next((c["value"] for c in configs if c["name"] == "cleanup.policy"), None)
+    return "compact" in (policy or "").split(",")
+
+
+def _dirty_ratios(
+    admin: AdminClient, topic: str, partitions: list[Any], timeout: float
+) -> dict[int, float]:
+    """By partition id, the dirty ratio (0 to 1) each partition's leader reports; a
+    partition is left out if its leader has no metrics endpoint or does not answer."""
+    leaders = {p.leader.id: p.leader.host for p in partitions if p.leader is not None}
+    ratios: dict[int, float] = {}
+    for broker_id, host in leaders.items():
+        led = {p.id for p in partitions if p.leader is not None and p.leader.id == broker_id}
+        for row in _cleaner_status(admin, broker_id, host, timeout):
+            if row["topic"] == topic and row["partition"] in led:
+                ratios[row["partition"]] = row["dirty_ratio"]
+    return ratios
+
+
+def _cleaner_status(
+    admin: AdminClient, broker_id: int, host: str, timeout: float
+) -> list[dict[str, Any]]:
+    """Broker `broker_id`'s `/cleaner/status` rows; none if it has no metrics endpoint or
+    does not answer (the describe goes on without them)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        url = metrics_url(admin, broker_id, host, timeout)
+        return [] if url is None else list(get_json(f"{url}/cleaner/status", timeout))
+    except (KafkaException, OSError, ValueError):
+        return []
+
+
+def _print_partitions(partitions: list[dict[str, Any]], compacted: bool, title: str) -> None:
+    """One row per partition: leader, replicas, ISR and, if compacted, the dirty ratio as
+    a percentage ("-" where the leader did not say)."""
+    columns = ["partition", "leader", "replicas", "isr"]
+    rows = [[p["partition"], p["leader"], _ids(p["replicas"]), _ids(p["isr"])] for p in partitions]
+    if compacted:
+        columns.append("dirty")
+        for row, p in zip(rows, partitions, strict=True):
+            ratio = p["dirty_ratio"]
+            row.append("-" if ratio is None else f"{ratio:.1%}")
+    print_table(columns, rows, title=title)
 
 
 def _ids(ids: list[int]) -> str:

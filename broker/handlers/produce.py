@@ -136,9 +136,11 @@ def _partition_response(m: Any, index: int, result: ProduceResult) -> Any:
             else datetime.datetime.fromtimestamp(result.log_append_time_ms / 1000, datetime.UTC)
         ),
         log_start_offset=result.log_start_offset,
-        record_errors=tuple(
+        record_errors=()
+        if per_record is None
+        else tuple(
             make(per_record, batch_index=i, batch_index_error_message=message)
-            for i, message in (result.record_errors if per_record is not None else ())
+            for i, message in result.record_errors
         ),
         error_message=result.error_message,
     )

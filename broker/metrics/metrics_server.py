@@ -1,10 +1,14 @@
-"""`MetricsServer`: an HTTP endpoint on `metrics.port` for Prometheus and `tierbroker tier status`.
+"""`MetricsServer`: an HTTP endpoint on `metrics.port` for Prometheus and the CLI
+(`tierbroker tier status`, `tierbroker topic describe`).
 
-    GET /metrics       Prometheus text format (the remote-storage metrics, per topic);
-                       gauges are refreshed first, so a scrape sees the state it asks for
-    GET /tier/status   JSON: per partition, both tiers' offsets, sizes and copy lag
-    GET /tier/health   JSON: whether the remote store works ("healthy", "unhealthy",
-                       "not checked", "disabled"), the error if not, since when (ms)
+    GET /metrics         Prometheus text format (the remote-storage metrics, per topic);
+                         gauges are refreshed first, so a scrape sees the state it asks for
+    GET /tier/status     JSON: per partition, both tiers' offsets, sizes and copy lag
+    GET /tier/health     JSON: whether the remote store works ("healthy", "unhealthy",
+                         "not checked", "disabled"), the error if not, since when (ms)
+    GET /cleaner/status  JSON: per compacted log hosted here, its dirty ratio (0 to 1),
+                         first dirty offset, cleanable and total bytes, and whether it
+                         is uncleanable
 
 A deliberately small HTTP/1.0 responder on the event loop: one request per
 connection, answered and closed. A request line or header line over 8 KiB, or
@@ -37,12 +41,14 @@ class MetricsServer:
         registry: CollectorRegistry,
         tier_status: Callable[[], list[dict[str, Any]]],
         tier_health: Callable[[], dict[str, Any]],
+        cleaner_status: Callable[[], list[dict[str, Any]]],
         refresh: Callable[[], None] = lambda: None,
     ) -> None:
         """`refresh` sets the registry's gauges from current state before each scrape."""
         self.registry = registry
         self.tier_status = tier_status
         self.tier_health = tier_health
+        self.cleaner_status = cleaner_status
         self.refresh = refresh
         self._server: asyncio.Server | None = None
 
@@ -90,6 +96,9 @@ class MetricsServer:
             await _respond(writer, "200 OK", "application/json", body)
         elif path == "/tier/health":
             body = json.dumps(self.tier_health()).encode()
+            await _respond(writer, "200 OK", "application/json", body)
+        elif path == "/cleaner/status":
+            body = json.dumps(self.cleaner_status()).encode()
             await _respond(writer, "200 OK", "application/json", body)
         else:
             await _respond(writer, "404 Not Found", "text/plain", b"not found\n")

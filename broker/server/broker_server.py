@@ -150,7 +150,11 @@ class BrokerServer:
         self.replicas.leadership_listeners.append(self._on_leadership)
         self.remote: RemoteLogManager | None = None
         self.metrics_server = MetricsServer(
-            self.registry, self._tier_status, self._tier_health, self._refresh_remote_metrics
+            self.registry,
+            self._tier_status,
+            self._tier_health,
+            self.cleaner.status,
+            self._refresh_remote_metrics,
         )
         self.scheduler = Scheduler()
         self.socket_server = self._socket_server(topic_metrics)

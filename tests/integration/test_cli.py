@@ -14,24 +14,32 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from typer.testing import CliRunner
 
 from tests.integration.broker_process import BrokerProcess, executable, free_port
 from tests.integration.test_kcat import kcat
 from tests.integration.tiering_helpers import LocalFsTier
+from tierbroker.broker.cli import topics
+from tierbroker.broker.cli.main import app
+from tierbroker.broker.cli.metrics_endpoint import get_json
 
 CLI_TIMEOUT_S = 60
 FAST_TIERING = {
     "remote.log.manager.task.interval.ms": "300",
     "log.retention.check.interval.ms": "300",
 }
+# The cleaner looks once at start, before any test's topic exists, then not again while
+# the module runs: a compacted topic stays as dirty as it was written.
+NO_CLEANING = {"log.cleaner.backoff.ms": "3600000"}
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker with a local-filesystem remote tier, shared by the module's tests (each
-    uses its own topics and groups)."""
+    """One broker with a local-filesystem remote tier and an idle log cleaner, shared by
+    the module's tests (each uses its own topics and groups)."""
     data_dir = tmp_path_factory.mktemp("cli")
-    process = BrokerProcess(data_dir, {**LocalFsTier(data_dir).overrides(), **FAST_TIERING})
+    overrides = {**LocalFsTier(data_dir).overrides(), **FAST_TIERING, **NO_CLEANING}
+    process = BrokerProcess(data_dir, overrides)
     process.start()
     yield process
     process.stop()
@@ -126,6 +134,46 @@ def test_topic_create_describe_alter_delete(broker: BrokerProcess) -> None:
     assert_one_line_error(
         cli(broker, "topic", "describe", "t-admin", ok=False), "describe topic t-admin"
     )
+
+
+def test_describe_shows_how_dirty_each_compacted_partition_is(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Eligible for cleaning at once (only the backoff keeps the cleaner away); segments
+    # of 1 KiB: the second produce request rolls partition 0's first segment.
+    cli(
+        broker,
+        "topic",
+        "create",
+        "t-compacted",
+        "-p",
+        "2",
+        *("--config", "cleanup.policy=compact"),
+        *("--config", "segment.bytes=1024"),
+        *("--config", "min.cleanable.dirty.ratio=0.01"),
+    )
+    for _ in range(2):
+        lines = "".join(f"k{i}:{'v' * 50}\n" for i in range(10))
+        cli(broker, "produce", "t-compacted", "-K", ":", "-p", "0", stdin=lines)
+
+    leader = get_json(f"http://127.0.0.1:{broker.metrics_port}/cleaner/status", 10)
+    rows = {r["partition"]: r for r in leader if r["topic"] == "t-compacted"}
+    assert rows[0]["first_dirty_offset"] == 0 and rows[0]["cleanable_bytes"] > 0
+    assert [rows[p]["dirty_ratio"] for p in (0, 1)] == [1.0, 0.0]
+    described = cli_json(broker, "topic", "describe", "t-compacted")
+    assert [p["dirty_ratio"] for p in described["partitions"]] == [1.0, 0.0]
+    table = cli(broker, "topic", "describe", "t-compacted").stdout.splitlines()
+    assert table[1].split() == ["partition", "leader", "replicas", "isr", "dirty"], table
+    assert [line.split()[-1] for line in table[3:5]] == ["100.0%", "0.0%"], table
+    assert all(len(line) <= 80 for line in table)
+
+    def no_answer(url: str, timeout_s: float) -> None:
+        raise ConnectionRefusedError(f"{url}: refused")
+
+    monkeypatch.setattr(topics, "get_json", no_answer)  # a leader whose endpoint is down
+    done = CliRunner().invoke(app, ["topic", "describe", "t-compacted", "-b", broker.bootstrap])
+    assert done.exit_code == 0, done.output
+    assert [line.split()[-1] for line in done.output.splitlines()[3:5]] == ["-", "-"]
 
 
 def test_cli_produces_keys_and_headers_that_kcat_reads(broker: BrokerProcess) -> None:

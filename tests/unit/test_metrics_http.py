@@ -1,10 +1,11 @@
 """The metrics endpoint answers an oversized or malformed request with 400 or 431 and a log
 line, never a reset: what the client still sends is read and dropped before closing. Its
-gauges are refreshed at each scrape."""
+gauges are refreshed at each scrape; `/cleaner/status` is the cleaner's status as JSON."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 
@@ -42,7 +43,7 @@ CASES = {
 async def test_a_bad_request_is_answered_with_an_http_error(
     request_bytes: bytes, status: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server = MetricsServer(CollectorRegistry(), lambda: [], lambda: {})
+    server = MetricsServer(CollectorRegistry(), lambda: [], lambda: {}, lambda: [])
     await server.start("127.0.0.1", 0)
     assert server._server is not None
     port = server._server.sockets[0].getsockname()[1]
@@ -70,7 +71,7 @@ async def test_gauges_are_refreshed_when_scraped() -> None:
         scrapes += 1
         gauge.labels("events").set(scrapes * 100)
 
-    server = MetricsServer(registry, lambda: [], lambda: {}, refresh)
+    server = MetricsServer(registry, lambda: [], lambda: {}, lambda: [], refresh)
     await server.start("127.0.0.1", 0)
     try:
         request = b"GET /metrics HTTP/1.0\r\n\r\n"
@@ -80,3 +81,18 @@ async def test_gauges_are_refreshed_when_scraped() -> None:
         await server.stop()
     assert b'RemoteLogSizeBytes{topic="events"} 100.0' in first
     assert b'RemoteLogSizeBytes{topic="events"} 200.0' in second
+
+
+async def test_cleaner_status_is_served_as_json() -> None:
+    rows = [{"topic": "users", "partition": 0, "dirty_ratio": 0.25, "uncleanable": False}]
+    server = MetricsServer(CollectorRegistry(), lambda: [], lambda: {}, lambda: rows)
+    await server.start("127.0.0.1", 0)
+    try:
+        answer = await asyncio.to_thread(
+            exchange, server.port, b"GET /cleaner/status HTTP/1.0\r\n\r\n"
+        )
+    finally:
+        await server.stop()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200 OK") and b"application/json" in head, head
+    assert json.loads(body) == rows
