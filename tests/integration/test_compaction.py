@@ -241,12 +241,12 @@ def test_the_cleaner_reports_its_passes(broker: BrokerProcess, admin: AdminClien
     assert "max_dirty_percent" in values and "max_clean_time_secs" in values
 
 
-def alter(admin: AdminClient, topic: str, name: str, value: str) -> None:
-    resource = ConfigResource(
-        ResourceType.TOPIC,
-        topic,
-        incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)],
-    )
+def alter(
+    admin: AdminClient, name: str, config: str, value: str, kind: ResourceType = ResourceType.TOPIC
+) -> None:
+    """Set one config of a topic (or of another `kind` of resource) incrementally."""
+    entry = ConfigEntry(config, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(kind, name, incremental_configs=[entry])
     (future,) = admin.incremental_alter_configs([resource]).values()
     future.result(timeout=TIMEOUT_S)
 
@@ -306,14 +306,4 @@ def test_the_same_records_clean_to_the_same_log_as_on_apache_kafka(
 def clean_often(bootstrap: str) -> None:
     """Apache Kafka's cleaner backoff, 100 ms (a dynamic broker config there)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource(
-        ResourceType.BROKER,
-        "1",
-        incremental_configs=[
-            ConfigEntry(
-                "log.cleaner.backoff.ms", "100", incremental_operation=AlterConfigOpType.SET
-            )
-        ],
-    )
-    (future,) = admin.incremental_alter_configs([resource]).values()
-    future.result(timeout=TIMEOUT_S)
+    alter(admin, "1", "log.cleaner.backoff.ms", "100", ResourceType.BROKER)

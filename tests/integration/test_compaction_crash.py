@@ -27,10 +27,10 @@ from tests.integration.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 TOPIC = "crashes"
-KEYS, VALUE_BYTES, KILLS = 500, 1000, 10
+KEYS, VALUE_BYTES, KILLS = 250, 1000, 10
 BROKER = {
     "log.cleaner.backoff.ms": "50",
-    "log.cleaner.io.max.bytes.per.second": str(2 << 20),
+    "log.cleaner.io.max.bytes.per.second": str(1 << 20),
 }
 TOPIC_CONFIG = {
     "cleanup.policy": "compact",

@@ -19,7 +19,6 @@ from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     ConfigSource,
@@ -30,6 +29,7 @@ from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, Descr
 from kio.static.primitive import i8
 
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.test_compaction import alter
 from tests.integration.test_kcat import kcat
 from tests.integration.wire import WireClient
 from tierbroker.protocol.records import Compression, iter_batches
@@ -231,17 +231,7 @@ def test_invalid_configs_are_refused_with_invalid_config(
 def test_compaction_policies_are_taken_and_reported(admin: AdminClient) -> None:
     create(admin, "compacted", {"cleanup.policy": "compact"})
     assert describe(admin, "compacted")["cleanup.policy"].value == "compact"
-    resource = ConfigResource(
-        ResourceType.TOPIC,
-        "compacted",
-        incremental_configs=[
-            ConfigEntry(
-                "cleanup.policy", "compact,delete", incremental_operation=AlterConfigOpType.SET
-            )
-        ],
-    )
-    (future,) = admin.incremental_alter_configs([resource]).values()
-    future.result(timeout=TIMEOUT_S)
+    alter(admin, "compacted", "cleanup.policy", "compact,delete")
     assert describe(admin, "compacted")["cleanup.policy"].value == "compact,delete"
     assert refused(admin, "keep-all", {"cleanup.policy": ""}).code() == KafkaError.INVALID_CONFIG
 
