@@ -71,6 +71,7 @@ bench: install-test
 	$(BIN)/python -m benchmarks.replication
 	$(BIN)/python -m benchmarks.failover
 	$(BIN)/python -m benchmarks.follower_fetching
+	$(BIN)/python -m benchmarks.log_cleaner
 	$(BIN)/python -m benchmarks.fixtures
 
 clean:
