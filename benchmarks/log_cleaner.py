@@ -1,7 +1,8 @@
 """Log compaction: how fast the cleaner cleans, and what its passes cost the rest of the broker.
 
-    python -m benchmarks.log_cleaner [--mib 64] [--keys 5000] [--rounds 1] [--json OUT]
-    python -m benchmarks.log_cleaner --shapes 100-none-1m --skip-load --profile   # one shape
+    python -m benchmarks.log_cleaner [--mib 64] [--rounds 1] [--load-rounds 4] [--json OUT]
+    python -m benchmarks.log_cleaner --rounds 2                       # about 3 minutes
+    python -m benchmarks.log_cleaner --shapes 100-none-1m --skip-load --skip-kafka --profile
 
 Cleaner throughput, per record shape (value size, codec, producer batch size): a topic
 of 8 MiB segments gets `--mib` MiB of values over `--keys` keys (drawn at random, the same
@@ -22,13 +23,16 @@ starts, Kafka's JIT warms up). `--rounds` rounds, in ABBA order.
 Produce while cleaning, and the event loop: one `tierbroker serve` whose loop is timed
 (`LoopProbe`: each callback's CPU time on the loop's thread and wall time, and how late
 a 1 ms timer fires: what a request arriving then waits), its cleaner worker process
-competing for the machine's cores. confluent-kafka (this process) produces `--burst-mib`
-MiB bursts of 1 KiB values (acks=1, linger.ms=5, batch.size 1 MB) to another topic:
-`--bursts` bursts with nothing to clean (the baseline), and bursts while the cleaner
-passes over a `--load-mib` MiB topic, of which those wholly inside the pass count; the
-order alternates by round. Stalls: the idle loop for `--idle-s` s (the baseline) against
-a pass over another `--load-mib` MiB topic with no produce. `--cleaner-nice N` renices
-the worker process first (a what-if).
+competing for the machine's two cores with the broker and the client. confluent-kafka
+(in this process) produces `--burst-mib` MiB bursts of 1 KiB values (acks=1,
+linger.ms=5, batch.size 1 MB) to another topic, which keeps 128 MiB (so that gigabytes
+of dirty pages do not build up for writeback to flush into a later round): `--bursts`
+bursts with nothing to clean (the baseline), and bursts while the cleaner passes over a
+`--load-mib` MiB topic of the `--load-shape` shape, of which those wholly inside the
+pass count. Stalls: the idle loop for `--idle-s` s (the baseline) against a pass over
+another such topic with no produce. `--load-rounds` rounds, the produce arms taking turns
+to go first. `--cleaner-nice N` adds a third arm, bursts while the worker process cleans
+at nice N (a what-if for `storage/cleaner.py`; setting it back to 0 needs root).
 
 `--profile` also runs each shape's pass in this process (`storage.cleaner.clean` on a
 copy of the segments: once timed, once under cProfile) and prints where its time goes.
@@ -87,7 +91,11 @@ WARMUP_MIB = 16
 CLEANER = {"log.cleaner.backoff.ms": "100"}
 # The produced-to topic keeps 256 MiB: a few GiB of bursts neither fill the disk nor
 # leave gigabytes of dirty pages for writeback to flush into a later round.
-OTHER_TOPIC = {"segment.bytes": str(128 * MIB), "retention.bytes": str(256 * MIB)}
+OTHER_TOPIC = {
+    "segment.bytes": str(64 * MIB),
+    "retention.bytes": str(128 * MIB),
+    "file.delete.delay.ms": "0",
+}
 PASS_TIMEOUT_S = 120.0
 PRODUCE_VALUE_BYTES = 1024
 TICK_S = 0.001
@@ -556,15 +564,11 @@ def under_load(args: argparse.Namespace) -> list[dict[str, Any]]:
         try:
             admin = AdminClient({"bootstrap.servers": target.bootstrap, "log_level": 0})
             warmup(admin, target, shape, args.keys)
-            for pid in process_tree(target.pid)[1:]:  # the worker (and the resource tracker)
-                os.setpriority(os.PRIO_PROCESS, pid, args.cleaner_nice)
-                if args.cleaner_sched_idle:
-                    os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
             create_topic(admin, "other", OTHER_TOPIC)
             for r in range(args.load_rounds):
-                for topic in (f"quiet-{r}", f"load-{r}"):
-                    create_topic(admin, topic)
-                    produce_shape(target.bootstrap, topic, shape, args.load_mib, args.keys)
+                for arm in ("quiet", *cleaning_arms(args)):
+                    create_topic(admin, f"{arm}-{r}")
+                    produce_shape(target.bootstrap, f"{arm}-{r}", shape, args.load_mib, args.keys)
             bursts = Bursts(target.bootstrap, "other", args.burst_mib, target.pid)
             bursts.run()  # connected, the produce path warm
             rounds = range(args.load_rounds)
@@ -573,6 +577,17 @@ def under_load(args: argparse.Namespace) -> list[dict[str, Any]]:
             target.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def cleaning_arms(args: argparse.Namespace) -> list[str]:
+    return ["cleaning", "reniced"] if args.cleaner_nice else ["cleaning"]
+
+
+def renice_workers(broker_pid: int, nice: int) -> None:
+    """The broker's child processes (its cleaner worker and multiprocessing's resource
+    tracker) at `nice`; back to 0 needs root (CAP_SYS_NICE)."""
+    for pid in process_tree(broker_pid)[1:]:
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
 
 
 def load_round(
@@ -588,17 +603,20 @@ def load_round(
     time.sleep(0.3)  # the swap and the checkpoint come after the line
     result["quiet_pass"] = asdict(quiet)
     result["cleaning_loop"] = stalls(probe, asked, quiet.ended_at + 0.3)
-    for arm in ("idle", "cleaning")[:: 1 if r % 2 == 0 else -1]:
+    arms = ["idle", *cleaning_arms(args)]
+    for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:  # each first in turn
         if arm == "idle":
             done = [bursts.run() for _ in range(args.bursts)]
         else:
-            compact(admin, f"load-{r}")
+            renice_workers(target.pid, args.cleaner_nice if arm == "reniced" else 0)
+            compact(admin, f"{arm}-{r}")
             done = []
-            while (found := target.find_pass(f"load-{r}")) is None:
+            while (found := target.find_pass(f"{arm}-{r}")) is None:
                 done.append(bursts.run())
+            renice_workers(target.pid, 0)
             began = found.ended_at - found.seconds
             done = [b for b in done if b.started >= began and b.ended <= found.ended_at]
-            result["load_pass"] = asdict(found)
+            result[f"{arm}_pass"] = asdict(found)
             if len(done) < 3:
                 print(f"  round {r}: {len(done)} bursts inside the pass: raise --load-mib")
         result[f"produce_{arm}"] = [asdict(b) for b in done]
@@ -640,47 +658,44 @@ def report_cleaning(results: dict[str, list[dict[str, Any]]], shapes: list[str])
 
 def report_load(rounds: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(
-        f"\nproduce to another topic, {args.burst_mib} MiB bursts of 1 KiB values (cleaner "
-        f"worker at nice {args.cleaner_nice}{', SCHED_IDLE' if args.cleaner_sched_idle else ''}"
-        "), medians; CPU ms per MiB produced"
+        f"\nproduce to another topic, {args.burst_mib} MiB bursts of 1 KiB values; medians; "
+        "CPU ms per MiB produced"
     )
-    for arm, name in (("idle", "nothing to clean"), ("cleaning", "while cleaning")):
-        bursts = [b for r in rounds for b in r.get(f"produce_{arm}", [])]
-        if bursts:
-            rates = [b["mib_per_s"] for b in bursts]
-            cpu = {k: statistics.median(b[f"{k}_cpu_ms_per_mib"] for b in bursts)
-                   for k in ("broker", "cleaner", "client")}  # fmt: skip
-            print(
-                f"  {name:17} {statistics.median(rates):5.0f} MiB/s ({len(rates)} bursts, "
-                f"{min(rates):.0f}-{max(rates):.0f}); CPU broker {cpu['broker']:.2f}, cleaner "
-                f"{cpu['cleaner']:.2f}, client {cpu['client']:.2f}"
-            )
-    ratios = [
-        statistics.median(b["mib_per_s"] for b in r["produce_cleaning"])
-        / statistics.median(b["mib_per_s"] for b in r["produce_idle"])
-        for r in rounds
-        if r.get("produce_cleaning")
-    ]
-    if ratios:
-        print(
-            f"  while cleaning / nothing to clean: median {statistics.median(ratios):.2f} "
-            f"over {len(ratios)} rounds ({span(ratios)})"
+    arms = {"idle": "nothing to clean", "cleaning": "while cleaning"}
+    arms |= {"reniced": f"cleaner at nice {args.cleaner_nice}"} if args.cleaner_nice else {}
+    for arm, name in arms.items():
+        bursts = [b for r in rounds for b in r[f"produce_{arm}"]]
+        rates = [b["mib_per_s"] for b in bursts]
+        cpu = {k: statistics.median(b[f"{k}_cpu_ms_per_mib"] for b in bursts)
+               for k in ("broker", "cleaner", "client")}  # fmt: skip
+        line = (
+            f"  {name:18} {statistics.median(rates):4.0f} MiB/s ({len(rates)} bursts, "
+            f"{min(rates):.0f}-{max(rates):.0f}); CPU broker {cpu['broker']:.2f}, cleaner "
+            f"{cpu['cleaner']:.2f}, client {cpu['client']:.2f}"
         )
+        if arm != "idle":
+            ratios = [
+                statistics.median(b["mib_per_s"] for b in r[f"produce_{arm}"])
+                / statistics.median(b["mib_per_s"] for b in r["produce_idle"])
+                for r in rounds
+            ]
+            passes = [r[f"{arm}_pass"]["mib_per_s"] for r in rounds]
+            line += (
+                f"\n  {'':18} ratio to nothing to clean: median {statistics.median(ratios):.2f} "
+                f"over {len(ratios)} rounds ({span(ratios)}); the pass {span(passes, '.1f')} MiB/s"
+            )
+        print(line)
     alone = [r["quiet_pass"]["mib_per_s"] for r in rounds]
-    loaded = [r["load_pass"]["mib_per_s"] for r in rounds]
-    print(f"  the pass: {span(alone, '.1f')} MiB/s alone, {span(loaded, '.1f')} beside produce")
+    print(f"  the pass with nothing produced: {span(alone, '.1f')} MiB/s")
     print("\nevent loop, worst 100 ms window: timer late / callback wall / callback CPU (ms)")
-    for key, name in (
-        ("idle_loop", "idle"),
-        ("cleaning_loop", "cleaning, no produce"),
-        ("produce_idle_loop", "produce, nothing to clean"),
-        ("produce_cleaning_loop", "produce while cleaning"),
-    ):
+    loops = {"idle_loop": "idle", "cleaning_loop": "cleaning, no produce"}
+    loops |= {f"produce_{arm}_loop": f"produce, {name}" for arm, name in arms.items()}
+    for key, name in loops.items():
         rows = [r[key] for r in rounds if r.get(key, {}).get("windows")]
         if rows:
             worst = max(rows, key=lambda s: s["cpu_ms"])["what"][:60]
             columns = [span([s[k] for s in rows], ".1f") for k in ("late_ms", "wall_ms", "cpu_ms")]
-            print(f"  {name:26} {columns[0]:>10} {columns[1]:>10} {columns[2]:>10}  ({worst})")
+            print(f"  {name:36} {columns[0]:>10} {columns[1]:>10} {columns[2]:>10}  ({worst})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -697,10 +712,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load-mib", type=int, default=32, help="MiB of each topic cleaned")
     parser.add_argument("--load-rounds", type=int, default=4, help="rounds (ABBA)")
     parser.add_argument("--burst-mib", type=int, default=16)
-    parser.add_argument("--bursts", type=int, default=8, help="bursts with nothing to clean")
+    parser.add_argument("--bursts", type=int, default=16, help="bursts with nothing to clean")
     parser.add_argument("--idle-s", type=float, default=2.0)
-    parser.add_argument("--cleaner-nice", type=int, default=0, help="renice the worker")
-    parser.add_argument("--cleaner-sched-idle", action="store_true", help="SCHED_IDLE worker")
+    parser.add_argument(
+        "--cleaner-nice", type=int, default=0, help="also clean with the worker at this nice"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     shapes = args.shapes.split(",")
