@@ -559,7 +559,8 @@ class Log:
         self.producer_state.producers.clear()
 
     def _note_truncation(self, offset: int) -> None:
-        self._lowest_truncation = min(offset, self._lowest_truncation or offset)
+        lowest = self._lowest_truncation
+        self._lowest_truncation = offset if lowest is None else min(lowest, offset)
 
     def take_lowest_truncation(self) -> int | None:
         """The lowest offset the log was truncated to since the last call, if any: what

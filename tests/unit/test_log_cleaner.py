@@ -266,6 +266,11 @@ def test_a_truncation_brings_the_checkpoint_down_to_it(lg: Log, tmp_path: Path) 
     fill(lg, rounds=5, keys=10)  # new records above the cut, from another leader
     assert cut < end < lg.log_end_offset
     assert manager.cleanable(lg, now_ms()).first_dirty_offset == cut
+    # Truncations between two looks: the lowest counts, 0 included.
+    lg.truncate_fully_and_start_at(0)
+    fill(lg, rounds=2, keys=5)
+    lg.truncate_to(5)
+    assert lg.take_lowest_truncation() == 0
 
 
 def test_only_compact_logs_are_chosen_and_compact_alone_keeps_old_segments(
