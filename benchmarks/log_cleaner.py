@@ -76,11 +76,12 @@ from benchmarks.targets import (
     TargetUnavailable,
     free_port,
     process_tree,
+    require_apache_kafka,
     spawn,
     start_tierbroker,
     stop,
 )
-from tests.apache_kafka import ApacheKafka, jars
+from tests.apache_kafka import ApacheKafka
 from tierbroker.storage.cleaner import IO_BUFFER_BYTES, CleaningTask, SegmentToClean, clean
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -255,12 +256,7 @@ def start_target(name: str, workdir: Path) -> Target:
             name, broker.bootstrap, broker.process.pid, workdir / "data", broker.log_path,
             lambda: stop(broker),
         )  # fmt: skip
-    if shutil.which("java") is None:
-        raise TargetUnavailable("no Java runtime (apt-get install -y openjdk-17-jdk-headless)")
-    try:
-        jars()
-    except RuntimeError as e:
-        raise TargetUnavailable(str(e)) from None
+    require_apache_kafka()
     (workdir / "log4j2.properties").write_text(KAFKA_LOG4J)
     options = (*KAFKA_JVM_OPTIONS, f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}")
     kafka = ApacheKafka(workdir / "kafka", CLEANER, jvm_options=options).start()

@@ -203,15 +203,20 @@ KAFKA_JVM_OPTIONS = (
 )  # fmt: skip
 
 
-def start_apache_kafka(workdir: Path) -> Broker:
-    """One KRaft node (broker and controller), formatted first; its start-up is from
-    spawning `kafka.Kafka` to its first ApiVersions answer (the format is not counted)."""
+def require_apache_kafka() -> None:
+    """Raise TargetUnavailable, saying what to install, unless Java and Kafka's jars are here."""
     if shutil.which("java") is None:
         raise TargetUnavailable("no Java runtime (apt-get install -y openjdk-17-jdk-headless)")
     try:
         jars()
     except RuntimeError as e:
         raise TargetUnavailable(str(e)) from None
+
+
+def start_apache_kafka(workdir: Path) -> Broker:
+    """One KRaft node (broker and controller), formatted first; its start-up is from
+    spawning `kafka.Kafka` to its first ApiVersions answer (the format is not counted)."""
+    require_apache_kafka()
     kafka = ApacheKafka(workdir / "kafka", jvm_options=KAFKA_JVM_OPTIONS).start()
     assert kafka.process is not None
     log_path = kafka.dir / "kafka.log"
