@@ -31,11 +31,9 @@ from kio.schema.create_topics.v7.request import (
     CreateTopicsRequest,
 )
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.produce.v12.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.produce.v12.response import ProduceResponse
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.wire import WireClient, decode_response
+from tests.integration.wire import WireClient, decode_response, produce_batch
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 
@@ -139,27 +137,10 @@ def header_v1(api_key: int, api_version: int, correlation_id: int = 7) -> bytes:
     return struct.pack(">hhih", api_key, api_version, correlation_id, 4) + b"test"
 
 
-def produce(client: WireClient, topic: str, records: bytes, partition: int = 0) -> ProduceResponse:
-    return client.request(
-        ProduceRequest(
-            acks=-1,
-            timeout=datetime.timedelta(seconds=5),
-            topic_data=(
-                TopicProduceData(
-                    name=topic,
-                    partition_data=(PartitionProduceData(index=partition, records=records),),
-                ),
-            ),
-        )
-    )
-
-
 def produce_error(client: WireClient, topic: str, records: bytes) -> ErrorCode:
-    response = produce(client, topic, records)
-    (topic_response,) = response.responses
-    (partition,) = topic_response.partition_responses
-    assert partition.base_offset == -1
-    return partition.error_code
+    answer = produce_batch(client, topic, records, version=12)
+    assert answer.base_offset == -1
+    return ErrorCode(answer.error_code)
 
 
 def batch(values: list[bytes]) -> bytes:
@@ -332,7 +313,7 @@ def message_too_large(broker: BrokerProcess, bad: WireClient, peer: str) -> str:
     assert created.topics[0].error_code == ErrorCode.none
     assert produce_error(bad, "small", batch([b"x" * 2000])) == ErrorCode.message_too_large
     assert (
-        produce(bad, "small", batch([b"fits"])).responses[0].partition_responses[0].error_code
+        produce_batch(bad, "small", batch([b"fits"]), version=12).error_code
         == ErrorCode.none
     )
     return r"small-0.*max\.message\.bytes"

@@ -26,10 +26,9 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.wire import WireClient
+from tests.integration.wire import WireClient, produce_batch
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch, decode_records
 
@@ -78,22 +77,8 @@ def idempotent_batch(pid: int, epoch: int, seq: int, count: int) -> bytes:
 
 def produce(client: WireClient, topic: str, batch: bytes, partition: int = 0) -> tuple[int, int]:
     """(error code, base offset) of one batch sent with acks=all."""
-    response = client.request(
-        ProduceRequest(
-            transactional_id=None,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=10),
-            topic_data=(
-                TopicProduceData(
-                    name=topic,
-                    partition_data=(PartitionProduceData(index=partition, records=batch),),
-                ),
-            ),
-        )
-    )
-    [topic_response] = response.responses
-    [p] = topic_response.partition_responses
-    return int(p.error_code), int(p.base_offset)
+    answer = produce_batch(client, topic, batch, partition)
+    return int(answer.error_code), int(answer.base_offset)
 
 
 def list_offset(client: WireClient, topic: str, timestamp: int, partition: int = 0) -> int:

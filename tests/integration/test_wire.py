@@ -7,7 +7,6 @@ timestamps and batch boundaries are known exactly.
 
 from __future__ import annotations
 
-import datetime
 import struct
 import time
 import uuid
@@ -28,6 +27,7 @@ from tests.integration.wire import (
     fetch_request,
     list_offsets,
     make,
+    produce_batch,
     request_module,
     split_batches,
 )
@@ -49,23 +49,10 @@ def api_versions(client: WireClient, version: int = 3) -> Any:
 
 
 def produce(client: WireClient, topic: str, records: bytes, partition: int = 0) -> int:
-    """Produce v9 (acks=all); returns the base offset."""
-    m = request_module(0, 9)
-    response = client.request(
-        m.ProduceRequest(
-            acks=-1,
-            timeout=datetime.timedelta(seconds=5),
-            topic_data=(
-                m.TopicProduceData(
-                    name=topic,
-                    partition_data=(m.PartitionProduceData(index=partition, records=records),),
-                ),
-            ),
-        )
-    )
-    (partition_response,) = response.responses[0].partition_responses
-    assert partition_response.error_code == ErrorCode.none, partition_response
-    return int(partition_response.base_offset)
+    """Produce (acks=all); returns the base offset."""
+    answer = produce_batch(client, topic, records, partition)
+    assert answer.error_code == ErrorCode.none, answer
+    return int(answer.base_offset)
 
 
 def batch_of(values: Sequence[bytes], timestamps: Sequence[int] | None = None) -> bytes:

@@ -190,6 +190,27 @@ def create_topic(
     return uuid.UUID(str(topic.topic_id))
 
 
+def produce_batch(
+    client: WireClient, topic: str, records: bytes, partition: int = 0, version: int = 9
+) -> Any:
+    """Produce `records` to one partition with acks=all; that partition's response."""
+    m = request_module(0, version)
+    response = client.request(
+        m.ProduceRequest(
+            acks=-1,
+            timeout=datetime.timedelta(seconds=10),
+            topic_data=(
+                m.TopicProduceData(
+                    name=topic,
+                    partition_data=(m.PartitionProduceData(index=partition, records=records),),
+                ),
+            ),
+        )
+    )
+    ((answer,),) = (t.partition_responses for t in response.responses)
+    return answer
+
+
 def fetch_request(
     version: int,
     topics: FetchSpec,
