@@ -312,10 +312,7 @@ def message_too_large(broker: BrokerProcess, bad: WireClient, peer: str) -> str:
     )
     assert created.topics[0].error_code == ErrorCode.none
     assert produce_error(bad, "small", batch([b"x" * 2000])) == ErrorCode.message_too_large
-    assert (
-        produce_batch(bad, "small", batch([b"fits"]), version=12).error_code
-        == ErrorCode.none
-    )
+    assert produce_batch(bad, "small", batch([b"fits"]), version=12).error_code == ErrorCode.none
     return r"small-0.*max\.message\.bytes"
 
 

@@ -17,9 +17,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.test_bad_input import produce
 from tests.integration.test_kcat import KCAT_TIMEOUT_S, kcat
-from tests.integration.wire import WireClient
+from tests.integration.wire import WireClient, produce_batch
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 
@@ -133,7 +132,7 @@ def test_the_produce_response_carries_kafkas_message(broker: BrokerProcess, topi
     now_ms = time.time_ns() // 1_000_000
     batch = build_batch([(b"k", b"v", [], now_ms), (None, b"v", [], now_ms)])
     with WireClient(broker.port) as client:
-        (answer,) = produce(client, topic, batch).responses[0].partition_responses
+        answer = produce_batch(client, topic, batch, version=12)
     assert (answer.error_code, answer.base_offset) == (ErrorCode.invalid_record, -1)
     assert answer.error_message == (
         "One or more records have been rejected due to 1 record errors in total, and only "

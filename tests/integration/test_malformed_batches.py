@@ -18,9 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.forged_batches import encode_record, forge_batch
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.test_bad_input import produce
 from tests.integration.test_kcat import kcat
-from tests.integration.wire import WireClient
+from tests.integration.wire import WireClient, produce_batch
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import Compression, build_batch
 
@@ -151,12 +150,12 @@ def test_malformed_batches_are_refused_and_consumers_reach_the_end(broker: Broke
     with WireClient(broker.port) as client:
         for i, (name, malformed, code) in enumerate(MALFORMED):
             good = f"valid-{i}".encode()
-            (answer,) = produce(client, TOPIC, valid(good)).responses[0].partition_responses
+            answer = produce_batch(client, TOPIC, valid(good), version=12)
             assert (answer.error_code, answer.base_offset) == (ErrorCode.none, len(expected))
             expected.append(good)
-            (refusal,) = produce(client, TOPIC, bytes(malformed())).responses[0].partition_responses
+            refusal = produce_batch(client, TOPIC, bytes(malformed()), version=12)
             assert (refusal.error_code, refusal.base_offset) == (code, -1), name
-        (last,) = produce(client, TOPIC, valid(b"last")).responses[0].partition_responses
+        last = produce_batch(client, TOPIC, valid(b"last"), version=12)
         assert (last.error_code, last.base_offset) == (ErrorCode.none, len(expected)), (
             "a refusal moved the log end offset"
         )
