@@ -70,7 +70,8 @@ class CopyTask:
             s
             for s in lg.segments[:-1]
             if s.next_offset - 1 > copied
-            and s.next_offset <= lg.high_watermark
+            # Below the LSO: no undecided transaction's data goes up (Kafka's copy task).
+            and s.next_offset <= lg.last_stable_offset
             and s.next_offset - 1 >= lg.log_start_offset
         ]
 
@@ -112,7 +113,7 @@ class CopyTask:
             log_segment=segment.log_path,
             offset_index=segment.offset_index.path,
             time_index=segment.time_index.path,
-            transaction_index=None,
+            transaction_index=segment.txn_index.path if segment.txn_index.entries else None,
             producer_snapshot_index=snapshot if snapshot.exists() else None,
             # The whole lineage up to the segment's end, as Kafka uploads it: a replica
             # rebuilt from the remote tier needs every epoch before this segment too.

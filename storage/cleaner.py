@@ -14,6 +14,9 @@ record parsing holds no lock the broker's event loop needs.
    (its sequence and epoch must stay: Kafka's RETAIN_EMPTY) or the last of its group
    (the new segment ends where the old ones ended, so a swap cut short by a crash can
    be completed from the new files alone).
+4. Transactions: the range ends at the last stable offset (the event loop's choice).
+   Batches of aborted transactions give no key to the map and are emptied; markers
+   stay whole, and each new segment's transaction index holds its old ones' entries.
 
 A batch that fails its CRC or does not parse ends the pass (`CleaningError`): the
 broker marks the log uncleanable. The pass stops (`CleaningAborted`) when the
@@ -45,6 +48,7 @@ from tierbroker.storage.file_cache import LogFileCache
 from tierbroker.storage.offset_map import OffsetMap
 from tierbroker.storage.segment import LogSegment
 from tierbroker.storage.topic_partition import TopicPartition
+from tierbroker.storage.transaction_index import AbortedTxn, TransactionIndex
 
 IO_BUFFER_BYTES = 512 * 1024  # log.cleaner.io.buffer.size
 INT32_MAX = 2**31 - 1
@@ -79,6 +83,7 @@ class CleaningTask:
     first_dirty_offset: int
     first_uncleanable_offset: int
     producer_last_offsets: dict[int, int]  # producer id -> offset of its last record
+    aborted_txns: tuple[AbortedTxn, ...]  # overlapping the segments, markers anywhere
     now_ms: int
     delete_retention_ms: int
     segment_bytes: int
@@ -235,7 +240,11 @@ def _build_offset_map(
             break
         stats.dirty_bytes += segment.size
         for batch in _batches(segment, throttler):
-            if batch.last_offset < task.first_dirty_offset or batch.is_control:
+            if (
+                batch.last_offset < task.first_dirty_offset
+                or batch.is_control
+                or _is_aborted(task, batch)
+            ):
                 continue
             if batch.record_count > offset_map.free_slots():
                 return offset_map.latest_offset + 1  # full: the next pass goes on
@@ -298,6 +307,10 @@ def _clean_group(
                 _append(cleaned, out, stats, throttler)
                 out = bytearray()
     _append(cleaned, out, stats, throttler)
+    for segment in group:
+        index = TransactionIndex(Path(segment.path).with_suffix(".txnindex"))
+        for entry in index.entries:
+            cleaned.txn_index.append(entry)
     cleaned.on_become_inactive()
     cleaned.flush()
     cleaned.close()
@@ -328,7 +341,8 @@ def _kept_batch(
         stats.records_retained += batch.record_count
         return batch.payload()  # beyond what this pass decides on
     raw, records = keyed_records(batch)
-    kept = [r for r in records if _retained(task, batch, r, offset_map)]
+    aborted = _is_aborted(task, batch)
+    kept = [] if aborted else [r for r in records if _retained(task, batch, r, offset_map)]
     stats.records_read += len(records)
     stats.records_retained += len(kept)
     horizon = batch.delete_horizon_ms
@@ -345,6 +359,19 @@ def _kept_batch(
     if last_of_producer or batch.next_offset == group_end:
         return retain(batch, raw, [], horizon)
     return None
+
+
+def _is_aborted(task: CleaningTask, batch: BatchView) -> bool:
+    """A data batch of a transaction its ABORT marker closed."""
+    return (
+        batch.is_transactional
+        and not batch.is_control
+        and any(
+            t.producer_id == batch.producer_id
+            and t.first_offset <= batch.base_offset < t.last_offset
+            for t in task.aborted_txns
+        )
+    )
 
 
 def _retained(

@@ -55,3 +55,15 @@ def replace_durably(path: Path, write: Callable[[Path], None]) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def fsync_if_exists(path: Path) -> None:
+    """fsync the file at `path`; nothing if it is not there (never written, or deleted)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,11 +1,14 @@
 """`Log`: the local log of one partition: an ordered list of `LogSegment`s.
 
 Directory `<log.dir>/<topic>-<partition>/` holds the segments (`<base>.log`,
-`.index`, `.timeindex`), `leader-epoch-checkpoint` and `partition.metadata`.
+`.index`, `.timeindex`, `.txnindex`), producer snapshots, `leader-epoch-checkpoint` and
+`partition.metadata`.
 
 Invariants: segments are ordered by base offset and contiguous; only the last one
 (the active segment) is appended to; log start offset <= high watermark <= log end
-offset; the recovery point is an offset below which everything was flushed. After
+offset; the last stable offset (LSO) is the high watermark or, below it, the first
+offset of the oldest transaction not decided and replicated; the recovery point is an
+offset below which everything was flushed. After
 a crash, segments from the recovery point on are re-read and cut at the first torn
 or corrupt batch (`LogLoader`). Not shared between tasks: all calls come from the event loop, and
 appends are serialised by the caller (`Partition`).
@@ -25,6 +28,11 @@ from pathlib import Path
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import BatchView, iter_batches, whole_batches_size
+from tierbroker.protocol.records.control import (
+    EndTxnMarker,
+    build_end_txn_marker,
+    read_end_txn_marker,
+)
 from tierbroker.storage import segment_swap
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.file_cache import LogFileCache
@@ -36,6 +44,7 @@ from tierbroker.storage.log_validator import validate_batches
 from tierbroker.storage.producer_state import ProducerStateManager
 from tierbroker.storage.segment import FileSlice, LogSegment, file_name
 from tierbroker.storage.topic_partition import TopicPartition
+from tierbroker.storage.transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +86,7 @@ class LogAppendInfo:
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
     records: FileSlice | None  # None: nothing at or after the offset yet
+    aborted_txns: list[AbortedTxn] | None = None  # read_committed: those the records touch
 
 
 def now_ms() -> int:
@@ -131,7 +141,11 @@ class Log:
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False)
-        self._load_producer_state()
+        # After a crash, what a snapshot above the recovery point stands on (the transaction
+        # index of the segments between) may be lost; the first segment's is fsynced.
+        self._load_producer_state(
+            None if had_clean_shutdown else max(self.recovery_point, self.segments[0].base_offset)
+        )
 
     # Loading -------------------------------------------------------------------------
 
@@ -157,8 +171,10 @@ class Log:
         for segment in loader.load(log_start_offset):
             self._add(segment)
 
-    def _load_producer_state(self) -> None:
-        """The newest snapshot, then the batch headers after it up to the log end offset.
+    def _load_producer_state(self, newest_snapshot: int | None = None) -> None:
+        """The newest snapshot (at or below `newest_snapshot`, else the log end offset), then
+        the batches after it up to the log end offset; the aborted transactions whose
+        markers those batches hold are indexed again.
 
         Batches below a log start offset inside the first segment are still on disk and
         replayed, so a snapshot and the replay after it never leave a gap. A rolled segment
@@ -166,18 +182,40 @@ class Log:
         it, and a replica rebuilt from the remote tier loads it.
         """
         first = self.segments[0].base_offset
-        snapshot = self.producer_state.load(first, self.log_end_offset)
+        upper = self.log_end_offset if newest_snapshot is None else newest_snapshot
+        snapshot = self.producer_state.load(first, upper)
         start = snapshot if snapshot >= 0 else first
         for segment in self.segments[self._segment_for(start) :]:
+            segment.txn_index.truncate_to(start)
             if segment.next_offset <= start:
                 continue  # nothing to replay: its index is not read
             _, position = segment.offset_index.lookup(start)
-            for _, batch in segment.headers_from(position):
+            for batch_position, batch in segment.headers_from(position):
                 if batch.has_producer_id and batch.base_offset >= start:
-                    self.producer_state.update(batch)
+                    if batch.is_control:
+                        batch = BatchView(segment.read_batch(batch_position, batch.size_in_bytes))
+                    self._update_producer_state(batch, segment)
             rolled = segment is not self.active_segment
             if rolled and not self.producer_state.snapshot_path(segment.next_offset).exists():
                 self.producer_state.take_snapshot(segment.next_offset, sync=False)
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
+
+    def _update_producer_state(self, batch: BatchView, segment: LogSegment) -> None:
+        """Record a written batch of a producer; a marker aborting a transaction indexes it
+        in `segment`, the one holding the marker."""
+        if not batch.is_control:
+            self.producer_state.update(batch)
+            return
+        completed = self.producer_state.update_marker(batch, read_end_txn_marker(batch))
+        if completed is not None and completed.is_aborted:
+            segment.txn_index.append(
+                AbortedTxn(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    self.producer_state.last_stable_offset(completed),
+                )
+            )
 
     def take_producer_snapshot(self) -> None:
         """Snapshot producer state at the log end offset (clean shutdown)."""
@@ -211,10 +249,13 @@ class Log:
         records: bytearray,
         leader_epoch: int,
         validated: tuple[bytearray, list[BatchView]] | None = None,
+        *,
+        transactional: bool = False,
     ) -> LogAppendInfo:
         """Validate batches (re-encoding them for a topic `compression.type`: `log_validator`),
         unless `validated` is what `validate_batches` made of them, assign offsets and the
-        leader epoch in place, and write them.
+        leader epoch in place, and write them. `transactional`: the produce request named a
+        transactional id, without which transactional batches are refused.
 
         A batch an idempotent producer already wrote is not written again: the answer
         carries the offsets it got the first time.
@@ -222,7 +263,7 @@ class Log:
         if validated is None:
             validated = validate_batches(records, self.config, now_ms(), self.topic_partition)
         records, batches = validated
-        duplicate = self.producer_state.check_batches(batches)
+        duplicate = self.producer_state.check_batches(batches, transactional)
         if duplicate is not None:
             return LogAppendInfo(
                 duplicate.base_offset,
@@ -252,6 +293,25 @@ class Log:
         return LogAppendInfo(
             first_offset, next_offset - 1, max_timestamp, append_time, self.log_start_offset, count
         )
+
+    def append_end_txn_marker(
+        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, leader_epoch: int
+    ) -> LogAppendInfo:
+        """Write a transaction coordinator's marker (WriteTxnMarkers) as a control batch.
+
+        Raises INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED for a marker of
+        an older producer or coordinator epoch, before anything is written.
+        """
+        self.producer_state.check_marker(producer_id, producer_epoch, marker)
+        data = bytearray(build_end_txn_marker(producer_id, producer_epoch, marker, now_ms()))
+        batch = BatchView(data)
+        offset = self.log_end_offset
+        batch.set_base_offset(offset)
+        batch.set_partition_leader_epoch(leader_epoch)
+        self.leader_epoch_cache.assign(leader_epoch, offset)
+        self._append([batch], data, batch.max_timestamp)
+        self._update_producer_state(batch, self.active_segment)
+        return LogAppendInfo(offset, offset, batch.max_timestamp, -1, self.log_start_offset, 1)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
         """Append batches a leader already stamped: offsets, leader epochs and timestamps are
@@ -286,7 +346,7 @@ class Log:
             if batch.partition_leader_epoch >= 0:
                 self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
             if batch.has_producer_id:
-                self.producer_state.update(batch)
+                self._update_producer_state(batch, self.active_segment)
         return LogAppendInfo(
             batches[0].base_offset,
             expected - 1,
@@ -344,9 +404,15 @@ class Log:
     # Reads ---------------------------------------------------------------------------
 
     def read(
-        self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+        self,
+        offset: int,
+        max_bytes: int,
+        max_offset: int,
+        min_one_batch: bool,
+        include_aborted_txns: bool = False,
     ) -> FetchDataInfo:
-        """Batches from `offset`, below `max_offset` (the high watermark for consumers).
+        """Batches from `offset`, below `max_offset` (the high watermark for consumers, the
+        LSO for read_committed ones, which `include_aborted_txns` the records touch).
 
         Raises OFFSET_OUT_OF_RANGE outside [log start offset, log end offset].
         """
@@ -361,8 +427,9 @@ class Log:
                 f"{self.topic_partition}: offset {offset} outside "
                 f"[{self.log_start_offset}, {self.log_end_offset}]",
             )
+        none = FetchDataInfo(None, [] if include_aborted_txns else None)
         if offset >= max_offset:
-            return FetchDataInfo(None)
+            return none
         i = self._segment_for(offset)
         end_segment, end_position = (
             self._high_watermark_segment()
@@ -373,10 +440,15 @@ class Log:
             segment = self.segments[i]
             limit = end_position if segment is end_segment else segment.size
             records = segment.read(offset, max_bytes, limit, min_one_batch)
-            if records is not None or segment is end_segment:
-                return FetchDataInfo(records)
-            i += 1
-        return FetchDataInfo(None)
+            if records is None and segment is not end_segment:
+                i += 1
+                continue
+            if records is None or not include_aborted_txns:
+                return FetchDataInfo(records, none.aborted_txns)
+            # Kafka's fetchUpperBoundOffset: the offset after the last batch returned.
+            upper = segment.offset_at_position(records.position + records.length)
+            return FetchDataInfo(records, self.collect_aborted_txns(offset, upper))
+        return none
 
     @property
     def high_watermark(self) -> int:
@@ -387,6 +459,26 @@ class Log:
         if offset != self._high_watermark:
             self._high_watermark = offset
             self._high_watermark_position = None
+            self.producer_state.on_high_watermark_updated(offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read up to (Kafka's lastStableOffset)."""
+        first_unstable = self.producer_state.first_unstable_offset
+        if first_unstable is None:
+            return self.high_watermark
+        return min(first_unstable, self.high_watermark)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound) of the local log,
+        from the segment holding `fetch_offset` on (Kafka's addAbortedTransactions)."""
+        aborted: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_for(fetch_offset) :]:
+            found = segment.txn_index.collect(fetch_offset, upper_bound)
+            aborted += found.aborted
+            if found.complete:
+                break
+        return aborted
 
     @property
     def log_end_offset_metadata(self) -> LogOffsetMetadata:
@@ -556,7 +648,7 @@ class Log:
         )
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_to(-1)
-        self.producer_state.producers.clear()
+        self.producer_state.clear()
 
     def _note_truncation(self, offset: int) -> None:
         lowest = self._lowest_truncation

@@ -177,6 +177,9 @@ class LogCleaner:
             producer_last_offsets={
                 p.producer_id: p.batches[-1].last_offset for p in producers if p.batches
             },
+            aborted_txns=tuple(
+                lg.collect_aborted_txns(planned[0].base_offset, chosen.first_uncleanable_offset)
+            ),
             now_ms=now,
             delete_retention_ms=config.delete_retention_ms,
             segment_bytes=config.segment_bytes,

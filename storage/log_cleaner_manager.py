@@ -83,7 +83,8 @@ class LogCleanerManager:
         cleanable_bytes = 0
         first_uncleanable = lg.active_segment.base_offset
         for segment in segments[first:-1]:
-            if segment.next_offset > lg.high_watermark or segment.max_timestamp > lag_bound:
+            # Nothing undecided or unreplicated is cleaned: the LSO is at most the HW.
+            if segment.next_offset > lg.last_stable_offset or segment.max_timestamp > lag_bound:
                 first_uncleanable = segment.base_offset
                 break
             cleanable_bytes += segment.size

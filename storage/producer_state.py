@@ -1,20 +1,28 @@
-"""`ProducerStateManager`: what each idempotent producer last wrote to one partition.
+"""`ProducerStateManager`: what each idempotent or transactional producer last wrote to
+one partition, and the transactions still open on it (Kafka's `ProducerStateManager`).
 
 Per producer id it keeps the epoch and the metadata of its last five batches
 (sequence range, offsets, timestamp), so a retried batch is recognised and answered
 with its original offset instead of being appended twice, and a gap in the
-sequence is refused.
+sequence is refused. A transactional batch opens its producer's transaction; the
+end-transaction marker closes it (`CompletedTxn`). The first offset of the oldest
+transaction not yet decided, or decided by a marker above the high watermark, is
+the first unstable offset: the last stable offset (LSO) never passes it.
 
 Snapshot file `<offset, 20 digits>.snapshot`, written at each segment roll and at
-clean shutdown, holds the state as of that offset (big-endian)::
+clean shutdown, holds the state as of that offset in Kafka's layout (big-endian)::
 
     version int16 (1) | crc32c uint32 of the rest | count int32 |
-    count x (producer_id int64, epoch int16, first_seq int32, last_seq int32,
-             base_offset int64, last_offset int64, timestamp int64)
+    count x (producer_id int64, epoch int16, last_seq int32, last_offset int64,
+             offset_delta int32, timestamp int64, coordinator_epoch int32,
+             current_txn_first_offset int64 (-1: none))
 
-Only each producer's last batch goes into a snapshot, as in Kafka. After a restart
-the state is the newest valid snapshot at or below the log end offset plus the
-batch headers after it; records are never decoded. Not shared between tasks.
+An older layout of this broker's, with 42-byte entries and no transactions
+(`first_seq`, `last_seq`, `base_offset`, `last_offset`, `timestamp` after the epoch), is
+still read. Only each producer's last batch goes into a snapshot, as in Kafka. After
+a restart the state is the newest valid snapshot at or below the log end offset plus
+the batches after it; only end-transaction markers are decoded. Not shared between
+tasks.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ from crc32c import crc32c
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import BatchView
-from tierbroker.storage.file_io import write_file
+from tierbroker.protocol.records.control import EndTxnMarker
+from tierbroker.storage.file_io import fsync_if_exists, write_file
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +47,10 @@ MAX_CACHED_BATCHES = 5
 NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
 SNAPSHOT_SUFFIX = ".snapshot"
+NO_TXN = -1
 _HEADER = struct.Struct(">hIi")
-_ENTRY = struct.Struct(">qhiiqqq")
+_ENTRY = struct.Struct(">qhiqiqiq")
+_OLD_ENTRY = struct.Struct(">qhiiqqq")  # this broker's layout before transactions
 _VERSION = 1
 
 
@@ -52,19 +63,28 @@ class BatchMetadata:
     timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction its marker closed: data from `first_offset`, the marker at `last_offset`."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerStateEntry:
     producer_id: int
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = NO_TXN
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_timestamp(self) -> int:
-        return self.batches[-1].timestamp if self.batches else -1
 
     def find_duplicate(self, batch: BatchView) -> BatchMetadata | None:
         last_seq = _last_seq(batch)
@@ -88,6 +108,11 @@ class ProducerStateManager:
         self.dir = directory
         self.topic_partition = topic_partition
         self.producers: dict[int, ProducerStateEntry] = {}
+        # first offset -> producer id of each open transaction; offsets only grow, so the
+        # dict's order is theirs and its first key the oldest.
+        self.ongoing_txns: dict[int, int] = {}
+        # first offset -> marker offset of each transaction decided above the high watermark.
+        self.unreplicated_txns: dict[int, int] = {}
 
     # Validation and updates ----------------------------------------------------------
 
@@ -95,8 +120,9 @@ class ProducerStateManager:
         """Validate an idempotent batch; the cached metadata if it is a duplicate.
 
         Raises INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER as Kafka's
-        ProducerAppendInfo does. A producer this partition has no state for (new, or
-        its batches removed by retention) may start at any sequence (KIP-360).
+        ProducerAppendInfo does, and INVALID_TXN_STATE for a batch outside the
+        transaction its producer has open. A producer this partition has no state for
+        (new, or its batches removed by retention) may start at any sequence (KIP-360).
         """
         entry = self.producers.get(batch.producer_id)
         pid, epoch, first_seq = batch.producer_id, batch.producer_epoch, batch.base_sequence
@@ -106,6 +132,12 @@ class ProducerStateManager:
             raise KafkaError(
                 ErrorCode.invalid_producer_epoch,
                 f"{self.topic_partition}: producer {pid} epoch {epoch} is older than {entry.epoch}",
+            )
+        if entry.current_txn_first_offset != NO_TXN and not batch.is_transactional:
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"{self.topic_partition}: producer {pid} wrote a non-transactional batch "
+                f"while its transaction from offset {entry.current_txn_first_offset} is open",
             )
         if epoch > entry.epoch:
             if first_seq != 0:
@@ -126,17 +158,24 @@ class ProducerStateManager:
             )
         return None
 
-    def check_batches(self, batches: list[BatchView]) -> BatchMetadata | None:
+    def check_batches(
+        self, batches: list[BatchView], transactional: bool = False
+    ) -> BatchMetadata | None:
         """Check the idempotent batches of one produce request, in order; the cached
-        metadata if the first one is a duplicate (a retry, answered as the first time)."""
+        metadata if the first one is a duplicate (a retry, answered as the first time).
+
+        Transactional batches need a request with a transactional id (`transactional`),
+        as Kafka's ProduceRequest.validateRecords: TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+        """
         previous: dict[int, BatchView] = {}
         for i, batch in enumerate(batches):
             if not batch.has_producer_id:
                 continue
-            if batch.is_transactional:
+            if batch.is_transactional and not transactional:
                 raise KafkaError(
                     ErrorCode.transactional_id_authorization_failed,
-                    f"{self.topic_partition}: transactional batches are not supported",
+                    f"{self.topic_partition}: a transactional batch in a produce request "
+                    "without a transactional id",
                 )
             before = previous.get(batch.producer_id)
             if before is None:
@@ -159,29 +198,102 @@ class ProducerStateManager:
             previous[batch.producer_id] = batch
         return None
 
+    def check_marker(self, producer_id: int, epoch: int, marker: EndTxnMarker) -> None:
+        """Validate an end-transaction marker from a transaction coordinator, as Kafka's
+        ProducerAppendInfo.appendEndTxnMarker: an older producer epoch is
+        INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"{self.topic_partition}: marker of producer {producer_id} at epoch {epoch}, "
+                f"older than {entry.epoch}",
+            )
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"{self.topic_partition}: marker of producer {producer_id} from coordinator "
+                f"epoch {marker.coordinator_epoch}, older than {entry.coordinator_epoch}",
+            )
+
     def update(self, batch: BatchView) -> None:
-        """Record an appended batch (its offsets already assigned)."""
-        self._record(
-            batch.producer_id,
-            batch.producer_epoch,
+        """Record an appended data batch (its offsets already assigned); a transactional
+        one opens its producer's transaction if none is open."""
+        entry = self._entry(batch.producer_id, batch.producer_epoch)
+        entry.batches.append(
             BatchMetadata(
                 batch.base_sequence,
                 _last_seq(batch),
                 batch.base_offset,
                 batch.last_offset,
                 batch.max_timestamp,
-            ),
+            )
         )
+        entry.last_timestamp = batch.max_timestamp
+        if batch.is_transactional and entry.current_txn_first_offset == NO_TXN:
+            entry.current_txn_first_offset = batch.base_offset
+            self.ongoing_txns[batch.base_offset] = batch.producer_id
 
-    def _record(self, producer_id: int, epoch: int, metadata: BatchMetadata) -> None:
+    def update_marker(self, batch: BatchView, marker: EndTxnMarker | None) -> CompletedTxn | None:
+        """Record an appended end-transaction marker (None: a control batch the cleaner
+        emptied); the transaction it closed, if one was open. The closed transaction stays
+        unstable until `on_high_watermark_updated` passes its marker."""
+        entry = self._entry(batch.producer_id, batch.producer_epoch)
+        entry.last_timestamp = batch.max_timestamp
+        first = entry.current_txn_first_offset
+        if marker is None or first == NO_TXN:
+            return None
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.current_txn_first_offset = NO_TXN
+        del self.ongoing_txns[first]
+        self.unreplicated_txns[first] = batch.base_offset
+        return CompletedTxn(batch.producer_id, first, batch.base_offset, marker.is_abort)
+
+    def _entry(self, producer_id: int, epoch: int) -> ProducerStateEntry:
+        """The producer's entry at `epoch`: a new epoch forgets the old epoch's batches."""
         entry = self.producers.get(producer_id)
-        if entry is None or epoch != entry.epoch:
+        if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id, epoch)
-        entry.batches.append(metadata)
+        elif epoch != entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        return entry
+
+    # Transactions --------------------------------------------------------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction not decided or not yet replicated."""
+        first_ongoing = next(iter(self.ongoing_txns), None)
+        first_unreplicated = min(self.unreplicated_txns, default=None)
+        if first_ongoing is None or first_unreplicated is None:
+            return first_unreplicated if first_ongoing is None else first_ongoing
+        return min(first_ongoing, first_unreplicated)
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The LSO once `completed` is decided: the oldest other open transaction's first
+        offset, else just past its marker (the `lastStableOffset` of its index entry)."""
+        return next(iter(self.ongoing_txns), completed.last_offset + 1)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget decided transactions whose marker the high watermark has passed."""
+        if self.unreplicated_txns:
+            self.unreplicated_txns = {
+                first: marker
+                for first, marker in self.unreplicated_txns.items()
+                if marker >= high_watermark
+            }
 
     def remove_expired(self, older_than_ms: int) -> int:
-        """Forget producers whose last batch is older than `older_than_ms`."""
-        expired = [pid for pid, e in self.producers.items() if e.last_timestamp < older_than_ms]
+        """Forget producers whose last write is older than `older_than_ms`, but none with a
+        transaction open."""
+        expired = [
+            pid
+            for pid, e in self.producers.items()
+            if e.last_timestamp < older_than_ms and e.current_txn_first_offset == NO_TXN
+        ]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
@@ -206,15 +318,15 @@ class ProducerStateManager:
             _ENTRY.pack(
                 e.producer_id,
                 e.epoch,
-                b.first_seq,
-                b.last_seq,
-                b.base_offset,
-                b.last_offset,
-                b.timestamp,
+                last.last_seq if last else NO_SEQUENCE,
+                last.last_offset if last else -1,
+                last.last_offset - last.base_offset if last else 0,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
             )
             for e in self.producers.values()
-            if e.batches
-            for b in (e.batches[-1],)
+            for last in (e.batches[-1] if e.batches else None,)
         )
         body = struct.pack(">i", len(self.producers)) + entries
         data = struct.pack(">hI", _VERSION, crc32c(body)) + body
@@ -236,14 +348,7 @@ class ProducerStateManager:
 
     def flush_snapshot(self, offset: int) -> None:
         """fsync the snapshot at `offset`, if there is one."""
-        try:
-            fd = os.open(self.snapshot_path(offset), os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_if_exists(self.snapshot_path(offset))
 
     def load(self, first_offset: int, log_end_offset: int) -> int:
         """Load the newest valid snapshot in [first_offset, log_end_offset]; its offset, or -1.
@@ -252,7 +357,7 @@ class ProducerStateManager:
         bounds by the log start offset, not the first segment): one above describes a
         lost tail, one below misses the batches of removed segments.
         """
-        self.producers.clear()
+        self.clear()
         for offset in reversed(self.snapshot_offsets()):
             path = self.snapshot_path(offset)
             if not first_offset <= offset <= log_end_offset:
@@ -263,7 +368,7 @@ class ProducerStateManager:
                 return offset
             except ValueError as e:
                 log.warning("%s: ignoring snapshot %s: %s", self.topic_partition, path, e)
-                self.producers.clear()
+                self.clear()
                 path.unlink()
         return -1
 
@@ -274,12 +379,40 @@ class ProducerStateManager:
         version, crc, count = _HEADER.unpack_from(data)
         if version != _VERSION or crc32c(data[6:]) != crc:
             raise ValueError(f"version {version} or CRC mismatch")
-        if len(data) != _HEADER.size + count * _ENTRY.size:
+        entries = data[_HEADER.size :]
+        if len(entries) == count * _ENTRY.size:
+            for (
+                pid,
+                epoch,
+                last_seq,
+                last,
+                delta,
+                ts,
+                coordinator_epoch,
+                txn_first,
+            ) in _ENTRY.iter_unpack(entries):
+                entry = self._entry(pid, epoch)
+                if last >= 0:
+                    first_seq = (last_seq - delta) % (INT32_MAX + 1) if last_seq >= 0 else last_seq
+                    entry.batches.append(BatchMetadata(first_seq, last_seq, last - delta, last, ts))
+                entry.last_timestamp = ts
+                entry.coordinator_epoch = coordinator_epoch
+                entry.current_txn_first_offset = txn_first
+                if txn_first != NO_TXN:
+                    self.ongoing_txns[txn_first] = pid
+            self.ongoing_txns = dict(sorted(self.ongoing_txns.items()))
+        elif len(entries) == count * _OLD_ENTRY.size:
+            for pid, epoch, first_seq, last_seq, base, last, ts in _OLD_ENTRY.iter_unpack(entries):
+                entry = self._entry(pid, epoch)
+                entry.batches.append(BatchMetadata(first_seq, last_seq, base, last, ts))
+                entry.last_timestamp = ts
+        else:
             raise ValueError(f"size {len(data)} does not match {count} entries")
-        for pid, epoch, first_seq, last_seq, base, last, ts in _ENTRY.iter_unpack(
-            data[_HEADER.size :]
-        ):
-            self._record(pid, epoch, BatchMetadata(first_seq, last_seq, base, last, ts))
+
+    def clear(self) -> None:
+        self.producers.clear()
+        self.ongoing_txns.clear()
+        self.unreplicated_txns.clear()
 
     def delete_snapshots_below(self, offset: int) -> None:
         """Remove snapshots older than `offset`, the first offset left in the local log."""

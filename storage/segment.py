@@ -1,4 +1,5 @@
-"""`LogSegment`: one `.log` file of record batches with its `.index` and `.timeindex`.
+"""`LogSegment`: one `.log` file of record batches with its `.index`, `.timeindex` and
+`.txnindex` (aborted transactions whose marker it holds, written only when there is one).
 
 The file is a sequence of whole RecordBatch v2 batches, appended as received, with
 offsets increasing; the segment's base offset is in its file name (20 digits). An
@@ -31,9 +32,10 @@ from tierbroker.protocol.records import (
     decode_batch,
 )
 from tierbroker.storage.file_cache import LogFile, LogFileCache
-from tierbroker.storage.file_io import write_fully
+from tierbroker.storage.file_io import fsync_if_exists, write_fully
 from tierbroker.storage.indexes import OffsetIndex, TimeIndex
 from tierbroker.storage.leader_epoch import LeaderEpochCache
+from tierbroker.storage.transaction_index import TransactionIndex
 
 _READ_CHUNK_BYTES = 1 << 20
 DELETED_SUFFIX = ".deleted"
@@ -92,6 +94,9 @@ class LogSegment:
             directory / (file_name(base_offset, ".timeindex") + suffix),
             base_offset,
             max_index_bytes,
+        )
+        self.txn_index = TransactionIndex(
+            directory / (file_name(base_offset, ".txnindex") + suffix)
         )
         # Created here, opened only when used: a new segment holds no descriptor either.
         os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o644))
@@ -180,6 +185,16 @@ class LogSegment:
             batch = BatchView(header)
             yield position, batch
             position += batch.size_in_bytes
+
+    def read_batch(self, position: int, size: int) -> bytes:
+        """The whole batch of `size` bytes at `position` (a control batch's record)."""
+        return os.pread(self.file.fileno(), size, position)
+
+    def offset_at_position(self, position: int) -> int:
+        """The base offset of the batch at `position`; the next offset at the end."""
+        if position + BATCH_HEADER_SIZE > self.size:
+            return self.next_offset
+        return BatchView(os.pread(self.file.fileno(), BATCH_HEADER_SIZE, position)).base_offset
 
     def batches_from(self, position: int, end: int | None = None) -> list[BatchLocation]:
         """Locations of the batches from `position` up to `end` (or the segment's size)."""
@@ -339,6 +354,7 @@ class LogSegment:
         removed = self.size - location.position
         os.ftruncate(self.file.fileno(), location.position)
         self.offset_index.truncate_to_position(location.position)
+        self.txn_index.truncate_to(location.base_offset)
         self.size = location.position
         self._rebuild_tail_state()
         return removed
@@ -359,16 +375,12 @@ class LogSegment:
 
     def flush(self) -> None:
         """fsync the files; safe in a worker thread (it opens the paths, not the cache)."""
-        try:
-            fd = os.open(self.log_path, os.O_RDONLY)
-        except FileNotFoundError:
+        if not self.log_path.exists():
             return  # deleted meanwhile: nothing left to make durable
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_if_exists(self.log_path)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Release the file; a fetch response still sending from it keeps it open."""
@@ -383,6 +395,7 @@ class LogSegment:
         self.file_cache.forget(self.log_path)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.log_path.unlink(missing_ok=True)
 
     def rename_to_deleted(self) -> None:
@@ -397,6 +410,8 @@ class LogSegment:
                 index.rename(deleted_index)
             except FileNotFoundError:
                 index.path = deleted_index  # never appended to: its entries are in memory
+        txn_index = self.txn_index.path
+        self.txn_index.rename(txn_index.with_name(txn_index.name + DELETED_SUFFIX))
         deleted_path = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         os.rename(self.log_path, deleted_path)
         self.log_path = deleted_path
@@ -408,6 +423,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)
+        self.txn_index.delete()
         self.offset_index.close()
         self.time_index.close()
         self._deleted_file = None

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-_SEGMENT_FILES = (".index", ".timeindex", ".log")  # the order of renames: the log last
-_SEGMENT_FILE = re.compile(r"([0-9]{20})\.(log|index|timeindex)(\.deleted|\.cleaned)?")
+_SEGMENT_FILES = (".index", ".timeindex", ".txnindex", ".log")  # the order of renames: the log last
+_SEGMENT_FILE = re.compile(r"([0-9]{20})\.(log|index|timeindex|txnindex)(\.deleted|\.cleaned)?")
 
 
 def _path(directory: Path, base_offset: int, suffix: str, extra: str = "") -> Path:

@@ -72,6 +72,7 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
         replica_id=replica_state.replica_id if replica_state else field(body, "replica_id", -1),
         replica_epoch=replica_state.replica_epoch if replica_state else -1,
         client=client,
+        read_committed=field(body, "isolation_level", 0) == 1,
     )
     results = await ctx.replicas.fetch_messages(params, requested)
     if not params.is_from_follower:
@@ -119,14 +120,24 @@ def _partition(m: Any, splicer: RecordsSplicer, index: int, result: FetchResultP
     # a partition the metadata does not know has an empty list of aborted transactions.
     failed = result.error not in (ErrorCode.none, ErrorCode.offset_moved_to_tiered_storage)
     high_watermark = -1 if failed else result.high_watermark
+    # -1: the high watermark (no read, or a remote one).
+    lso = high_watermark if failed or result.last_stable_offset < 0 else result.last_stable_offset
+    aborted = (
+        tuple(
+            m.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+            for t in result.aborted_txns
+        )
+        if result.aborted_txns is not None
+        else None
+    )
     return make(
         m.PartitionData,
         partition_index=index,
         error_code=result.error,
         high_watermark=high_watermark,
-        last_stable_offset=high_watermark,
+        last_stable_offset=lso,
         log_start_offset=-1 if failed else result.log_start_offset,
-        aborted_transactions=() if result.error in _UNKNOWN else None,
+        aborted_transactions=() if result.error in _UNKNOWN else aborted,
         preferred_read_replica=result.preferred_read_replica,
         records=splicer.placeholder(result.records) if result.records else b"",
         **_diverging_epoch(m, result),

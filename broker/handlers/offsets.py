@@ -28,6 +28,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
     timeout = field(request.body, "timeout", None)
     timeout_s = timeout.total_seconds() if timeout and timeout.total_seconds() > 0 else None
     replica_id = request.body.replica_id
+    read_committed = field(request.body, "isolation_level", 0) == 1  # v2+
 
     async def partition_response(topic: str, p: Any) -> Any:
         values: dict[str, Any] = {
@@ -49,6 +50,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
                 field(p, "current_leader_epoch", -1),
                 timeout_s,
                 replica_id=replica_id,
+                read_committed=read_committed,
             )
             if found is not None:
                 values.update(

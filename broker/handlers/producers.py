@@ -84,8 +84,8 @@ async def handle_describe_producers(ctx: BrokerContext, request: Request, _splic
                     producer_epoch=entry.epoch,
                     last_sequence=entry.last_seq,
                     last_timestamp=entry.last_timestamp,
-                    coordinator_epoch=-1,
-                    current_txn_start_offset=-1,
+                    coordinator_epoch=entry.coordinator_epoch,
+                    current_txn_start_offset=entry.current_txn_first_offset,
                 )
                 for entry in state.producers.values()
             )

@@ -45,6 +45,7 @@ from tierbroker.storage.log_offset_metadata import LogOffsetMetadata
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.segment import FileSlice
 from tierbroker.storage.topic_partition import TopicPartition
+from tierbroker.storage.transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class FetchResultPartition:
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) for a follower
     preferred_read_replica: int = -1
     not_available: bool = False  # past this follower's end: OFFSET_NOT_AVAILABLE if it stays
+    last_stable_offset: int = -1  # -1: the high watermark
+    aborted_txns: list[AbortedTxn] | None = None  # read_committed: those the records touch
 
     @property
     def size(self) -> int:
@@ -84,6 +87,7 @@ class FetchParams:
     replica_id: int = -1  # a follower's broker id; -1 for consumers
     replica_epoch: int = -1
     client: ClientMetadata | None = None  # a consumer's, from Fetch v11 on
+    read_committed: bool = False  # isolation level 1, from Fetch v4 on
 
     @property
     def is_from_follower(self) -> bool:
@@ -253,7 +257,10 @@ class FetchReader:
         results: list[FetchResultPartition],
     ) -> list[_WaitingAt] | None:
         """Where the fetch waits on each partition, if it read nothing from each because
-        its fetch offset was the end; None otherwise (each wake then reads again)."""
+        its fetch offset was the end; None otherwise, and for read_committed (each wake
+        then reads again)."""
+        if params.read_committed:
+            return None
         waiting_at = []
         for request, result in zip(requests, results, strict=True):
             partition = self.partitions.get(request.topic_partition)
@@ -388,8 +395,9 @@ class FetchReader:
                 min_one_batch,
                 request.current_leader_epoch,
                 from_follower_allowed=params.client is not None,
+                read_committed=params.read_committed,
             )
-            return self._result(partition, data.records)
+            return self._result(partition, data.records, data.aborted_txns)
         except OffsetNotAvailableYet:
             partition = self.partitions[request.topic_partition]
             return FetchResultPartition(
@@ -479,7 +487,12 @@ class FetchReader:
             self.on_follower_fetch(partition, fetch)
         return self._result(partition, data.records)
 
-    def _result(self, partition: Partition, records: FileSlice | None) -> FetchResultPartition:
+    def _result(
+        self,
+        partition: Partition,
+        records: FileSlice | None,
+        aborted_txns: list[AbortedTxn] | None = None,
+    ) -> FetchResultPartition:
         return FetchResultPartition(
             ErrorCode.none,
             partition.high_watermark,
@@ -488,6 +501,8 @@ class FetchReader:
             memoryview(records.read())
             if records is not None and partition.log.file_cache.under_pressure
             else records,
+            last_stable_offset=partition.log.last_stable_offset,
+            aborted_txns=aborted_txns,
         )
 
     def _error(self, request: FetchRequestPartition, code: ErrorCode) -> FetchResultPartition:

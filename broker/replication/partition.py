@@ -357,22 +357,31 @@ class Partition:
         min_one_batch: bool,
         current_leader_epoch: int,
         from_follower_allowed: bool = False,
+        read_committed: bool = False,
     ) -> FetchDataInfo:
-        """A consumer's read, up to the high watermark. On a follower (KIP-392, section 2.6
-        of the cluster notes): an offset past the log end that the leader's high watermark
-        covers raises OffsetNotAvailableYet, one past both OFFSET_OUT_OF_RANGE."""
+        """A consumer's read, up to the high watermark, or the last stable offset with the
+        aborted transactions it touches (`read_committed`). On a follower (KIP-392): an
+        offset past the log end that the leader's high watermark covers raises
+        OffsetNotAvailableYet, one past both OFFSET_OUT_OF_RANGE."""
         self.check_readable(current_leader_epoch, from_follower_allowed)
         lg = self.log
         if not self.is_leader and lg.log_end_offset < offset <= max(
             self.leader_high_watermark, lg.log_end_offset
         ):
             raise OffsetNotAvailableYet(offset)
+        if read_committed:
+            return lg.read(offset, max_bytes, lg.last_stable_offset, min_one_batch, True)
         return lg.read(offset, max_bytes, lg.high_watermark, min_one_batch)
 
     def fetch_offset_for_timestamp(
-        self, timestamp_ms: int, current_leader_epoch: int, replica_id: int = -1
+        self,
+        timestamp_ms: int,
+        current_leader_epoch: int,
+        replica_id: int = -1,
+        read_committed: bool = False,
     ) -> OffsetAndEpoch | None:
-        """ListOffsets. A follower answers only the debugging consumer (ReplicaId -2), as
+        """ListOffsets, for consumers up to the high watermark (read_committed: the last
+        stable offset). A follower answers only the debugging consumer (ReplicaId -2), as
         Kafka does: earliest is its local log start, latest its high watermark."""
         from_follower = replica_id >= 0
         if replica_id == DEBUGGING_CONSUMER and not self.is_leader:
@@ -393,8 +402,9 @@ class Partition:
         if from_follower:
             return OffsetAndEpoch(*found) if found is not None else None
         hw = self.log.high_watermark
-        # A timestamp lookup that finds nothing below the high watermark.
-        past_hw = timestamp_ms >= 0 and (found is None or found[0] >= hw)
+        fetchable = self.log.last_stable_offset if read_committed else hw
+        # A timestamp lookup that finds nothing below what the consumer may fetch.
+        past_hw = timestamp_ms >= 0 and (found is None or found[0] >= fetchable)
         # A new leader's high watermark lags the start of its epoch until its followers fetch
         # again: until then it cannot say where the committed end is (retriable for clients).
         if self.leader_epoch_start_offset > hw and (timestamp_ms == LATEST_TIMESTAMP or past_hw):
@@ -406,7 +416,7 @@ class Partition:
         if found is None or past_hw:
             return None
         offset, timestamp, epoch = found
-        return OffsetAndEpoch(min(offset, hw), timestamp, epoch)
+        return OffsetAndEpoch(min(offset, fetchable), timestamp, epoch)
 
     def last_offset_for_leader_epoch(
         self, current_leader_epoch: int, leader_epoch: int

@@ -556,13 +556,15 @@ class ReplicaManager:
         timeout_s: float | None = None,
         *,
         replica_id: int = -1,
+        read_committed: bool = False,
     ) -> OffsetAndEpoch | None:
         """ListOffsets; a timestamp in the remote tier is looked up there, off the request loop.
 
         A remote lookup outliving `timeout_s` (or the remote call timeout) is REQUEST_TIMED_OUT.
         A follower asking (its broker id as ReplicaId) sees offsets up to the log end, as
-        Kafka answers replicas; consumers up to the high watermark; and a follower of the
-        partition answers the debugging consumer (ReplicaId -2).
+        Kafka answers replicas; consumers up to the high watermark (read_committed ones the
+        last stable offset); and a follower of the partition answers the debugging consumer
+        (ReplicaId -2).
         """
         partition = self.partition_or_error(tp)
         lg = partition.log
@@ -582,7 +584,9 @@ class ReplicaManager:
                 return OffsetAndEpoch(
                     offset, timestamp, lg.leader_epoch_cache.epoch_for_offset(offset)
                 )
-        return partition.fetch_offset_for_timestamp(timestamp_ms, current_leader_epoch, replica_id)
+        return partition.fetch_offset_for_timestamp(
+            timestamp_ms, current_leader_epoch, replica_id, read_committed
+        )
 
     def last_offset_for_leader_epoch(
         self, tp: TopicPartition, current_leader_epoch: int, leader_epoch: int

@@ -23,6 +23,7 @@ from tierbroker.protocol.records import (
     decode_records,
     iter_batches,
 )
+from tierbroker.protocol.records.control import ControlRecordType, EndTxnMarker
 from tierbroker.protocol.records.filtering import keyed_records, retain
 from tierbroker.storage import segment_swap
 from tierbroker.storage.checkpoints import OffsetCheckpointFile
@@ -34,6 +35,7 @@ from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.offset_map import OffsetMap
 from tierbroker.storage.topic_partition import TopicPartition
+from tierbroker.storage.transaction_index import AbortedTxn
 
 TP = TopicPartition("c", 0)
 COMPACT = LogConfig(cleanup_policy="compact", segment_bytes=1500, min_cleanable_dirty_ratio=0.01)
@@ -154,6 +156,52 @@ def test_a_pass_keeps_the_last_record_of_each_key_at_its_offset(lg: Log, tmp_pat
     reopened = Log(lg.dir, TP, COMPACT, lg.topic_id)  # an unclean load recovers them too
     assert [o for o, _, _ in records(reopened)] == [290 + k for k in range(10)]
     assert reopened.log_end_offset == end
+
+
+def test_aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned(
+    lg: Log, tmp_path: Path
+) -> None:
+    """Kafka's cleaner and transactions: an aborted transaction's records neither count
+    as a key's last value nor stay; markers stay whole; the cleaned segment keeps the
+    transaction index; nothing from the oldest open transaction on is cleaned."""
+    now = now_ms()
+
+    def txn(pid: int, seq: int, key: bytes, value: bytes) -> None:
+        batch = build_batch(
+            [(key, value, [], now)],
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=seq,
+            is_transactional=True,
+        )
+        lg.append_as_leader(bytearray(batch), 0, transactional=True)
+
+    lg.append_as_leader(bytearray(build_batch([(b"k", b"committed", [], now)])), 0)  # 0
+    txn(7, 0, b"k", b"aborted")  # 1
+    lg.append_end_txn_marker(7, 0, EndTxnMarker(ControlRecordType.ABORT, 0), 0)  # 2
+    txn(7, 1, b"j", b"open")  # 3: still open when cleaned
+    lg.roll()
+    lg.append_as_leader(bytearray(build_batch([(b"j", b"later", [], now)])), 0)  # 4
+    lg.roll()
+    lg.update_high_watermark(lg.log_end_offset)
+    assert lg.last_stable_offset == 3
+    manager = LogCleanerManager([tmp_path])
+    later = now_ms() + 1000  # past every batch's timestamp: the markers' are their append's
+    assert manager.cleanable(lg, later).first_uncleanable_offset == 0  # the segment holds 3
+    lg.append_end_txn_marker(7, 0, EndTxnMarker(ControlRecordType.COMMIT, 0), 0)  # 5
+    lg.roll()
+    lg.update_high_watermark(lg.log_end_offset)
+
+    one_pass(lg, manager, later)
+    kept = [
+        (o, k, v) for o, k, v in records(lg) if k not in (b"\x00\x00\x00\x00", b"\x00\x00\x00\x01")
+    ]
+    assert kept == [(0, b"k", b"committed"), (4, b"j", b"later")]
+    markers = [
+        b for s in lg.segments for b in iter_batches(s.log_path.read_bytes()) if b.is_control
+    ]
+    assert [b.base_offset for b in markers] == [2, 5]
+    assert lg.collect_aborted_txns(0, lg.log_end_offset) == [AbortedTxn(7, 1, 2, 3)]
 
 
 def test_the_last_batch_of_an_idempotent_producer_stays_empty(lg: Log, tmp_path: Path) -> None:
