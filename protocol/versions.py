@@ -28,6 +28,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),  # DeleteRecords
     22: (0, 6),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch
+    24: (0, 3),  # AddPartitionsToTxn (v4+ is between brokers, KIP-890)
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn
+    27: (1, 1),  # WriteTxnMarkers
+    28: (0, 3),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
     35: (1, 5),  # DescribeLogDirs

@@ -32,6 +32,7 @@ from tierbroker.rlm.index_cache import RemoteIndexCache
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.rlm.quota import ByteRateLimiter
 from tierbroker.rlm.remote_reader import RemoteLogReader
+from tierbroker.rlm.remote_txn_index import RemoteTransactionIndex
 from tierbroker.rlm.task_pool import TaskPool
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
@@ -39,6 +40,7 @@ from tierbroker.storage.remote.lineage import lineage_segments
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
+from tierbroker.storage.transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class RemoteLogManager:
         self.metrics = RemoteStorageMetrics(registry)
         self.index_cache = RemoteIndexCache(log_dir, config.index_cache_bytes, rsm.fetch_index)
         self.reader = RemoteLogReader(config, rlmm, rsm, self.index_cache, self.metrics)
+        self.txn_index = RemoteTransactionIndex(rlmm, rsm)
         self.deleter = SegmentDeleter(config, rsm, rlmm, self.index_cache.remove)
         self.copy_limiter = ByteRateLimiter(config.copy_max_bytes_per_second)
         c = config
@@ -198,6 +201,15 @@ class RemoteLogManager:
             self.config.fetch_max_wait_ms / 1000,
             lg.leader_epoch_cache.entries,
         )
+
+    async def aborted_txns(
+        self, tip: TopicIdPartition, lg: Log, fetch_offset: int, records: memoryview
+    ) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of remote `records` is told of.
+
+        Raises TimeoutError after remote.fetch.max.wait.ms."""
+        async with asyncio.timeout(self.config.fetch_max_wait_ms / 1000):
+            return await self.txn_index.aborted_txns(tip, lg, fetch_offset, records)
 
     async def find_offset_by_timestamp(
         self,

@@ -64,6 +64,23 @@ class OffsetMovedToTieredStorage(Exception):
         self.offset = offset
 
 
+class AppendOrigin(Enum):
+    """Who wrote a leader's batches: a client's are checked against their producer's
+    sequences; a coordinator's (offsets committed in a transaction) only against its epoch."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOptions:
+    transactional: bool = False  # the produce request named a transactional id
+    origin: AppendOrigin = AppendOrigin.CLIENT
+
+
+CLIENT_APPEND = AppendOptions()
+
+
 class LogStartOffsetIncrementReason(Enum):
     """Why the log start offset moved: said in the log line that records it."""
 
@@ -249,13 +266,12 @@ class Log:
         records: bytearray,
         leader_epoch: int,
         validated: tuple[bytearray, list[BatchView]] | None = None,
-        *,
-        transactional: bool = False,
+        options: AppendOptions = CLIENT_APPEND,
     ) -> LogAppendInfo:
         """Validate batches (re-encoding them for a topic `compression.type`: `log_validator`),
         unless `validated` is what `validate_batches` made of them, assign offsets and the
-        leader epoch in place, and write them. `transactional`: the produce request named a
-        transactional id, without which transactional batches are refused.
+        leader epoch in place, and write them. Without `options.transactional` (a produce
+        request that named a transactional id), transactional batches are refused.
 
         A batch an idempotent producer already wrote is not written again: the answer
         carries the offsets it got the first time.
@@ -263,7 +279,9 @@ class Log:
         if validated is None:
             validated = validate_batches(records, self.config, now_ms(), self.topic_partition)
         records, batches = validated
-        duplicate = self.producer_state.check_batches(batches, transactional)
+        duplicate = self.producer_state.check_batches(
+            batches, options.transactional, sequenced=options.origin == AppendOrigin.CLIENT
+        )
         if duplicate is not None:
             return LogAppendInfo(
                 duplicate.base_offset,

@@ -159,13 +159,14 @@ class ProducerStateManager:
         return None
 
     def check_batches(
-        self, batches: list[BatchView], transactional: bool = False
+        self, batches: list[BatchView], transactional: bool = False, sequenced: bool = True
     ) -> BatchMetadata | None:
         """Check the idempotent batches of one produce request, in order; the cached
         metadata if the first one is a duplicate (a retry, answered as the first time).
 
         Transactional batches need a request with a transactional id (`transactional`),
         as Kafka's ProduceRequest.validateRecords: TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+        Batches a coordinator writes (not `sequenced`) are checked for their epoch only.
         """
         previous: dict[int, BatchView] = {}
         for i, batch in enumerate(batches):
@@ -177,6 +178,9 @@ class ProducerStateManager:
                     f"{self.topic_partition}: a transactional batch in a produce request "
                     "without a transactional id",
                 )
+            if not sequenced:
+                self._check_epoch(batch)
+                continue
             before = previous.get(batch.producer_id)
             if before is None:
                 duplicate = self.check(batch)
@@ -197,6 +201,15 @@ class ProducerStateManager:
                 )
             previous[batch.producer_id] = batch
         return None
+
+    def _check_epoch(self, batch: BatchView) -> None:
+        entry = self.producers.get(batch.producer_id)
+        if entry is not None and batch.producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"{self.topic_partition}: producer {batch.producer_id} epoch "
+                f"{batch.producer_epoch} is older than {entry.epoch}",
+            )
 
     def check_marker(self, producer_id: int, epoch: int, marker: EndTxnMarker) -> None:
         """Validate an end-transaction marker from a transaction coordinator, as Kafka's

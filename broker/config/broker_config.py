@@ -179,6 +179,27 @@ class BrokerConfig(BaseModel):
         3_000, alias="group.initial.rebalance.delay.ms", ge=0
     )
     group_max_size: int = Field(2**31 - 1, alias="group.max.size", ge=1)
+    transaction_state_log_num_partitions: int = Field(
+        50, alias="transaction.state.log.num.partitions", ge=1
+    )
+    transaction_state_log_replication_factor: int = Field(
+        3, alias="transaction.state.log.replication.factor", ge=1
+    )
+    transaction_state_log_min_isr: int = Field(2, alias="transaction.state.log.min.isr", ge=1)
+    transaction_state_log_segment_bytes: int = Field(
+        104_857_600, alias="transaction.state.log.segment.bytes", ge=1
+    )
+    transaction_max_timeout_ms: int = Field(900_000, alias="transaction.max.timeout.ms", ge=1)
+    transactional_id_expiration_ms: int = Field(
+        604_800_000, alias="transactional.id.expiration.ms", ge=1
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        10_000, alias="transaction.abort.timed.out.transaction.cleanup.interval.ms", ge=1
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(
+        3_600_000, alias="transaction.remove.expired.transaction.cleanup.interval.ms", ge=1
+    )
+    request_timeout_ms: int = Field(30_000, alias="request.timeout.ms", ge=1)
     producer_id_expiration_ms: int = Field(86_400_000, alias="producer.id.expiration.ms", ge=1)
     producer_id_expiration_check_interval_ms: int = Field(
         600_000, alias="producer.id.expiration.check.interval.ms", ge=1

@@ -25,13 +25,14 @@ from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavaila
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import (
+    BatchView,
     build_batch,
     decode_batch,
     decode_records,
     iter_batches,
     whole_batches_size,
 )
-from tierbroker.storage.log import now_ms
+from tierbroker.storage.log import AppendOptions, AppendOrigin, now_ms
 from tierbroker.storage.topic_partition import TopicPartition
 
 _READ_BYTES = 1 << 20
@@ -99,6 +100,30 @@ class InternalTopic:
                 raise KafkaError(result.error, f"appending to {tp} failed: {result.error.name}")
             return result.base_offset
         return await self._forward(tp, leader, batch)
+
+    async def append_transactional(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+    ) -> int:
+        """Append records in a producer's transaction (offsets a transaction commits), as the
+        partition's leader, acks=all; its marker makes them count. Raises NOT_LEADER_OR_FOLLOWER
+        if the partition is not led here."""
+        tp = TopicPartition(self.name, partition)
+        batch = build_batch(
+            [(key, value, [], now_ms()) for key, value in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        options = AppendOptions(transactional=True, origin=AppendOrigin.COORDINATOR)
+        result = (await self.replicas.append_records({tp: batch}, -1, self.timeout_ms, options))[tp]
+        if result.error != ErrorCode.none:
+            raise KafkaError(result.error, f"appending to {tp} failed: {result.error.name}")
+        return result.base_offset
 
     def _client(self, tp: TopicPartition, leader: int) -> BrokerClient:
         endpoint = self.admin.cache.brokers.get(leader)
@@ -204,7 +229,16 @@ class InternalTopic:
     ) -> Iterator[tuple[int, bytes, bytes | None]]:
         """(offset, key, value) of the keyed records of this broker's replica, from
         `start_offset` to the high watermark (to the log end with `to_log_end`: a new
-        leader replays all it has, which is what its clients see next)."""
+        leader replays all it has, which is what its clients see next); markers left out."""
+        for batch, records in self.read_batches(partition, start_offset, to_log_end):
+            if not batch.is_control:
+                yield from records
+
+    def read_batches(
+        self, partition: int, start_offset: int = 0, to_log_end: bool = False
+    ) -> Iterator[tuple[BatchView, list[tuple[int, bytes, bytes | None]]]]:
+        """As `read`, batch by batch, with each batch's header (its producer, whether it is
+        transactional or a marker)."""
         if not self.exists:
             return
         log_ = self.replicas.partition_or_error(TopicPartition(self.name, partition)).log
@@ -219,9 +253,14 @@ class InternalTopic:
             if not batches:
                 return
             for batch in batches:  # by batch: a cleaned log has emptied ones, and gaps
-                for record in decode_batch(batch).records:
-                    if record.offset >= offset and record.key is not None:
-                        yield record.offset, record.key, record.value
+                yield (
+                    batch,
+                    [
+                        (record.offset, record.key, record.value)
+                        for record in decode_batch(batch).records
+                        if record.offset >= offset and record.key is not None
+                    ],
+                )
             offset = batches[-1].next_offset
 
     async def close(self) -> None:

@@ -26,6 +26,7 @@ from tierbroker.broker.handlers import (
     produce,
     producers,
     reassignments,
+    transactions,
 )
 from tierbroker.broker.handlers.common import CLIENT_HOST, BrokerContext
 from tierbroker.broker.network.request_log import log_completed, request_log
@@ -63,6 +64,11 @@ _HANDLERS: dict[int, Handler] = {
     21: log_dirs.handle_delete_records,
     22: producers.handle_init_producer_id,
     23: offsets.handle_offset_for_leader_epoch,
+    24: transactions.handle_add_partitions_to_txn,
+    25: transactions.handle_add_offsets_to_txn,
+    26: transactions.handle_end_txn,
+    27: transactions.handle_write_txn_markers,
+    28: transactions.handle_txn_offset_commit,
     32: configs.handle_describe_configs,
     33: configs.handle_alter_configs,
     35: log_dirs.handle_describe_log_dirs,

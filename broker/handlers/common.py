@@ -24,6 +24,7 @@ from kio.static.constants import EntityType
 from tierbroker.broker.config.broker_config import BrokerConfig
 from tierbroker.broker.controller.controller import Controller
 from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
+from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
@@ -45,6 +46,7 @@ class BrokerContext:
     admin: TopicAdmin
     dynamic_config: DynamicBrokerConfig
     groups: GroupCoordinator
+    transactions: TransactionCoordinator
     controller: Controller
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound

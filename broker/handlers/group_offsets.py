@@ -75,8 +75,10 @@ async def handle_offset_commit(ctx: BrokerContext, request: Request, _splicer: o
 
 
 def _fetch_group(
-    ctx: BrokerContext, m: Any, group_id: str, topics: Any, by_id: bool
+    ctx: BrokerContext, m: Any, group_id: str, topics: Any, by_id: bool, require_stable: bool
 ) -> tuple[Any, ...]:
+    """The group's committed offsets; with `require_stable` (v7+), a partition an open
+    transaction commits an offset of is UNSTABLE_OFFSET_COMMIT, which clients retry."""
     if topics is None:
         committed = ctx.groups.store.fetch(group_id, None)
         by_topic: dict[str, list[tuple[int, OffsetValue | None]]] = {}
@@ -94,6 +96,11 @@ def _fetch_group(
             )
             key = field(topic, "topic_id") if by_id else name
             wanted.append((key, name, [(tp.partition, v) for tp, v in found.items()]))
+    store = ctx.groups.store
+
+    def unstable(topic: str, partition: int) -> bool:
+        return require_stable and store.has_pending(group_id, TopicPartition(topic, partition))
+
     result = []
     for key, name, parts in wanted:
         # Only the versions that name topics by id (v10+) have the field.
@@ -111,12 +118,13 @@ def _fetch_group(
                         if hasattr(m, "OffsetFetchResponsePartitions")
                         else m.OffsetFetchResponsePartition,
                         partition_index=index,
-                        committed_offset=v.offset if v else -1,
-                        committed_leader_epoch=v.leader_epoch if v else -1,
-                        metadata=v.metadata if v else "",
-                        error_code=ErrorCode.none,
+                        committed_offset=-1 if hidden or not v else v.offset,
+                        committed_leader_epoch=-1 if hidden or not v else v.leader_epoch,
+                        metadata=v.metadata if v and not hidden else "",
+                        error_code=ErrorCode.unstable_offset_commit if hidden else ErrorCode.none,
                     )
                     for index, v in parts
+                    for hidden in (unstable(name, index),)
                 ),
             )
         )
@@ -127,6 +135,7 @@ async def handle_offset_fetch(ctx: BrokerContext, request: Request, _splicer: ob
     m = response_module(request.api_key, request.api_version)
     body = request.body
     by_id = request.api_version >= 10
+    require_stable = bool(field(body, "require_stable", False))
     if request.api_version >= 8:
         groups = []
         for g in body.groups:
@@ -136,7 +145,7 @@ async def handle_offset_fetch(ctx: BrokerContext, request: Request, _splicer: ob
                     m.OffsetFetchResponseGroup,
                     group_id=g.group_id,
                     error_code=error,
-                    topics=_fetch_group(ctx, m, g.group_id, g.topics, by_id)
+                    topics=_fetch_group(ctx, m, g.group_id, g.topics, by_id, require_stable)
                     if error == ErrorCode.none
                     else (),
                 )
@@ -147,7 +156,7 @@ async def handle_offset_fetch(ctx: BrokerContext, request: Request, _splicer: ob
         m.OffsetFetchResponse,
         throttle_time=NO_THROTTLE,
         error_code=error,
-        topics=_fetch_group(ctx, m, body.group_id, body.topics, False)
+        topics=_fetch_group(ctx, m, body.group_id, body.topics, False, require_stable)
         if error == ErrorCode.none
         else (),
     )

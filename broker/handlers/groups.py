@@ -8,6 +8,7 @@ from typing import Any
 
 from tierbroker.broker.coordinator.group.coordinator import JoinRequest
 from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
+from tierbroker.broker.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from tierbroker.broker.handlers.common import (
     CLIENT_HOST,
     NO_THROTTLE,
@@ -27,8 +28,9 @@ TRANSACTION_KEY_TYPE = 1
 
 
 async def handle_find_coordinator(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
-    """A group's coordinator is the leader of its `__consumer_offsets` partition (created on
-    first use, as Kafka does); transactional ids are answered with this broker."""
+    """A group's coordinator is the leader of its `__consumer_offsets` partition, a
+    transactional id's the leader of its `__transaction_state` partition (each topic
+    created on first use, as Kafka does)."""
     m = response_module(request.api_key, request.api_version)
     body = request.body
     key_type = field(body, "key_type", GROUP_KEY_TYPE)
@@ -67,23 +69,25 @@ async def _coordinator(
     ctx: BrokerContext, key_type: int, key: str
 ) -> tuple[ErrorCode, int, str, int]:
     """(error, node id, host, port) of the coordinator of `key`."""
-    if key_type == TRANSACTION_KEY_TYPE:
-        host, port = ctx.this_broker()
-        return ErrorCode.none, ctx.config.broker_id, host, port
-    if key_type != GROUP_KEY_TYPE:
-        return ErrorCode.invalid_request, -1, "", -1
     try:
-        await ctx.groups.store.ensure_topic()
+        if key_type == GROUP_KEY_TYPE:
+            await ctx.groups.store.ensure_topic()
+            tp = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(key))
+            hosted = ctx.groups.hosts(tp.partition)
+        elif key_type == TRANSACTION_KEY_TYPE:
+            state = ctx.transactions.state
+            await state.ensure_topic()
+            tp = TopicPartition(TRANSACTION_STATE_TOPIC, state.partition_of(key))
+            hosted = state.hosts(tp.partition)
+        else:
+            return ErrorCode.invalid_request, -1, "", -1
     except KafkaError as e:
         log.info("FindCoordinator for %r: %s", key, e)
         return ErrorCode.coordinator_not_available, -1, "", -1
-    tp = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(key))
     leader = ctx.metadata.leader_endpoint(tp)
-    # Led here by the metadata but not yet by the replica manager: its groups are not loading
-    # yet, and this broker would answer the group's requests NOT_COORDINATOR.
-    if leader is None or (
-        leader.broker_id == ctx.config.broker_id and not ctx.groups.hosts(tp.partition)
-    ):
+    # Led here by the metadata but not yet by the replica manager: its state is not loading
+    # yet, and this broker would answer the key's requests NOT_COORDINATOR.
+    if leader is None or (leader.broker_id == ctx.config.broker_id and not hosted):
         return ErrorCode.coordinator_not_available, -1, "", -1
     return ErrorCode.none, leader.broker_id, leader.host, leader.port
 

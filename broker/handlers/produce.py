@@ -1,5 +1,9 @@
 """Produce: records in, offsets out. Records are handed on as received, never decoded.
 
+A request with a transactional id may carry transactional batches (their producer's
+transaction is opened by the first); without one, they are refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka refuses them.
+
 A partition whose log dir is below its free-space floor (`FreeSpaceGuard`) is answered
 KAFKA_STORAGE_ERROR without an append.
 """
@@ -16,6 +20,7 @@ from tierbroker.broker.replication.replica_manager import ProduceResult
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records.batch import LOG_OVERHEAD, whole_batches_size
+from tierbroker.storage.log import AppendOptions
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -44,11 +49,6 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
                 results[tp] = ProduceResult(error)
             elif body.acks not in (0, 1, -1):
                 results[tp] = ProduceResult(ErrorCode.invalid_required_acks)
-            elif body.transactional_id is not None:
-                results[tp] = ProduceResult(
-                    ErrorCode.transactional_id_authorization_failed,
-                    error_message="transactions are not supported by this broker",
-                )
             elif (reason := _not_one_batch(p.records or b"")) is not None:
                 log.info("produce to %s refused: %s", tp, reason)
                 results[tp] = ProduceResult(ErrorCode.invalid_record, error_message=reason)
@@ -59,7 +59,10 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
         del entries[tp]
         results[tp] = ProduceResult(ErrorCode.kafka_storage_error, error_message=reason)
     appended = await ctx.replicas.append_records(
-        entries, body.acks, int(body.timeout.total_seconds() * 1000)
+        entries,
+        body.acks,
+        int(body.timeout.total_seconds() * 1000),
+        AppendOptions(transactional=body.transactional_id is not None),
     )
     for tp, result in appended.items():
         if result.error == ErrorCode.none:

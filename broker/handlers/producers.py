@@ -1,8 +1,8 @@
-"""Producers: InitProducerId for idempotent producers, and DescribeProducers.
+"""Producers: InitProducerId for idempotent and transactional producers, and
+DescribeProducers.
 
-Transactions are not supported: a transactional id is refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal, so a
-transactional producer fails at once with a clear error instead of retrying.
+A transactional id goes to its transaction coordinator; PRODUCER_FENCED is
+INVALID_PRODUCER_EPOCH for requests below v4, which know no other code for it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from tierbroker.broker.handlers.common import (
+    NO_THROTTLE,
+    BrokerContext,
+    field,
+    make,
+    response_module,
+)
+from tierbroker.broker.handlers.transactions import fenced_as
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -22,16 +29,18 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request, _splicer
     m = response_module(request.api_key, request.api_version)
     body = request.body
     if body.transactional_id is not None:
-        log.info(
-            "InitProducerId for transactional id %r refused: transactions are not supported",
+        result = await ctx.transactions.init_producer_id(
             body.transactional_id,
+            int(body.transaction_timeout.total_seconds() * 1000),
+            field(body, "producer_id", -1),
+            field(body, "producer_epoch", -1),
         )
         return make(
             m.InitProducerIdResponse,
             throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.transactional_id_authorization_failed,
-            producer_id=-1,
-            producer_epoch=-1,
+            error_code=fenced_as(result.error, request.api_version, 4),
+            producer_id=result.producer_id,
+            producer_epoch=result.producer_epoch,
         )
     # An idempotent producer always gets a fresh id at epoch 0, as Kafka gives it.
     try:

@@ -216,7 +216,7 @@ class FetchReader:
             )
             results, remote = self._read(params, requests)
         if remote:
-            await self._read_remote(results, remote)
+            await self._read_remote(results, remote, params.read_committed)
         if params.is_from_follower:
             self._remember_sent_high_watermarks(params.replica_id, requests, results)
         return [
@@ -512,27 +512,22 @@ class FetchReader:
         return FetchResultPartition(code, hosted.high_watermark, hosted.log.log_start_offset)
 
     async def _read_remote(
-        self, results: list[FetchResultPartition], reads: list[_RemoteRead]
+        self, results: list[FetchResultPartition], reads: list[_RemoteRead], read_committed: bool
     ) -> None:
-        assert self.remote is not None
-        remote = self.remote
         outcomes = await asyncio.gather(
-            *(
-                remote.read(
-                    TopicIdPartition(r.partition.topic_id, r.partition.topic_partition),
-                    r.partition.log,
-                    r.offset,
-                    r.max_bytes,
-                )
-                for r in reads
-            ),
-            return_exceptions=True,
+            *(self._remote_read(r, read_committed) for r in reads), return_exceptions=True
         )
         for read, outcome in zip(reads, outcomes, strict=True):
             lg = read.partition.log
-            if isinstance(outcome, memoryview):
+            if isinstance(outcome, tuple):
+                records, aborted = outcome
                 results[read.index] = FetchResultPartition(
-                    ErrorCode.none, lg.high_watermark, lg.log_start_offset, outcome
+                    ErrorCode.none,
+                    lg.high_watermark,
+                    lg.log_start_offset,
+                    records,
+                    last_stable_offset=lg.last_stable_offset,
+                    aborted_txns=aborted,
                 )
                 continue
             code = _remote_error_code(outcome)
@@ -543,6 +538,19 @@ class FetchReader:
                 code.name.upper() if code != ErrorCode.kafka_storage_error else outcome,
             )
             results[read.index] = FetchResultPartition(code, lg.high_watermark, lg.log_start_offset)
+
+    async def _remote_read(
+        self, read: _RemoteRead, read_committed: bool
+    ) -> tuple[memoryview, list[AbortedTxn] | None]:
+        """The remote tier's batches, with the aborted transactions they touch if read
+        committed (all remote offsets are below the last stable offset)."""
+        assert self.remote is not None
+        tip = TopicIdPartition(read.partition.topic_id, read.partition.topic_partition)
+        lg = read.partition.log
+        records = await self.remote.read(tip, lg, read.offset, read.max_bytes)
+        if not read_committed:
+            return records, None
+        return records, await self.remote.aborted_txns(tip, lg, read.offset, records)
 
 
 def _remote_error_code(error: BaseException) -> ErrorCode:

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Callable
 
 from tierbroker.broker.replication.partition import Partition
-from tierbroker.storage.log import LogAppendInfo, now_ms
+from tierbroker.storage.log import CLIENT_APPEND, AppendOptions, LogAppendInfo, now_ms
 from tierbroker.storage.log_validator import recompresses, validate_batches
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -33,7 +33,11 @@ class LeaderAppends:
         self._last: dict[TopicPartition, asyncio.Future[None]] = {}  # the latest in a worker
 
     async def append(
-        self, tp: TopicPartition, records: bytearray, required_acks: int
+        self,
+        tp: TopicPartition,
+        records: bytearray,
+        required_acks: int,
+        options: AppendOptions = CLIENT_APPEND,
     ) -> LogAppendInfo:
         partition = self.partition_of(tp)
         before = self._last.get(tp)
@@ -41,7 +45,7 @@ class LeaderAppends:
             records, partition.log.config
         )
         if before is None and not offload:
-            return partition.append_records_to_leader(records, required_acks)
+            return partition.append_records_to_leader(records, required_acks, None, options)
         done = asyncio.get_running_loop().create_future()
         self._last[tp] = done
         try:
@@ -55,7 +59,7 @@ class LeaderAppends:
                 )
             # Leadership may have moved meanwhile: the partition as it is now decides.
             partition = self.partition_of(tp)
-            return partition.append_records_to_leader(records, required_acks, validated)
+            return partition.append_records_to_leader(records, required_acks, validated, options)
         finally:
             done.set_result(None)
             if self._last.get(tp) is done:

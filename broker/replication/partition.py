@@ -26,9 +26,12 @@ from tierbroker.broker.metadata.zk_data import NO_LEADER, PartitionState
 from tierbroker.broker.replication.replica import ReplicaState
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import BatchView
+from tierbroker.protocol.records.control import EndTxnMarker
 from tierbroker.storage.log import (
+    CLIENT_APPEND,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    AppendOptions,
     FetchDataInfo,
     Log,
     LogAppendInfo,
@@ -209,9 +212,28 @@ class Partition:
         records: bytearray,
         required_acks: int,
         validated: tuple[bytearray, list[BatchView]] | None = None,
+        options: AppendOptions = CLIENT_APPEND,
     ) -> LogAppendInfo:
-        """Append as leader (`validated`: as `Log.append_as_leader`); NOT_ENOUGH_REPLICAS
-        before writing anything if acks=all and the ISR is smaller than `min.insync.replicas`."""
+        """Append as leader (`validated`, `options`: as `Log.append_as_leader`);
+        NOT_ENOUGH_REPLICAS before writing anything if acks=all and the ISR is smaller than
+        `min.insync.replicas`."""
+        self._check_min_isr(required_acks)
+        info = self.log.append_as_leader(records, self.leader_epoch, validated, options)
+        self.maybe_increment_leader_hw(now_ms())
+        return info
+
+    def append_end_txn_marker(
+        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker
+    ) -> LogAppendInfo:
+        """Write a transaction coordinator's marker as leader, as acks=all."""
+        self._check_min_isr(-1)
+        info = self.log.append_end_txn_marker(
+            producer_id, producer_epoch, marker, self.leader_epoch
+        )
+        self.maybe_increment_leader_hw(now_ms())
+        return info
+
+    def _check_min_isr(self, required_acks: int) -> None:
         self.check_leader(-1)
         if required_acks == -1 and self.is_under_min_isr:
             raise KafkaError(
@@ -219,9 +241,6 @@ class Partition:
                 f"{self.topic_partition}: ISR {sorted(self.isr)} is smaller than "
                 f"min.insync.replicas {self.min_insync_replicas}",
             )
-        info = self.log.append_as_leader(records, self.leader_epoch, validated)
-        self.maybe_increment_leader_hw(now_ms())
-        return info
 
     def maybe_increment_leader_hw(self, now: int) -> bool:
         """Move the high watermark up to the lowest log end offset among the maximal ISR and

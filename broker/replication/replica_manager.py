@@ -45,9 +45,12 @@ from tierbroker.broker.replication.replica_fetcher import FetcherConfig, Replica
 from tierbroker.broker.replication.tier_state_machine import TierStateMachine
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import InvalidRecordError
+from tierbroker.protocol.records.control import EndTxnMarker
 from tierbroker.protocol.records.validation import RecordValidationError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import (
+    CLIENT_APPEND,
+    AppendOptions,
     LogStartOffsetIncrementReason,
     now_ms,
 )
@@ -132,6 +135,8 @@ class ReplicaManager:
         self.stop_listeners: list[Callable[[TopicPartition, bool], None]] = []
         # Called when a partition's log end or high watermark may have moved.
         self.progress_listeners: list[Callable[[TopicPartition], None]] = []
+        # (partition, producer id, marker) of each end-transaction marker written and replicated
+        self.txn_marker_listeners: list[Callable[[TopicPartition, int, EndTxnMarker], None]] = []
         self._deltas: asyncio.Queue[MetadataDelta] = asyncio.Queue()
         self._applier: asyncio.Task[None] | None = None
         self.applied = asyncio.Event()  # set whenever the queue of deltas is drained
@@ -432,7 +437,11 @@ class ReplicaManager:
     # Produce -------------------------------------------------------------------------
 
     async def append_records(
-        self, entries: dict[TopicPartition, bytes], required_acks: int = 1, timeout_ms: int = 0
+        self,
+        entries: dict[TopicPartition, bytes],
+        required_acks: int = 1,
+        timeout_ms: int = 0,
+        options: AppendOptions = CLIENT_APPEND,
     ) -> dict[TopicPartition, ProduceResult]:
         """Append to each partition as leader; with acks=all, wait until the ISR has the
         records (or `timeout_ms`). Errors stay per partition.
@@ -452,7 +461,9 @@ class ReplicaManager:
                 continue
             try:
                 partition = self.partition_or_error(tp)
-                info = await self.leader_appends.append(tp, bytearray(records), required_acks)
+                info = await self.leader_appends.append(
+                    tp, bytearray(records), required_acks, options
+                )
             except OSError as e:
                 assert partition is not None
                 error = self.log_manager.storage_error(
@@ -480,6 +491,49 @@ class ReplicaManager:
         if waiting:
             await self._wait_for_replicas(results, waiting, timeout_ms)
         return results
+
+    async def write_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTxnMarker,
+        partitions: list[TopicPartition],
+        timeout_ms: int,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """WriteTxnMarkers, one marker to each partition led here, acks=all; each partition's
+        error. The marker listeners hear of each written one (the group coordinator makes
+        the offsets a transaction committed visible)."""
+        results: dict[TopicPartition, ProduceResult] = {}
+        waiting: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            if self.fenced:
+                results[tp] = ProduceResult(ErrorCode.not_leader_or_follower)
+                continue
+            partition: Partition | None = None
+            try:
+                partition = self.partition_or_error(tp)
+                info = partition.append_end_txn_marker(producer_id, producer_epoch, marker)
+            except OSError as e:
+                assert partition is not None
+                error = self.log_manager.storage_error(
+                    partition.log.dir.parent, tp, e, f"writing a marker to {tp}"
+                )
+                results[tp] = ProduceResult(error.code, error_message=str(error))
+                continue
+            except KafkaError as e:
+                log.info("marker of producer %d to %s refused: %s", producer_id, tp, e)
+                results[tp] = ProduceResult(e.code)
+                continue
+            results[tp] = ProduceResult(ErrorCode.none, info.first_offset)
+            self._wake(tp)
+            waiting[tp] = info.last_offset + 1
+        if waiting:
+            await self._wait_for_replicas(results, waiting, timeout_ms)
+        for tp, result in results.items():
+            if result.error == ErrorCode.none:
+                for listener in self.txn_marker_listeners:
+                    listener(tp, producer_id, marker)
+        return {tp: result.error for tp, result in results.items()}
 
     async def _wait_for_replicas(
         self,

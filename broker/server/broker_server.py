@@ -49,6 +49,15 @@ from tierbroker.broker.coordinator.group.offsets_store import (
     GroupMetadataManager,
     OffsetsConfig,
 )
+from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
+from tierbroker.broker.coordinator.transaction.marker_channel import (
+    TransactionMarkerChannelManager,
+)
+from tierbroker.broker.coordinator.transaction.state_manager import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionConfig,
+    TransactionStateManager,
+)
 from tierbroker.broker.handlers import RequestDispatcher
 from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.metadata import zk_data as zk
@@ -76,6 +85,7 @@ from tierbroker.broker.server.preflight import BoundPorts
 from tierbroker.broker.server.remote_storage import build_remote_log_manager
 from tierbroker.broker.server.scheduler import Scheduler
 from tierbroker.broker.server.startup_summary import startup_summary
+from tierbroker.protocol.records.control import EndTxnMarker
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.log_cleaner import CleanerConfig, LogCleaner
@@ -147,7 +157,13 @@ class BrokerServer:
         topic_metrics = BrokerTopicMetrics(self.registry)
         self.replicas.stop_listeners.append(topic_metrics.forget)
         self.groups = GroupCoordinator(_group_config(config), offsets, self._partition_exists)
+        self.transactions = TransactionCoordinator(
+            TransactionStateManager(self.replicas, self.admin, _transaction_config(config)),
+            TransactionMarkerChannelManager(self.replicas, self.cache, config.request_timeout_ms),
+            self.admin.next_producer_id,
+        )
         self.replicas.leadership_listeners.append(self._on_leadership)
+        self.replicas.txn_marker_listeners.append(self._on_txn_marker)
         self.remote: RemoteLogManager | None = None
         self.metrics_server = MetricsServer(
             self.registry,
@@ -178,6 +194,7 @@ class BrokerServer:
             self.admin,
             self.dynamic_config,
             self.groups,
+            self.transactions,
             self.controller,
             topic_metrics,
             self.endpoints,
@@ -202,6 +219,12 @@ class BrokerServer:
         tp = partition.topic_partition
         if tp.topic == OFFSETS_TOPIC:
             self.groups.on_leadership(tp.partition, leader)
+        elif tp.topic == TRANSACTION_STATE_TOPIC:
+            self.transactions.on_leadership(tp.partition, leader, partition.leader_epoch)
+
+    def _on_txn_marker(self, tp: TopicPartition, producer_id: int, marker: EndTxnMarker) -> None:
+        if tp.topic == OFFSETS_TOPIC:
+            self.groups.store.complete_transaction(tp.partition, producer_id, not marker.is_abort)
 
     def _partition_exists(self, tp: TopicPartition) -> bool:
         return tp.topic in self.cache.topics and tp.partition < self.cache.partition_count(tp.topic)
@@ -318,6 +341,16 @@ class BrokerServer:
             "offsets-retention", self._expire_offsets, c.offsets_retention_check_interval_ms
         )
         self.scheduler.schedule(
+            "abort-timed-out-transactions",
+            self.transactions.abort_timed_out_transactions,
+            c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+        )
+        self.scheduler.schedule(
+            "remove-expired-transactional-ids",
+            self.transactions.remove_expired_transactional_ids,
+            c.transaction_remove_expired_transaction_cleanup_interval_ms,
+        )
+        self.scheduler.schedule(
             "producer-id-expiration",
             self._expire_producers,
             c.producer_id_expiration_check_interval_ms,
@@ -416,6 +449,7 @@ class BrokerServer:
             deadline, self._abandon_store, "the metadata store did not answer in time"
         )
         await self.groups.stop()
+        await self.transactions.stop()
         self.replicas.fetch_purgatory.complete_all()  # long polls answer now, not at max wait
         await self.socket_server.stop(left())
         await self.scheduler.stop()
@@ -474,6 +508,7 @@ class BrokerServer:
             "broker %d crashing: no flush, checkpoint or controlled shutdown", self.broker_id
         )
         await self.groups.stop()
+        await self.transactions.stop()
         await self.socket_server.stop(0)
         await self.scheduler.stop()
         await self.metrics_server.stop()
@@ -525,6 +560,18 @@ def _offsets_config(c: BrokerConfig) -> OffsetsConfig:
         retention_ms=c.offsets_retention_minutes * 60_000,
         metadata_max_bytes=c.offset_metadata_max_bytes,
         segment_bytes=c.offsets_topic_segment_bytes,
+    )
+
+
+def _transaction_config(c: BrokerConfig) -> TransactionConfig:
+    return TransactionConfig(
+        num_partitions=c.transaction_state_log_num_partitions,
+        replication_factor=c.transaction_state_log_replication_factor,
+        min_isr=c.transaction_state_log_min_isr,
+        segment_bytes=c.transaction_state_log_segment_bytes,
+        max_timeout_ms=c.transaction_max_timeout_ms,
+        id_expiration_ms=c.transactional_id_expiration_ms,
+        request_timeout_ms=c.request_timeout_ms,
     )
 
 

@@ -28,7 +28,7 @@ from tierbroker.protocol.records.filtering import keyed_records, retain
 from tierbroker.storage import segment_swap
 from tierbroker.storage.checkpoints import OffsetCheckpointFile
 from tierbroker.storage.cleaner import CleaningResult, clean
-from tierbroker.storage.log import Log, now_ms
+from tierbroker.storage.log import AppendOptions, Log, now_ms
 from tierbroker.storage.log_cleaner import CleanerConfig, LogCleaner
 from tierbroker.storage.log_cleaner_manager import CLEANER_CHECKPOINT, LogCleanerManager
 from tierbroker.storage.log_config import LogConfig
@@ -174,7 +174,7 @@ def test_aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned(
             base_sequence=seq,
             is_transactional=True,
         )
-        lg.append_as_leader(bytearray(batch), 0, transactional=True)
+        lg.append_as_leader(bytearray(batch), 0, None, AppendOptions(transactional=True))
 
     lg.append_as_leader(bytearray(build_batch([(b"k", b"committed", [], now)])), 0)  # 0
     txn(7, 0, b"k", b"aborted")  # 1

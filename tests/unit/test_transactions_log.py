@@ -32,7 +32,7 @@ from tierbroker.protocol.records.control import (
     build_end_txn_marker,
     read_end_txn_marker,
 )
-from tierbroker.storage.log import Log, now_ms
+from tierbroker.storage.log import AppendOptions, Log, now_ms
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.producer_state import ProducerStateManager
 from tierbroker.storage.topic_partition import TopicPartition
@@ -47,6 +47,7 @@ TP = TopicPartition("txn", 0)
 A, B = 1000, 2000
 COMMIT = EndTxnMarker(ControlRecordType.COMMIT, 0)
 ABORT = EndTxnMarker(ControlRecordType.ABORT, 0)
+TRANSACTIONAL = AppendOptions(transactional=True)
 NOW = now_ms()  # markers are stamped now: older batches would roll the segment
 
 
@@ -131,8 +132,8 @@ def test_the_transaction_index_holds_34_byte_entries_and_stops_at_a_proving_entr
 
 
 def test_the_lso_waits_for_the_oldest_open_transaction_and_its_replication(log_: Log) -> None:
-    log_.append_as_leader(txn_batch(A, 0), 0, transactional=True)  # 0-1
-    log_.append_as_leader(txn_batch(B, 0), 0, transactional=True)  # 2-3
+    log_.append_as_leader(txn_batch(A, 0), 0, None, TRANSACTIONAL)  # 0-1
+    log_.append_as_leader(txn_batch(B, 0), 0, None, TRANSACTIONAL)  # 2-3
     log_.update_high_watermark(log_.log_end_offset)
     assert log_.last_stable_offset == 0
     log_.append_end_txn_marker(A, 0, COMMIT, 0)  # 4
@@ -152,9 +153,9 @@ def test_the_lso_waits_for_the_oldest_open_transaction_and_its_replication(log_:
 
 
 def test_read_committed_reads_list_the_aborted_transactions_they_touch(log_: Log) -> None:
-    log_.append_as_leader(txn_batch(A, 0), 0, transactional=True)  # 0-1
+    log_.append_as_leader(txn_batch(A, 0), 0, None, TRANSACTIONAL)  # 0-1
     log_.append_end_txn_marker(A, 0, ABORT, 0)  # 2
-    log_.append_as_leader(txn_batch(A, 2), 0, transactional=True)  # 3-4
+    log_.append_as_leader(txn_batch(A, 2), 0, None, TRANSACTIONAL)  # 3-4
     log_.append_end_txn_marker(A, 0, COMMIT, 0)  # 5
     log_.update_high_watermark(log_.log_end_offset)
     read = log_.read(3, 1_000_000, log_.last_stable_offset, True, include_aborted_txns=True)
@@ -165,7 +166,7 @@ def test_read_committed_reads_list_the_aborted_transactions_they_touch(log_: Log
 
 
 def test_markers_of_older_epochs_and_writes_outside_a_transaction_are_refused(log_: Log) -> None:
-    log_.append_as_leader(txn_batch(A, 0, epoch=2), 0, transactional=True)
+    log_.append_as_leader(txn_batch(A, 0, epoch=2), 0, None, TRANSACTIONAL)
     with pytest.raises(KafkaError) as e:
         log_.append_end_txn_marker(A, 1, ABORT, 0)
     assert e.value.code == ErrorCode.invalid_producer_epoch
@@ -173,7 +174,7 @@ def test_markers_of_older_epochs_and_writes_outside_a_transaction_are_refused(lo
         build_batch([(b"k", b"v", [], 1)], producer_id=A, producer_epoch=2, base_sequence=2)
     )
     with pytest.raises(KafkaError) as e:
-        log_.append_as_leader(plain, 0, transactional=True)
+        log_.append_as_leader(plain, 0, None, TRANSACTIONAL)
     assert e.value.code == ErrorCode.invalid_txn_state
     log_.append_end_txn_marker(A, 2, EndTxnMarker(ControlRecordType.COMMIT, 5), 0)
     with pytest.raises(KafkaError) as e:
@@ -198,8 +199,8 @@ def test_a_marker_without_an_open_transaction_indexes_nothing(log_: Log) -> None
 def test_snapshots_keep_open_transactions_in_kafkas_layout(tmp_path: Path) -> None:
     directory, topic_id = tmp_path / "txn-0", uuid.uuid4()
     lg = open_log(directory, topic_id)
-    lg.append_as_leader(txn_batch(A, 0, 3), 0, transactional=True)  # 0-2, open
-    lg.append_as_leader(txn_batch(B, 0), 0, transactional=True)  # 3-4
+    lg.append_as_leader(txn_batch(A, 0, 3), 0, None, TRANSACTIONAL)  # 0-2, open
+    lg.append_as_leader(txn_batch(B, 0), 0, None, TRANSACTIONAL)  # 3-4
     lg.append_end_txn_marker(B, 0, EndTxnMarker(ControlRecordType.COMMIT, 9), 0)  # 5
     lg.roll()
     lg.close()
@@ -236,10 +237,10 @@ def test_the_older_snapshot_layout_still_loads(tmp_path: Path) -> None:
 def test_a_crash_rebuilds_the_transaction_index_and_the_open_transactions(tmp_path: Path) -> None:
     directory, topic_id = tmp_path / "txn-0", uuid.uuid4()
     lg = open_log(directory, topic_id)
-    lg.append_as_leader(txn_batch(A, 0), 0, transactional=True)  # 0-1
+    lg.append_as_leader(txn_batch(A, 0), 0, None, TRANSACTIONAL)  # 0-1
     lg.roll()  # snapshot at 2: A open
     lg.append_end_txn_marker(A, 0, ABORT, 0)  # 2
-    lg.append_as_leader(txn_batch(B, 0), 0, transactional=True)  # 3-4, open
+    lg.append_as_leader(txn_batch(B, 0), 0, None, TRANSACTIONAL)  # 3-4, open
     lg.update_high_watermark(lg.log_end_offset)
     lg.close()
     index = directory / f"{2:020d}.txnindex"
@@ -256,7 +257,7 @@ def test_a_crash_rebuilds_the_transaction_index_and_the_open_transactions(tmp_pa
 
 
 def test_a_truncation_reopens_a_transaction_whose_marker_it_removed(log_: Log) -> None:
-    log_.append_as_leader(txn_batch(A, 0), 0, transactional=True)  # 0-1
+    log_.append_as_leader(txn_batch(A, 0), 0, None, TRANSACTIONAL)  # 0-1
     log_.append_end_txn_marker(A, 0, ABORT, 0)  # 2
     log_.truncate_to(2)
     log_.update_high_watermark(log_.log_end_offset)
@@ -267,7 +268,7 @@ def test_a_truncation_reopens_a_transaction_whose_marker_it_removed(log_: Log) -
 def test_a_follower_tracks_transactions_from_the_batches_it_copies(
     tmp_path: Path, log_: Log
 ) -> None:
-    log_.append_as_leader(txn_batch(A, 0), 0, transactional=True)
+    log_.append_as_leader(txn_batch(A, 0), 0, None, TRANSACTIONAL)
     log_.append_end_txn_marker(A, 0, ABORT, 0)
     log_.update_high_watermark(log_.log_end_offset)
     copied = log_.read(0, 1_000_000, log_.log_end_offset, True).records

@@ -1,5 +1,7 @@
 """`GroupOffsets`: the committed offsets of the groups a `GroupCoordinator` owns.
 
+TxnOffsetCommit writes offsets in a producer's transaction (see `GroupMetadataManager`).
+
 OffsetCommit is checked against the group's members and generation (a consumer that
 assigns its own partitions commits with generation -1 to an empty group), OffsetDelete
 refuses partitions of topics the members subscribe to, DeleteGroups only empty groups,
@@ -69,6 +71,56 @@ class GroupOffsets:
         self.groups.setdefault(group_id, GroupMetadata(group_id, state_timestamp_ms=now_ms()))
         return results
 
+    async def commit_transactional(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: dict[TopicPartition, OffsetValue],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: each partition's error. A consumer's group metadata, when sent
+        (v3+, KIP-447), must be the group's current member and generation; without it
+        (older clients) any producer may commit, as in Kafka."""
+        if not group_id:
+            return dict.fromkeys(offsets, ErrorCode.invalid_group_id)
+        error = self.coordinator_error(group_id)
+        if error == ErrorCode.none:
+            group = self.groups.setdefault(
+                group_id, GroupMetadata(group_id, state_timestamp_ms=now_ms())
+            )
+            if generation_id >= 0 or member_id or group_instance_id is not None:
+                error = self._member_error(group, member_id, group_instance_id)
+                if error == ErrorCode.none and generation_id != group.generation_id:
+                    error = ErrorCode.illegal_generation
+        if error != ErrorCode.none:
+            return dict.fromkeys(offsets, error)
+        results = {
+            tp: ErrorCode.unknown_topic_or_partition for tp in offsets if not self.topic_exists(tp)
+        }
+        valid = {tp: v for tp, v in offsets.items() if tp not in results}
+        if valid:
+            try:
+                await self.store.commit_transactional(group_id, producer_id, producer_epoch, valid)
+                results.update(dict.fromkeys(valid, ErrorCode.none))
+            except KafkaError as e:
+                results.update(dict.fromkeys(valid, e.code))
+        return results
+
+    @staticmethod
+    def _member_error(
+        group: GroupMetadata, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's validateCurrentMember: the member, or a static one's current id."""
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if member.group_instance_id != group_instance_id:
+            return ErrorCode.fenced_instance_id
+        return ErrorCode.none
+
     def _commit_error(
         self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
     ) -> ErrorCode:
@@ -84,14 +136,10 @@ class GroupOffsets:
             return ErrorCode.none  # a consumer that assigns its own partitions
         if group.is_in(Completing):
             return ErrorCode.rebalance_in_progress
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member.group_instance_id != group_instance_id:
-            return ErrorCode.fenced_instance_id
-        if generation_id != group.generation_id:
+        error = self._member_error(group, member_id, group_instance_id)
+        if error == ErrorCode.none and generation_id != group.generation_id:
             return ErrorCode.illegal_generation
-        return ErrorCode.none
+        return error
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         """DeleteGroups: each group's error; only empty groups go, with their offsets."""

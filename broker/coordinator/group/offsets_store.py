@@ -10,6 +10,11 @@ Kafka: a load replays about one record a live key. Offsets of a group with no me
 expire `offsets.retention.minutes` after the group became empty (KIP-211); their
 removal is written as tombstones, which the cleaner drops after
 `delete.retention.ms`.
+
+Offsets committed in a transaction (TxnOffsetCommit) are written in the producer's
+transaction and held pending, per producer, until its marker on the partition: COMMIT
+makes them the group's committed offsets, ABORT drops them (Kafka's
+pendingTransactionalOffsetCommits); a load holds them the same way until it meets the marker.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from tierbroker.broker.coordinator.internal_topic import InternalTopic
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.protocol.records.control import read_end_txn_marker
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,8 @@ class GroupMetadataManager:
         )
         self.config = config
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        # producer id -> group -> the offsets its open transaction commits
+        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
 
     async def ensure_topic(self) -> None:
         """Create `__consumer_offsets` on first use, as Kafka does."""
@@ -86,20 +94,30 @@ class GroupMetadataManager:
         replayed = 0
         # To the log end: a new leader may not know the high watermark the old one had
         # reached, and what it holds is what it serves from now on.
-        for _, key_bytes, value in self.topic.read(partition, to_log_end=True):
-            replayed += 1
-            key = decode_key(key_bytes)
-            if isinstance(key, OffsetKey):
-                tp = TopicPartition(key.topic, key.partition)
-                if value is None:
-                    self.offsets.get(key.group, {}).pop(tp, None)
-                else:
-                    self.offsets.setdefault(key.group, {})[tp] = decode_offset_value(value)
-            elif isinstance(key, GroupKey):
-                if value is None:
-                    groups.pop(key.group, None)
-                else:
-                    groups[key.group] = decode_group_value(value)
+        for batch, records in self.topic.read_batches(partition, to_log_end=True):
+            if batch.is_control:
+                marker = read_end_txn_marker(batch)
+                if marker is not None:
+                    self._complete(partition, batch.producer_id, not marker.is_abort)
+                continue
+            for _, key_bytes, value in records:
+                replayed += 1
+                key = decode_key(key_bytes)
+                if isinstance(key, OffsetKey):
+                    tp = TopicPartition(key.topic, key.partition)
+                    if batch.is_transactional and value is not None:
+                        self.pending.setdefault(batch.producer_id, {}).setdefault(key.group, {})[
+                            tp
+                        ] = decode_offset_value(value)
+                    elif value is None:
+                        self.offsets.get(key.group, {}).pop(tp, None)
+                    else:
+                        self.offsets.setdefault(key.group, {})[tp] = decode_offset_value(value)
+                elif isinstance(key, GroupKey):
+                    if value is None:
+                        groups.pop(key.group, None)
+                    else:
+                        groups[key.group] = decode_group_value(value)
         self.offsets = {g: o for g, o in self.offsets.items() if o}
         log.info(
             "loaded %s-%d: %d records replayed in %.0f ms",
@@ -113,6 +131,55 @@ class GroupMetadataManager:
     def unload_partition(self, partition: int) -> None:
         for group_id in [g for g in self.offsets if self.partition_of(g) == partition]:
             del self.offsets[group_id]
+        for producer_id in list(self.pending):
+            groups = self.pending[producer_id]
+            for group_id in [g for g in groups if self.partition_of(g) == partition]:
+                del groups[group_id]
+            if not groups:
+                del self.pending[producer_id]
+
+    # Transactions --------------------------------------------------------------------
+
+    async def commit_transactional(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: dict[TopicPartition, OffsetValue],
+    ) -> None:
+        """TxnOffsetCommit: write the offsets in the producer's transaction; pending until
+        its marker."""
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(OffsetKey(group_id, tp.topic, tp.partition)), encode_offset_value(v))
+            for tp, v in offsets.items()
+        ]
+        try:
+            await self.topic.append_transactional(
+                self.partition_of(group_id), records, producer_id, producer_epoch
+            )
+        except KafkaError as e:
+            raise KafkaError(_commit_error_code(e.code), f"group {group_id}: {e}") from e
+        self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+
+    def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:
+        """The producer's marker was written to `partition`: its pending offsets there count
+        (COMMIT) or go (ABORT)."""
+        self._complete(partition, producer_id, committed)
+
+    def _complete(self, partition: int, producer_id: int, committed: bool) -> None:
+        groups = self.pending.get(producer_id)
+        if not groups:
+            return
+        for group_id in [g for g in groups if self.partition_of(g) == partition]:
+            offsets = groups.pop(group_id)
+            if committed:
+                self.offsets.setdefault(group_id, {}).update(offsets)
+        if not groups:
+            del self.pending[producer_id]
+
+    def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
+        """An open transaction commits an offset of `tp` for the group (RequireStable)."""
+        return any(tp in groups.get(group_id, {}) for groups in self.pending.values())
 
     # Writing -------------------------------------------------------------------------
 
@@ -132,11 +199,7 @@ class GroupMetadataManager:
         except KafkaError as e:
             if e.code == ErrorCode.message_too_large:
                 raise KafkaError(too_large, f"records of group {group_id} too large") from e
-            if e.code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
-                raise KafkaError(ErrorCode.not_coordinator, f"group {group_id}: {e}") from e
-            if e.code == ErrorCode.request_timed_out:
-                raise
-            raise KafkaError(ErrorCode.coordinator_not_available, f"group {group_id}: {e}") from e
+            raise KafkaError(_commit_error_code(e.code), f"group {group_id}: {e}") from e
 
     async def commit(self, group_id: str, offsets: dict[TopicPartition, OffsetValue]) -> None:
         await self._append(
@@ -194,3 +257,16 @@ class GroupMetadataManager:
             for tp, v in committed.items()
             if v.commit_timestamp_ms + self.config.retention_ms < now
         ]
+
+
+def _commit_error_code(code: ErrorCode) -> ErrorCode:
+    """A failed append as a client sees it: a partition no longer led here is
+    NOT_COORDINATOR, one too large INVALID_COMMIT_OFFSET_SIZE, a write the ISR did not take
+    in time REQUEST_TIMED_OUT, any other COORDINATOR_NOT_AVAILABLE."""
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
+        return ErrorCode.not_coordinator
+    if code == ErrorCode.message_too_large:
+        return ErrorCode.invalid_commit_offset_size
+    if code == ErrorCode.request_timed_out:
+        return code
+    return ErrorCode.coordinator_not_available

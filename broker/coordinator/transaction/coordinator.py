@@ -1,0 +1,361 @@
+"""`TransactionCoordinator`: transactional producers' requests, as Kafka's
+`TransactionCoordinator` answers them (transactions v1: no epoch bump per transaction,
+no partition verification).
+
+- InitProducerId gives a transactional id its producer id and the next epoch; the
+  previous instance is fenced by that epoch. If a transaction is open, it is aborted at
+  a bumped epoch first and the client told CONCURRENT_TRANSACTIONS, to retry.
+- AddPartitionsToTxn and AddOffsetsToTxn (the group's `__consumer_offsets` partition)
+  add to the open transaction.
+- EndTxn writes PrepareCommit or PrepareAbort, answers, then has the markers written
+  (`TransactionMarkerChannelManager`) and writes CompleteCommit or CompleteAbort; the
+  next transaction waits (CONCURRENT_TRANSACTIONS) until then.
+- A transaction open longer than its timeout is aborted at a bumped epoch; an id idle
+  for `transactional.id.expiration.ms` is removed.
+
+The coordinator of an id is the leader of its `__transaction_state` partition; a new
+leader loads the partition and sends again the markers of prepared transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+
+from tierbroker.broker.coordinator.transaction.marker_channel import (
+    TransactionMarkerChannelManager,
+    TxnMarkers,
+)
+from tierbroker.broker.coordinator.transaction.metadata import (
+    NO_PRODUCER_EPOCH,
+    TransactionMetadata,
+    TransactionState,
+)
+from tierbroker.broker.coordinator.transaction.state_manager import TransactionStateManager
+from tierbroker.protocol.errors import ErrorCode, KafkaError
+from tierbroker.storage.log import now_ms
+from tierbroker.storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+S = TransactionState
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResult:
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        state: TransactionStateManager,
+        markers: TransactionMarkerChannelManager,
+        next_producer_id: Callable[[], Awaitable[int]],
+    ) -> None:
+        self.state = state
+        self.markers = markers
+        self.next_producer_id = next_producer_id
+        self.config = state.config
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # Lifecycle -----------------------------------------------------------------------
+
+    def on_leadership(self, partition: int, leader: bool, leader_epoch: int) -> None:
+        """This broker started (at `leader_epoch`) or stopped leading a partition of
+        `__transaction_state`."""
+        if leader:
+            self.state.loading.add(partition)
+            self._run(self._load(partition, leader_epoch), f"load-transactions-{partition}")
+        else:
+            self.state.loading.discard(partition)
+            self.state.unload_partition(partition)
+
+    async def _load(self, partition: int, coordinator_epoch: int) -> None:
+        await asyncio.sleep(0)  # after the leadership change that asked for it
+        if partition not in self.state.loading:
+            return
+        for metadata in self.state.load_partition(partition, coordinator_epoch):
+            self._send_markers(metadata, coordinator_epoch, metadata.state == S.PREPARE_COMMIT)
+
+    def _run(self, work: Coroutine[object, object, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.markers.close()
+
+    # InitProducerId ------------------------------------------------------------------
+
+    async def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected_producer_id: int = -1,
+        expected_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> InitProducerIdResult:
+        """`expected_*`: the producer id and epoch a producer resuming asks to bump (KIP-360)."""
+        if not transactional_id:
+            return InitProducerIdResult(ErrorCode.invalid_request)
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return InitProducerIdResult(ErrorCode.invalid_transaction_timeout)
+        error = self.state.coordinator_error(transactional_id)
+        if error != ErrorCode.none:
+            return InitProducerIdResult(error)
+        await self.state.ensure_topic()
+        epoch = self.state.coordinator_epoch(transactional_id)
+        assert epoch is not None
+        metadata = self.state.metadata.get(transactional_id)
+        if metadata is None:
+            try:
+                producer_id = await self.next_producer_id()
+            except KafkaError as e:
+                log.warning("InitProducerId of %r: %s", transactional_id, e)
+                return InitProducerIdResult(ErrorCode.coordinator_not_available)
+            metadata = self.state.metadata.setdefault(
+                transactional_id,
+                TransactionMetadata(
+                    transactional_id=transactional_id,
+                    producer_id=producer_id,
+                    timeout_ms=timeout_ms,
+                    last_update_ms=now_ms(),
+                ),
+            )
+        expected = expected_epoch if expected_producer_id >= 0 else None
+        if metadata.pending_state is not None or metadata.state.is_prepare:
+            return InitProducerIdResult(ErrorCode.concurrent_transactions)
+        if expected_producer_id >= 0 and expected_producer_id not in (
+            metadata.producer_id,
+            metadata.last_producer_id,
+        ):
+            return InitProducerIdResult(ErrorCode.producer_fenced)
+        if metadata.state == S.ONGOING:
+            # Fence the open transaction's producer and abort it; the client retries.
+            error = await self._end(metadata, epoch, committed=False, fence=True)
+            return InitProducerIdResult(
+                ErrorCode.concurrent_transactions if error == ErrorCode.none else error
+            )
+        now = now_ms()
+        if metadata.epoch_exhausted and expected in (None, metadata.producer_epoch):
+            try:
+                producer_id = await self.next_producer_id()
+            except KafkaError:
+                return InitProducerIdResult(ErrorCode.coordinator_not_available)
+            transit = metadata.prepare_producer_id_rotation(
+                producer_id, timeout_ms, now, expected is not None
+            )
+        else:
+            bumped = metadata.prepare_increment_producer_epoch(timeout_ms, expected, now)
+            if bumped is None:
+                return InitProducerIdResult(ErrorCode.producer_fenced)
+            transit = bumped
+        try:
+            await self.state.write(metadata, transit, epoch)
+        except KafkaError as e:
+            return InitProducerIdResult(e.code)
+        log.info(
+            "transactional id %r: producer %d at epoch %d",
+            transactional_id,
+            metadata.producer_id,
+            metadata.producer_epoch,
+        )
+        return InitProducerIdResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+
+    # Adding partitions ---------------------------------------------------------------
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+    ) -> ErrorCode:
+        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's partition)."""
+        metadata, error = self._checked(transactional_id, producer_id, producer_epoch)
+        if metadata is None:
+            return error
+        if metadata.pending_state is not None or metadata.state.is_prepare:
+            return ErrorCode.concurrent_transactions
+        if metadata.state == S.ONGOING and partitions <= metadata.partitions:
+            return ErrorCode.none
+        epoch = self.state.coordinator_epoch(transactional_id)
+        assert epoch is not None
+        transit = metadata.prepare_add_partitions(partitions, now_ms())
+        try:
+            await self.state.write(metadata, transit, epoch)
+        except KafkaError as e:
+            return e.code
+        return ErrorCode.none
+
+    def _checked(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[TransactionMetadata | None, ErrorCode]:
+        """The id's metadata if this broker coordinates it and the producer is its current
+        one, else the error (Kafka's order of checks)."""
+        if not transactional_id:
+            return None, ErrorCode.invalid_request
+        error = self.state.coordinator_error(transactional_id)
+        if error != ErrorCode.none:
+            return None, error
+        metadata = self.state.metadata.get(transactional_id)
+        if metadata is None or metadata.producer_id != producer_id:
+            return None, ErrorCode.invalid_producer_id_mapping
+        if metadata.producer_epoch != producer_epoch:
+            return None, ErrorCode.producer_fenced
+        return metadata, ErrorCode.none
+
+    # EndTxn --------------------------------------------------------------------------
+
+    async def end_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool
+    ) -> ErrorCode:
+        metadata, error = self._checked(transactional_id, producer_id, producer_epoch)
+        if metadata is None:
+            return error
+        if metadata.pending_state is not None:
+            return ErrorCode.concurrent_transactions
+        state = metadata.state
+        if state == S.ONGOING:
+            epoch = self.state.coordinator_epoch(transactional_id)
+            assert epoch is not None
+            return await self._end(metadata, epoch, committed, fence=False)
+        done, prepared = (
+            (S.COMPLETE_COMMIT, S.PREPARE_COMMIT)
+            if committed
+            else (S.COMPLETE_ABORT, S.PREPARE_ABORT)
+        )
+        if state == done:
+            return ErrorCode.none  # a retry of the request that ended it
+        if state == prepared:
+            return ErrorCode.concurrent_transactions
+        log.info(
+            "EndTxn(%s) of %r in state %s refused",
+            "commit" if committed else "abort",
+            transactional_id,
+            state.name,
+        )
+        return ErrorCode.invalid_txn_state
+
+    async def _end(
+        self, metadata: TransactionMetadata, coordinator_epoch: int, committed: bool, fence: bool
+    ) -> ErrorCode:
+        """Write PrepareCommit or PrepareAbort (at a bumped epoch to `fence` the producer),
+        then have the markers sent; the error of the write."""
+        now = now_ms()
+        transit = (
+            metadata.prepare_fence_and_abort(now)
+            if fence
+            else metadata.prepare_abort_or_commit(
+                S.PREPARE_COMMIT if committed else S.PREPARE_ABORT, now
+            )
+        )
+        try:
+            await self.state.write(metadata, transit, coordinator_epoch)
+        except KafkaError as e:
+            return e.code
+        self._send_markers(metadata, coordinator_epoch, committed)
+        return ErrorCode.none
+
+    def _send_markers(
+        self, metadata: TransactionMetadata, coordinator_epoch: int, committed: bool
+    ) -> None:
+        transactional_id = metadata.transactional_id
+        markers = TxnMarkers(
+            transactional_id,
+            metadata.producer_id,
+            metadata.producer_epoch,
+            committed,
+            coordinator_epoch,
+            frozenset(metadata.partitions),
+        )
+
+        def still_valid() -> bool:
+            return (
+                self.state.coordinator_epoch(transactional_id) == coordinator_epoch
+                and self.state.metadata.get(transactional_id) is metadata
+            )
+
+        async def complete() -> None:
+            await self._complete(metadata, coordinator_epoch, still_valid)
+
+        self.markers.send(markers, still_valid, complete)
+
+    async def _complete(
+        self,
+        metadata: TransactionMetadata,
+        coordinator_epoch: int,
+        still_valid: Callable[[], bool],
+    ) -> None:
+        """The markers are written: CompleteCommit or CompleteAbort, retried while this
+        broker still coordinates the transaction."""
+        while still_valid():
+            transit = metadata.prepare_complete(now_ms())
+            try:
+                await self.state.write(metadata, transit, coordinator_epoch)
+                return
+            except KafkaError as e:
+                log.warning(
+                    "%s: writing %s failed (%s); retrying",
+                    metadata.transactional_id,
+                    transit.state.name,
+                    e,
+                )
+                await asyncio.sleep(self.markers.retry_backoff_s)
+
+    # Expiration ----------------------------------------------------------------------
+
+    async def abort_timed_out_transactions(self) -> None:
+        """Abort, at a bumped epoch, each transaction open past its timeout."""
+        now = now_ms()
+        for metadata in list(self.state.metadata.values()):
+            if (
+                metadata.state == S.ONGOING
+                and metadata.pending_state is None
+                and metadata.start_ms + metadata.timeout_ms < now
+            ):
+                epoch = self.state.coordinator_epoch(metadata.transactional_id)
+                if epoch is None:
+                    continue
+                log.info(
+                    "aborting the transaction of %r (producer %d): open longer than %d ms",
+                    metadata.transactional_id,
+                    metadata.producer_id,
+                    metadata.timeout_ms,
+                )
+                error = await self._end(metadata, epoch, committed=False, fence=True)
+                if error != ErrorCode.none:
+                    log.warning("aborting %r failed: %s", metadata.transactional_id, error.name)
+
+    async def remove_expired_transactional_ids(self) -> None:
+        """Remove each id idle (no transaction open) past transactional.id.expiration.ms."""
+        horizon = now_ms() - self.config.id_expiration_ms
+        for metadata in list(self.state.metadata.values()):
+            if (
+                metadata.state.is_complete_or_empty
+                and metadata.pending_state is None
+                and metadata.last_update_ms < horizon
+            ):
+                epoch = self.state.coordinator_epoch(metadata.transactional_id)
+                if epoch is None:
+                    continue
+                metadata.prepare_dead(now_ms())
+                try:
+                    await self.state.remove(metadata, epoch)
+                except KafkaError as e:
+                    log.warning("expiring %r failed: %s", metadata.transactional_id, e)
+                    continue
+                log.info("transactional id %r expired", metadata.transactional_id)

@@ -1,0 +1,195 @@
+"""Transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit from
+producers, WriteTxnMarkers from transaction coordinators (and Kafka's admin tools).
+
+Clients that send old versions know no PRODUCER_FENCED: as Kafka does, they are told
+INVALID_PRODUCER_EPOCH instead (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
+from tierbroker.broker.coordinator.group.records import OffsetValue
+from tierbroker.broker.handlers.common import (
+    NO_THROTTLE,
+    BrokerContext,
+    field,
+    make,
+    response_module,
+)
+from tierbroker.protocol.codec import Request
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records.control import ControlRecordType, EndTxnMarker
+from tierbroker.storage.log import now_ms
+from tierbroker.storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+def fenced_as(error: ErrorCode, version: int, since: int) -> ErrorCode:
+    """PRODUCER_FENCED as a request of `version` knows it (the code came in `since`)."""
+    if error == ErrorCode.producer_fenced and version < since:
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+async def handle_add_partitions_to_txn(
+    ctx: BrokerContext, request: Request, _splicer: object
+) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    wanted = {TopicPartition(t.name, p) for t in body.v3_and_below_topics for p in t.partitions}
+    # As Kafka: unknown partitions fail the request, the others are not attempted.
+    unknown = {tp for tp in wanted if not _exists(ctx, tp)}
+    if unknown:
+        errors = {
+            tp: ErrorCode.unknown_topic_or_partition
+            if tp in unknown
+            else ErrorCode.operation_not_attempted
+            for tp in wanted
+        }
+    else:
+        error = await ctx.transactions.add_partitions(
+            body.v3_and_below_transactional_id,
+            body.v3_and_below_producer_id,
+            body.v3_and_below_producer_epoch,
+            wanted,
+        )
+        errors = dict.fromkeys(wanted, fenced_as(error, request.api_version, 2))
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in sorted(errors):
+        by_topic.setdefault(tp.topic, []).append(tp)
+    return make(
+        m.AddPartitionsToTxnResponse,
+        throttle_time=NO_THROTTLE,
+        results_by_topic_v3_and_below=tuple(
+            make(
+                m.AddPartitionsToTxnTopicResult,
+                name=topic,
+                results_by_partition=tuple(
+                    make(
+                        m.AddPartitionsToTxnPartitionResult,
+                        partition_index=tp.partition,
+                        partition_error_code=errors[tp],
+                    )
+                    for tp in tps
+                ),
+            )
+            for topic, tps in by_topic.items()
+        ),
+    )
+
+
+async def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    await ctx.groups.store.ensure_topic()
+    offsets = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(body.group_id))
+    error = await ctx.transactions.add_partitions(
+        body.transactional_id, body.producer_id, body.producer_epoch, {offsets}
+    )
+    return make(
+        m.AddOffsetsToTxnResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=fenced_as(error, request.api_version, 2),
+    )
+
+
+async def handle_end_txn(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    error = await ctx.transactions.end_transaction(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+    )
+    return make(
+        m.EndTxnResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=fenced_as(error, request.api_version, 2),
+    )
+
+
+async def handle_txn_offset_commit(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    now = now_ms()
+    offsets = {
+        TopicPartition(t.name, p.partition_index): OffsetValue(
+            p.committed_offset,
+            field(p, "committed_leader_epoch", -1),
+            p.committed_metadata or "",
+            now,
+        )
+        for t in body.topics
+        for p in t.partitions
+    }
+    results = await ctx.groups.offsets.commit_transactional(
+        body.group_id,
+        field(body, "member_id", ""),
+        field(body, "group_instance_id"),
+        field(body, "generation_id", -1),
+        body.producer_id,
+        body.producer_epoch,
+        offsets,
+    )
+    return make(
+        m.TxnOffsetCommitResponse,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            make(
+                m.TxnOffsetCommitResponseTopic,
+                name=t.name,
+                partitions=tuple(
+                    make(
+                        m.TxnOffsetCommitResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=results[TopicPartition(t.name, p.partition_index)],
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
+
+
+async def handle_write_txn_markers(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    results = []
+    for marker in request.body.markers:
+        kind = ControlRecordType.COMMIT if marker.transaction_result else ControlRecordType.ABORT
+        partitions = [TopicPartition(t.name, p) for t in marker.topics for p in t.partition_indexes]
+        errors = await ctx.replicas.write_txn_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            EndTxnMarker(kind, marker.coordinator_epoch),
+            partitions,
+            ctx.config.request_timeout_ms,
+        )
+        results.append(
+            make(
+                m.WritableTxnMarkerResult,
+                producer_id=marker.producer_id,
+                topics=tuple(
+                    make(
+                        m.WritableTxnMarkerTopicResult,
+                        name=t.name,
+                        partitions=tuple(
+                            make(
+                                m.WritableTxnMarkerPartitionResult,
+                                partition_index=p,
+                                error_code=errors[TopicPartition(t.name, p)],
+                            )
+                            for p in t.partition_indexes
+                        ),
+                    )
+                    for t in marker.topics
+                ),
+            )
+        )
+    return make(m.WriteTxnMarkersResponse, markers=tuple(results))
+
+
+def _exists(ctx: BrokerContext, tp: TopicPartition) -> bool:
+    return tp.topic in ctx.metadata.topics and tp.partition < ctx.metadata.partition_count(tp.topic)

@@ -1,0 +1,354 @@
+"""Transactions through stock clients on one broker process, as Kafka's own tests state
+them (TransactionsTest, the research notes' T1 to T6):
+
+- committed records are read by read_committed consumers, aborted ones only by
+  read_uncommitted ones; markers take an offset each;
+- while a transaction is open, read_committed consumers and ListOffsets stop at the
+  last stable offset, which moves when it commits;
+- a second producer with the same transactional id fences the first;
+- a transaction open past its timeout is aborted by the coordinator;
+- consume-transform-produce: offsets sent to the transaction count only once it commits;
+- on a tiered topic, read_committed reads of the remote tier leave out the aborted
+  transactions, whose markers may still be local only, and an open transaction holds
+  back the copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.broker_process import BrokerProcess
+from tests.integration.tiering_helpers import status
+from tests.integration.waiting import wait_for
+
+LEGACY_RESOURCES = r"(read|open)_text is deprecated"
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", LEGACY_RESOURCES, DeprecationWarning)
+    from kafka import KafkaProducer
+
+pytestmark = pytest.mark.filterwarnings(f"ignore:{LEGACY_RESOURCES}:DeprecationWarning")
+
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("transactions"),
+        {
+            "transaction.state.log.num.partitions": "5",
+            "offsets.topic.num.partitions": "5",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+            "remote.log.manager.task.interval.ms": "100",
+            "log.retention.check.interval.ms": "200",
+        },
+    ).start()
+    yield process
+    process.stop()
+    assert "Traceback" not in process.log(), process.log()
+
+
+def topic_of(broker: BrokerProcess, partitions: int = 1) -> str:
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(TIMEOUT_S)
+    return name
+
+
+def producer(broker: BrokerProcess, transactional_id: str, **extra: object) -> Producer:
+    p = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": transactional_id,
+            **extra,
+        }
+    )
+    p.init_transactions(TIMEOUT_S)
+    return p
+
+
+def read(
+    broker: BrokerProcess, topic: str, isolation: str, expected: int, partitions: int = 1
+) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every record read from the start, until `expected` or quiet."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[tuple[int, bytes | None]] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    quiet_until = 0.0
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                if len(got) >= expected and time.monotonic() > quiet_until:
+                    break
+                continue
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(message.error())
+            got.append((message.offset(), message.value()))
+            quiet_until = time.monotonic() + 1.0
+    finally:
+        consumer.close()
+    return got
+
+
+def test_committed_records_are_read_and_aborted_ones_only_uncommitted(
+    broker: BrokerProcess,
+) -> None:
+    topic = topic_of(broker)
+    p = producer(broker, f"tx-{topic}")
+    p.begin_transaction()
+    for i in range(100):
+        p.produce(topic, b"committed-%d" % i)
+    p.commit_transaction(TIMEOUT_S)
+    p.begin_transaction()
+    for i in range(50):
+        p.produce(topic, b"aborted-%d" % i)
+    p.flush(TIMEOUT_S)
+    p.abort_transaction(TIMEOUT_S)
+    p.begin_transaction()
+    p.produce(topic, b"last")
+    p.commit_transaction(TIMEOUT_S)
+
+    committed = read(broker, topic, "read_committed", 101)
+    assert [v for _, v in committed] == [b"committed-%d" % i for i in range(100)] + [b"last"]
+    # Offsets 0-99, the commit marker at 100, 101-150 aborted, its marker at 151.
+    assert committed[-1][0] == 152
+    everything = read(broker, topic, "read_uncommitted", 151)
+    assert len(everything) == 151
+    assert sum(1 for _, v in everything if v is not None and v.startswith(b"aborted")) == 50
+
+
+def test_read_committed_stops_at_an_open_transaction_until_it_commits(
+    broker: BrokerProcess,
+) -> None:
+    topic = topic_of(broker)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce(topic, b"before")
+    plain.flush(TIMEOUT_S)
+    p = producer(broker, f"tx-{topic}")
+    p.begin_transaction()
+    p.produce(topic, b"undecided")
+    p.flush(TIMEOUT_S)
+    plain.produce(topic, b"after")  # not transactional: stable, but behind the open one
+    plain.flush(TIMEOUT_S)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"lso-{topic}",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        tp = TopicPartition(topic, 0)
+        assert consumer.get_watermark_offsets(tp, TIMEOUT_S) == (0, 1)  # the LSO
+        assert [v for _, v in read(broker, topic, "read_committed", 1)] == [b"before"]
+        p.commit_transaction(TIMEOUT_S)
+        assert consumer.get_watermark_offsets(tp, TIMEOUT_S) == (0, 4)
+        values = [v for _, v in read(broker, topic, "read_committed", 3)]
+        assert values == [b"before", b"undecided", b"after"]
+    finally:
+        consumer.close()
+
+
+def test_a_new_producer_with_the_same_id_fences_the_old_one(broker: BrokerProcess) -> None:
+    topic = topic_of(broker)
+    transactional_id = f"tx-{topic}"
+    old = producer(broker, transactional_id)
+    old.begin_transaction()
+    old.produce(topic, b"zombie")
+    old.flush(TIMEOUT_S)
+    new = producer(broker, transactional_id)  # aborts the old one's open transaction
+    new.begin_transaction()
+    new.produce(topic, b"successor")
+    new.commit_transaction(TIMEOUT_S)
+    with pytest.raises(KafkaException) as raised:
+        old.commit_transaction(TIMEOUT_S)
+    assert raised.value.args[0].fatal()
+    assert [v for _, v in read(broker, topic, "read_committed", 1)] == [b"successor"]
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted(broker: BrokerProcess) -> None:
+    topic = topic_of(broker)
+    p = producer(broker, f"tx-{topic}", **{"transaction.timeout.ms": 1000})
+    p.begin_transaction()
+    p.produce(topic, b"too slow")
+    p.flush(TIMEOUT_S)
+    time.sleep(3)  # the coordinator checks every 200 ms
+    with pytest.raises(KafkaException):
+        p.commit_transaction(TIMEOUT_S)
+    assert read(broker, topic, "read_committed", 0) == []
+    assert [v for _, v in read(broker, topic, "read_uncommitted", 1)] == [b"too slow"]
+
+
+def test_a_timeout_above_the_maximum_is_refused(broker: BrokerProcess) -> None:
+    with pytest.raises(KafkaException) as raised:
+        producer(broker, "tx-too-long", **{"transaction.timeout.ms": 3_600_000})
+    assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_offsets_sent_to_a_transaction_count_once_it_commits(broker: BrokerProcess) -> None:
+    source, sink = topic_of(broker), topic_of(broker)
+    feeder = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        feeder.produce(source, b"in-%d" % i)
+    feeder.flush(TIMEOUT_S)
+    group = f"ctp-{source}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([source])
+    p = producer(broker, f"tx-{source}")
+    try:
+        taken = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(taken) < 5 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                taken.append(message)
+        assert len(taken) == 5
+        p.begin_transaction()
+        for message in taken:
+            p.produce(sink, message.value().replace(b"in", b"out"))
+        position = [TopicPartition(source, 0, taken[-1].offset() + 1)]
+        p.send_offsets_to_transaction(position, consumer.consumer_group_metadata(), TIMEOUT_S)
+        p.abort_transaction(TIMEOUT_S)
+        assert consumer.committed([TopicPartition(source, 0)], TIMEOUT_S)[0].offset < 0
+        p.begin_transaction()
+        for message in taken:
+            p.produce(sink, message.value().replace(b"in", b"out"))
+        p.send_offsets_to_transaction(position, consumer.consumer_group_metadata(), TIMEOUT_S)
+        p.commit_transaction(TIMEOUT_S)
+        assert consumer.committed([TopicPartition(source, 0)], TIMEOUT_S)[0].offset == 5
+    finally:
+        consumer.close()
+    assert [v for _, v in read(broker, sink, "read_committed", 5)] == [
+        b"out-%d" % i for i in range(5)
+    ]
+
+
+@pytest.mark.parametrize("client", ["aiokafka", "kafka-python"])
+def test_other_clients_commit_and_abort(broker: BrokerProcess, client: str) -> None:
+    """aiokafka sends every transaction API at v0 and kafka-python at up to v3: both see
+    the same outcome as librdkafka."""
+    topic = topic_of(broker)
+    if client == "aiokafka":
+        asyncio.run(_aiokafka_transactions(broker.bootstrap, topic))
+    else:
+        _kafka_python_transactions(broker.bootstrap, topic)
+    assert [v for _, v in read(broker, topic, "read_committed", 2)] == [b"kept-0", b"kept-1"]
+    assert len(read(broker, topic, "read_uncommitted", 3)) == 3
+
+
+async def _aiokafka_transactions(bootstrap: str, topic: str) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"tx-{topic}")
+    await producer.start()
+    try:
+        async with producer.transaction():
+            await producer.send_and_wait(topic, b"kept-0")
+        with contextlib.suppress(RuntimeError):
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"dropped")
+                raise RuntimeError("abort")
+        async with producer.transaction():
+            await producer.send_and_wait(topic, b"kept-1")
+    finally:
+        await producer.stop()
+
+
+def _kafka_python_transactions(bootstrap: str, topic: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"tx-{topic}")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"kept-0")
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"dropped").get(TIMEOUT_S)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"kept-1")
+        producer.commit_transaction()
+    finally:
+        producer.close()
+
+
+def test_read_committed_of_the_remote_tier_leaves_out_aborted_transactions(
+    broker: BrokerProcess,
+) -> None:
+    name = f"txn-tiered-{uuid.uuid4().hex[:8]}"
+    config = {
+        "remote.storage.enable": "true",
+        "segment.bytes": "4096",
+        "local.retention.bytes": "4096",
+    }
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(TIMEOUT_S)
+    p = producer(broker, f"tx-{name}")
+    kept = []
+    for round_ in range(12):
+        p.begin_transaction()
+        for i in range(10):
+            value = b"r%02d-%02d-" % (round_, i) + b"x" * 100
+            p.produce(name, value)
+            if round_ % 3 != 1:
+                kept.append(value)
+        p.flush(TIMEOUT_S)
+        if round_ % 3 == 1:
+            p.abort_transaction(TIMEOUT_S)
+        else:
+            p.commit_transaction(TIMEOUT_S)
+    # An open transaction: nothing from its first offset on is copied.
+    p.begin_transaction()
+    p.produce(name, b"undecided" + b"x" * 4096)
+    p.flush(TIMEOUT_S)
+    open_at = status(broker, name)["log_end_offset"] - 1
+    p.produce(name, b"more" + b"x" * 4096)  # rolls the segment holding the open data
+    p.flush(TIMEOUT_S)
+    wait_for(
+        lambda: status(broker, name)["local_log_start_offset"] > 60,
+        "most of the topic in the remote tier only",
+        show=lambda: status(broker, name),
+    )
+    assert status(broker, name)["remote_log_end_offset"] < open_at
+    committed = [v for _, v in read(broker, name, "read_committed", len(kept))]
+    assert committed == kept
+    p.abort_transaction(TIMEOUT_S)
+    wait_for(
+        lambda: status(broker, name)["remote_log_end_offset"] >= open_at,
+        "the copy past the aborted transaction",
+        show=lambda: status(broker, name),
+    )
