@@ -28,7 +28,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),  # DeleteRecords
     22: (0, 6),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch
-    24: (0, 3),  # AddPartitionsToTxn (v4+ is between brokers, KIP-890)
+    24: (0, 4),  # AddPartitionsToTxn (v4: from brokers, verifying: KIP-890 part 1)
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 3),  # EndTxn
     27: (1, 1),  # WriteTxnMarkers

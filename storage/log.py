@@ -74,8 +74,16 @@ class AppendOrigin(Enum):
 
 @dataclass(frozen=True, slots=True)
 class AppendOptions:
-    transactional: bool = False  # the produce request named a transactional id
+    transactional_id: str | None = None  # the produce request's
     origin: AppendOrigin = AppendOrigin.CLIENT
+    # KIP-890: the coordinator confirmed the transaction has this partition, unless a
+    # marker came since (`ProducerStateManager.is_verified`).
+    verification_guard: object | None = None
+
+    @property
+    def transactional(self) -> bool:
+        """Transactional batches may be written (a coordinator writes them without an id)."""
+        return self.transactional_id is not None or self.origin == AppendOrigin.COORDINATOR
 
 
 CLIENT_APPEND = AppendOptions()
@@ -279,6 +287,15 @@ class Log:
         if validated is None:
             validated = validate_batches(records, self.config, now_ms(), self.topic_partition)
         records, batches = validated
+        guard = options.verification_guard
+        if guard is not None:
+            producer_id = next(b.producer_id for b in batches if b.is_transactional)
+            if not self.producer_state.is_verified(producer_id, guard):
+                raise KafkaError(
+                    ErrorCode.invalid_txn_state,
+                    f"{self.topic_partition}: the transaction of producer {producer_id} ended "
+                    "since the coordinator confirmed it",
+                )
         duplicate = self.producer_state.check_batches(
             batches, options.transactional, sequenced=options.origin == AppendOrigin.CLIENT
         )

@@ -113,6 +113,8 @@ class ProducerStateManager:
         self.ongoing_txns: dict[int, int] = {}
         # first offset -> marker offset of each transaction decided above the high watermark.
         self.unreplicated_txns: dict[int, int] = {}
+        # producer id -> the guard of its transaction's check with the coordinator (KIP-890)
+        self._verifications: dict[int, object] = {}
 
     # Validation and updates ----------------------------------------------------------
 
@@ -248,6 +250,26 @@ class ProducerStateManager:
         if batch.is_transactional and entry.current_txn_first_offset == NO_TXN:
             entry.current_txn_first_offset = batch.base_offset
             self.ongoing_txns[batch.base_offset] = batch.producer_id
+            self._verifications.pop(batch.producer_id, None)
+
+    # KIP-890 part 1: a transaction's first batch here is checked with the coordinator.
+
+    def start_verification(self, producer_id: int) -> object | None:
+        """A guard for checking with the coordinator that the producer's transaction has
+        this partition, if it has none open here yet; None if it has."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.current_txn_first_offset != NO_TXN:
+            return None
+        return self._verifications.setdefault(producer_id, object())
+
+    def is_verified(self, producer_id: int, guard: object) -> bool:
+        """No marker came between the check that made `guard` and now."""
+        return self._verifications.get(producer_id) is guard
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        """The check failed: forget its guard."""
+        if self._verifications.get(producer_id) is guard:
+            del self._verifications[producer_id]
 
     def update_marker(self, batch: BatchView, marker: EndTxnMarker | None) -> CompletedTxn | None:
         """Record an appended end-transaction marker (None: a control batch the cleaner
@@ -255,6 +277,7 @@ class ProducerStateManager:
         unstable until `on_high_watermark_updated` passes its marker."""
         entry = self._entry(batch.producer_id, batch.producer_epoch)
         entry.last_timestamp = batch.max_timestamp
+        self._verifications.pop(batch.producer_id, None)  # a check before it is stale
         first = entry.current_txn_first_offset
         if marker is None or first == NO_TXN:
             return None
@@ -426,6 +449,7 @@ class ProducerStateManager:
         self.producers.clear()
         self.ongoing_txns.clear()
         self.unreplicated_txns.clear()
+        self._verifications.clear()
 
     def delete_snapshots_below(self, offset: int) -> None:
         """Remove snapshots older than `offset`, the first offset left in the local log."""

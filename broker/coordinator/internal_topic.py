@@ -119,7 +119,7 @@ class InternalTopic:
             base_sequence=0,
             is_transactional=True,
         )
-        options = AppendOptions(transactional=True, origin=AppendOrigin.COORDINATOR)
+        options = AppendOptions(origin=AppendOrigin.COORDINATOR)
         result = (await self.replicas.append_records({tp: batch}, -1, self.timeout_ms, options))[tp]
         if result.error != ErrorCode.none:
             raise KafkaError(result.error, f"appending to {tp} failed: {result.error.name}")

@@ -62,7 +62,7 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
         entries,
         body.acks,
         int(body.timeout.total_seconds() * 1000),
-        AppendOptions(transactional=body.transactional_id is not None),
+        AppendOptions(transactional_id=body.transactional_id),
     )
     for tp, result in appended.items():
         if result.error == ErrorCode.none:

@@ -38,8 +38,19 @@ def fenced_as(error: ErrorCode, version: int, since: int) -> ErrorCode:
 async def handle_add_partitions_to_txn(
     ctx: BrokerContext, request: Request, _splicer: object
 ) -> Any:
+    """From producers (v0-3), or from partition leaders checking a transaction (v4,
+    VerifyOnly: KIP-890 part 1)."""
     m = response_module(request.api_key, request.api_version)
     body = request.body
+    if request.api_version >= 4:
+        return make(
+            m.AddPartitionsToTxnResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            results_by_transaction=tuple(
+                [await _verify_or_add(ctx, m, txn) for txn in body.transactions]
+            ),
+        )
     wanted = {TopicPartition(t.name, p) for t in body.v3_and_below_topics for p in t.partitions}
     # As Kafka: unknown partitions fail the request, the others are not attempted.
     unknown = {tp for tp in wanted if not _exists(ctx, tp)}
@@ -58,27 +69,50 @@ async def handle_add_partitions_to_txn(
             wanted,
         )
         errors = dict.fromkeys(wanted, fenced_as(error, request.api_version, 2))
-    by_topic: dict[str, list[TopicPartition]] = {}
-    for tp in sorted(errors):
-        by_topic.setdefault(tp.topic, []).append(tp)
     return make(
         m.AddPartitionsToTxnResponse,
         throttle_time=NO_THROTTLE,
-        results_by_topic_v3_and_below=tuple(
-            make(
-                m.AddPartitionsToTxnTopicResult,
-                name=topic,
-                results_by_partition=tuple(
-                    make(
-                        m.AddPartitionsToTxnPartitionResult,
-                        partition_index=tp.partition,
-                        partition_error_code=errors[tp],
-                    )
-                    for tp in tps
-                ),
-            )
-            for topic, tps in by_topic.items()
-        ),
+        results_by_topic_v3_and_below=_topic_results(m, errors),
+    )
+
+
+async def _verify_or_add(ctx: BrokerContext, m: Any, txn: Any) -> Any:
+    wanted = {TopicPartition(t.name, p) for t in txn.topics for p in t.partitions}
+    coordinator = ctx.transactions
+    if txn.verify_only:
+        errors = coordinator.verify(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
+        )
+    else:
+        error = await coordinator.add_partitions(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
+        )
+        errors = dict.fromkeys(wanted, error)
+    return make(
+        m.AddPartitionsToTxnResult,
+        transactional_id=txn.transactional_id,
+        topic_results=_topic_results(m, errors),
+    )
+
+
+def _topic_results(m: Any, errors: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in sorted(errors):
+        by_topic.setdefault(tp.topic, []).append(tp)
+    return tuple(
+        make(
+            m.AddPartitionsToTxnTopicResult,
+            name=topic,
+            results_by_partition=tuple(
+                make(
+                    m.AddPartitionsToTxnPartitionResult,
+                    partition_index=tp.partition,
+                    partition_error_code=errors[tp],
+                )
+                for tp in tps
+            ),
+        )
+        for topic, tps in by_topic.items()
     )
 
 

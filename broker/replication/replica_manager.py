@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -44,7 +44,7 @@ from tierbroker.broker.replication.purgatory import Purgatory
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from tierbroker.broker.replication.tier_state_machine import TierStateMachine
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.protocol.records import InvalidRecordError
+from tierbroker.protocol.records import BATCH_HEADER_SIZE, BatchView, InvalidRecordError
 from tierbroker.protocol.records.control import EndTxnMarker
 from tierbroker.protocol.records.validation import RecordValidationError
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
@@ -62,6 +62,23 @@ from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
+
+TransactionVerifier = Callable[
+    [str, int, int, set[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]
+]
+"""(transactional id, producer id, epoch, partitions) -> each partition's error."""
+
+# What a producer is told when its transaction's coordinator did not confirm it (Kafka's
+# ReplicaManager after AddPartitionsToTxnManager): retriable ones as NOT_ENOUGH_REPLICAS.
+_VERIFICATION_ERRORS = {
+    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+    ErrorCode.invalid_producer_epoch: ErrorCode.invalid_producer_epoch,
+    ErrorCode.concurrent_transactions: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_load_in_progress: ErrorCode.not_enough_replicas,
+    ErrorCode.coordinator_not_available: ErrorCode.not_enough_replicas,
+    ErrorCode.not_coordinator: ErrorCode.not_enough_replicas,
+    ErrorCode.request_timed_out: ErrorCode.not_enough_replicas,
+}
 
 FREEZE_EVERY_PARTITIONS = 256  # partitions led between two freezes of the heap
 PARTITIONS_PER_TURN = 100  # role changes applied between two turns of the event loop
@@ -137,6 +154,8 @@ class ReplicaManager:
         self.progress_listeners: list[Callable[[TopicPartition], None]] = []
         # (partition, producer id, marker) of each end-transaction marker written and replicated
         self.txn_marker_listeners: list[Callable[[TopicPartition, int, EndTxnMarker], None]] = []
+        # KIP-890: asks a transaction's coordinator whether it has these partitions
+        self.verify_transaction: TransactionVerifier | None = None
         self._deltas: asyncio.Queue[MetadataDelta] = asyncio.Queue()
         self._applier: asyncio.Task[None] | None = None
         self.applied = asyncio.Event()  # set whenever the queue of deltas is drained
@@ -451,7 +470,10 @@ class ReplicaManager:
         """
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, int] = {}  # partition -> the offset the HW must pass
+        per_partition = await self._verified(entries, options, results)
         for tp, records in entries.items():
+            if tp in results:
+                continue  # refused by the transaction's coordinator
             partition: Partition | None = None
             if required_acks == -1 and self.fenced:
                 results[tp] = ProduceResult(
@@ -462,7 +484,7 @@ class ReplicaManager:
             try:
                 partition = self.partition_or_error(tp)
                 info = await self.leader_appends.append(
-                    tp, bytearray(records), required_acks, options
+                    tp, bytearray(records), required_acks, per_partition.get(tp, options)
                 )
             except OSError as e:
                 assert partition is not None
@@ -491,6 +513,57 @@ class ReplicaManager:
         if waiting:
             await self._wait_for_replicas(results, waiting, timeout_ms)
         return results
+
+    async def _verified(
+        self,
+        entries: dict[TopicPartition, bytes],
+        options: AppendOptions,
+        results: dict[TopicPartition, ProduceResult],
+    ) -> dict[TopicPartition, AppendOptions]:
+        """KIP-890 part 1: a transaction's first batch to a partition is appended only if its
+        coordinator confirms the transaction has the partition (else a produce after an
+        abort, or without AddPartitionsToTxn, would open a transaction no marker closes).
+        Returns each checked partition's options with its guard; refusals go to `results`,
+        as Kafka answers them: INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH for a fenced
+        producer, NOT_ENOUGH_REPLICAS (retriable) while the coordinator cannot answer."""
+        transactional_id = options.transactional_id
+        if transactional_id is None or self.verify_transaction is None:
+            return {}
+        checks: dict[TopicPartition, tuple[BatchView, object]] = {}
+        for tp, records in entries.items():
+            partition = self.partitions.get(tp)
+            if partition is None or len(records) < BATCH_HEADER_SIZE:
+                continue  # the append answers it
+            first = BatchView(records)
+            if not first.is_transactional:
+                continue
+            guard = partition.log.producer_state.start_verification(first.producer_id)
+            if guard is not None:
+                checks[tp] = (first, guard)
+        if not checks:
+            return {}
+        first = next(iter(checks.values()))[0]
+        errors = await self.verify_transaction(
+            transactional_id, first.producer_id, first.producer_epoch, set(checks)
+        )
+        verified: dict[TopicPartition, AppendOptions] = {}
+        for tp, (batch, guard) in checks.items():
+            error = errors.get(tp, ErrorCode.invalid_txn_state)
+            if error == ErrorCode.none:
+                verified[tp] = replace(options, verification_guard=guard)
+                continue
+            partition = self.partitions.get(tp)
+            if partition is not None:
+                partition.log.producer_state.end_verification(batch.producer_id, guard)
+            code = _VERIFICATION_ERRORS.get(error, ErrorCode.invalid_txn_state)
+            log.info(
+                "transactional produce of %r to %s refused: its coordinator answered %s",
+                transactional_id,
+                tp,
+                error.name.upper(),
+            )
+            results[tp] = ProduceResult(code, error_message=f"{tp}: {error.name.upper()}")
+        return verified
 
     async def write_txn_marker(
         self,

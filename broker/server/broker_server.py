@@ -58,6 +58,7 @@ from tierbroker.broker.coordinator.transaction.state_manager import (
     TransactionConfig,
     TransactionStateManager,
 )
+from tierbroker.broker.coordinator.transaction.verification import TransactionVerifier
 from tierbroker.broker.handlers import RequestDispatcher
 from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.metadata import zk_data as zk
@@ -162,6 +163,10 @@ class BrokerServer:
             TransactionMarkerChannelManager(self.replicas, self.cache, config.request_timeout_ms),
             self.admin.next_producer_id,
         )
+        self.verifier = TransactionVerifier(
+            config.broker_id, self.transactions, self.cache, config.request_timeout_ms
+        )
+        self.replicas.verify_transaction = self.verifier.verify
         self.replicas.leadership_listeners.append(self._on_leadership)
         self.replicas.txn_marker_listeners.append(self._on_txn_marker)
         self.remote: RemoteLogManager | None = None
@@ -450,6 +455,7 @@ class BrokerServer:
         )
         await self.groups.stop()
         await self.transactions.stop()
+        await self.verifier.close()
         self.replicas.fetch_purgatory.complete_all()  # long polls answer now, not at max wait
         await self.socket_server.stop(left())
         await self.scheduler.stop()
@@ -509,6 +515,7 @@ class BrokerServer:
         )
         await self.groups.stop()
         await self.transactions.stop()
+        await self.verifier.close()
         await self.socket_server.stop(0)
         await self.scheduler.stop()
         await self.metrics_server.stop()

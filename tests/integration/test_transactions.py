@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import time
 import uuid
 import warnings
@@ -36,6 +37,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.tiering_helpers import status
 from tests.integration.waiting import wait_for
+from tests.integration.wire import WireClient, make, request_module
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.records import build_batch
 
 LEGACY_RESOURCES = r"(read|open)_text is deprecated"
 with warnings.catch_warnings():
@@ -352,3 +356,131 @@ def test_read_committed_of_the_remote_tier_leaves_out_aborted_transactions(
         "the copy past the aborted transaction",
         show=lambda: status(broker, name),
     )
+
+
+# Bad input, on the wire ----------------------------------------------------------------
+
+
+def _init(client: WireClient, transactional_id: str) -> tuple[int, int]:
+    """FindCoordinator (which creates `__transaction_state`), then InitProducerId."""
+    find = request_module(10, 3)
+    client.request(make(find.FindCoordinatorRequest, key=transactional_id, key_type=1))
+    m = request_module(22, 4)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:  # the coordinator loads its partition first
+        answer = client.request(
+            make(
+                m.InitProducerIdRequest,
+                transactional_id=transactional_id,
+                transaction_timeout=datetime.timedelta(seconds=60),
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        )
+        if answer.error_code == ErrorCode.none or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert answer.error_code == ErrorCode.none, answer
+    return int(answer.producer_id), int(answer.producer_epoch)
+
+
+def _txn_produce(
+    client: WireClient, transactional_id: str, topic: str, pid: int, epoch: int, seq: int
+) -> ErrorCode:
+    m = request_module(0, 9)
+    batch = build_batch(
+        [(None, b"v%d" % seq, (), int(time.time() * 1000))],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=True,
+    )
+    response = client.request(
+        m.ProduceRequest(
+            transactional_id=transactional_id,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=10),
+            topic_data=(
+                m.TopicProduceData(
+                    name=topic, partition_data=(m.PartitionProduceData(index=0, records=batch),)
+                ),
+            ),
+        )
+    )
+    return ErrorCode(response.responses[0].partition_responses[0].error_code)
+
+
+def _add_partition(
+    client: WireClient, transactional_id: str, topic: str, pid: int, epoch: int, version: int = 3
+) -> ErrorCode:
+    m = request_module(24, version)
+    response = client.request(
+        m.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=transactional_id,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(m.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),),
+        )
+    )
+    return ErrorCode(
+        response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+    )
+
+
+def _end(
+    client: WireClient, transactional_id: str, pid: int, epoch: int, commit: bool
+) -> ErrorCode:
+    m = request_module(26, 3)
+    response = client.request(
+        m.EndTxnRequest(
+            transactional_id=transactional_id,
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=commit,
+        )
+    )
+    return ErrorCode(response.error_code)
+
+
+def test_what_a_transaction_does_not_allow_is_refused_and_not_written(
+    broker: BrokerProcess,
+) -> None:
+    topic = topic_of(broker)
+    transactional_id = f"tx-{topic}"
+    with WireClient(broker.port) as client:
+        pid, epoch = _init(client, transactional_id)
+        # No AddPartitionsToTxn: the coordinator does not confirm it (KIP-890 part 1).
+        assert _txn_produce(client, transactional_id, topic, pid, epoch, 0) == (
+            ErrorCode.invalid_txn_state
+        )
+        assert _end(client, transactional_id, pid, epoch, True) == ErrorCode.invalid_txn_state
+        assert _add_partition(client, transactional_id, topic, pid, epoch) == ErrorCode.none
+        assert _txn_produce(client, transactional_id, topic, pid, epoch, 0) == ErrorCode.none
+        assert _end(client, transactional_id, pid, epoch, True) == ErrorCode.none
+        # The next transaction waits for the markers; then, after its commit, a produce
+        # without AddPartitionsToTxn is refused again.
+        wait_for(
+            lambda: _add_partition(client, transactional_id, topic, pid, epoch) == ErrorCode.none,
+            "the commit's markers",
+        )
+        assert _end(client, transactional_id, pid, epoch, False) == ErrorCode.none
+        wait_for(
+            lambda: _end(client, transactional_id, pid, epoch, False) == ErrorCode.none,
+            "the abort to complete",
+        )
+        assert _txn_produce(client, transactional_id, topic, pid, epoch, 1) == (
+            ErrorCode.invalid_txn_state
+        )
+        # A new instance fences this one: its requests are an old epoch's.
+        assert _init(client, transactional_id) == (pid, epoch + 1)
+        assert _add_partition(client, transactional_id, topic, pid, epoch) == (
+            ErrorCode.producer_fenced
+        )
+        assert _add_partition(client, transactional_id, topic, pid, epoch, version=1) == (
+            ErrorCode.invalid_producer_epoch  # what a version without PRODUCER_FENCED is told
+        )
+        assert _txn_produce(client, transactional_id, topic, pid, epoch, 2) == (
+            ErrorCode.invalid_producer_epoch
+        )
+    assert [v for _, v in read(broker, topic, "read_uncommitted", 1)] == [b"v0"]
+    assert "transactional produce of" in broker.log()

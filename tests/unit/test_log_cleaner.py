@@ -174,7 +174,7 @@ def test_aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned(
             base_sequence=seq,
             is_transactional=True,
         )
-        lg.append_as_leader(bytearray(batch), 0, None, AppendOptions(transactional=True))
+        lg.append_as_leader(bytearray(batch), 0, None, AppendOptions(transactional_id="t"))
 
     lg.append_as_leader(bytearray(build_batch([(b"k", b"committed", [], now)])), 0)  # 0
     txn(7, 0, b"k", b"aborted")  # 1

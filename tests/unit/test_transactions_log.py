@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ TP = TopicPartition("txn", 0)
 A, B = 1000, 2000
 COMMIT = EndTxnMarker(ControlRecordType.COMMIT, 0)
 ABORT = EndTxnMarker(ControlRecordType.ABORT, 0)
-TRANSACTIONAL = AppendOptions(transactional=True)
+TRANSACTIONAL = AppendOptions(transactional_id="t")
 NOW = now_ms()  # markers are stamped now: older batches would roll the segment
 
 
@@ -287,3 +288,20 @@ def test_batches_are_control_only_where_a_marker_is() -> None:
     marker = build_end_txn_marker(A, 0, COMMIT, 1)
     data = txn_batch(A, 0) + marker
     assert [b.is_control for b in iter_batches(data)] == [False, True]
+
+
+def test_a_marker_between_the_coordinators_check_and_the_append_refuses_it(log_: Log) -> None:
+    """KIP-890's verification guard: the check said the transaction has the partition, but
+    the transaction ended (its marker written) before the append: nothing is written."""
+    state = log_.producer_state
+    guard = state.start_verification(A)
+    assert guard is not None
+    log_.append_end_txn_marker(A, 0, ABORT, 0)
+    checked = AppendOptions(transactional_id="t", verification_guard=guard)
+    with pytest.raises(KafkaError) as e:
+        log_.append_as_leader(txn_batch(A, 0), 0, None, checked)
+    assert e.value.code == ErrorCode.invalid_txn_state
+    assert log_.log_end_offset == 1
+    guard = state.start_verification(A)
+    log_.append_as_leader(txn_batch(A, 0), 0, None, replace(checked, verification_guard=guard))
+    assert state.start_verification(A) is None  # open here now: no check needed

@@ -201,6 +201,30 @@ class TransactionCoordinator:
             return e.code
         return ErrorCode.none
 
+    def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890 part 1 (AddPartitionsToTxn v4, VerifyOnly): whether the producer's open
+        transaction has each partition; INVALID_TXN_STATE for one it lacks."""
+        metadata, error = self._checked(transactional_id, producer_id, producer_epoch)
+        if metadata is not None and (
+            metadata.pending_state is not None or metadata.state.is_prepare
+        ):
+            error = ErrorCode.concurrent_transactions
+        if error != ErrorCode.none or metadata is None:
+            return dict.fromkeys(partitions, error)
+        ongoing = metadata.state == S.ONGOING
+        return {
+            tp: ErrorCode.none
+            if ongoing and tp in metadata.partitions
+            else ErrorCode.invalid_txn_state
+            for tp in partitions
+        }
+
     def _checked(
         self, transactional_id: str, producer_id: int, producer_epoch: int
     ) -> tuple[TransactionMetadata | None, ErrorCode]:

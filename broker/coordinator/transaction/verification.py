@@ -1,0 +1,110 @@
+"""`TransactionVerifier`: a partition leader's question to a transaction's coordinator,
+whether its open transaction has these partitions (KIP-890 part 1; Kafka's
+`AddPartitionsToTxnManager`).
+
+Asked of the coordinator here directly, or with an AddPartitionsToTxn v4 request
+(VerifyOnly) to the broker leading the transactional id's `__transaction_state`
+partition. A coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE
+for every partition, which the producer is told to retry.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kio.schema.add_partitions_to_txn.v4 import request as add_request
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32
+
+from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
+from tierbroker.broker.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
+from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.protocol.errors import ErrorCode
+from tierbroker.storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class TransactionVerifier:
+    def __init__(
+        self,
+        broker_id: int,
+        coordinator: TransactionCoordinator,
+        cache: MetadataCache,
+        request_timeout_ms: int,
+    ) -> None:
+        self.broker_id = broker_id
+        self.coordinator = coordinator
+        self.cache = cache
+        self.request_timeout_ms = request_timeout_ms
+        self._clients: dict[tuple[str, int], BrokerClient] = {}
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        state = self.coordinator.state
+        leader = self.cache.leader(
+            TopicPartition(TRANSACTION_STATE_TOPIC, state.partition_of(transactional_id))
+        )
+        if leader == self.broker_id:
+            return self.coordinator.verify(
+                transactional_id, producer_id, producer_epoch, partitions
+            )
+        endpoint = self.cache.brokers.get(leader)
+        if endpoint is None:
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        key = (endpoint.host, endpoint.port)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = BrokerClient(
+                endpoint.host, endpoint.port, f"broker-{self.broker_id}", self.request_timeout_ms
+            )
+        try:
+            response = await client.send(
+                _request(transactional_id, producer_id, producer_epoch, partitions)
+            )
+        except BrokerUnavailable as e:
+            log.info("verifying %r with broker %d: %s", transactional_id, leader, e)
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        if response.error_code != ErrorCode.none:
+            return dict.fromkeys(partitions, ErrorCode(response.error_code))
+        return {
+            TopicPartition(topic.name, p.partition_index): ErrorCode(p.partition_error_code)
+            for result in response.results_by_transaction
+            for topic in result.topic_results
+            for p in topic.results_by_partition
+        }
+
+    async def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.close()
+
+
+def _request(
+    transactional_id: str, producer_id: int, producer_epoch: int, partitions: set[TopicPartition]
+) -> add_request.AddPartitionsToTxnRequest:
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return add_request.AddPartitionsToTxnRequest(
+        transactions=(
+            add_request.AddPartitionsToTxnTransaction(
+                transactional_id=TransactionalId(transactional_id),
+                producer_id=ProducerId(producer_id),
+                producer_epoch=i16(producer_epoch),
+                verify_only=True,
+                topics=tuple(
+                    add_request.AddPartitionsToTxnTopic(
+                        name=TopicName(topic), partitions=tuple(i32(p) for p in indexes)
+                    )
+                    for topic, indexes in by_topic.items()
+                ),
+            ),
+        ),
+    )
