@@ -107,13 +107,14 @@ class CopyTask:
             event_timestamp_ms=now_ms(),
             segment_size_bytes=segment.size,
             segment_leader_epochs=epochs,
+            txn_index_empty=not segment.txn_index.entries,
         )
         snapshot = lg.producer_state.snapshot_path(segment.next_offset)
         data = LogSegmentData(
             log_segment=segment.log_path,
             offset_index=segment.offset_index.path,
             time_index=segment.time_index.path,
-            transaction_index=segment.txn_index.path if segment.txn_index.entries else None,
+            transaction_index=None if metadata.txn_index_empty else segment.txn_index.path,
             producer_snapshot_index=snapshot if snapshot.exists() else None,
             # The whole lineage up to the segment's end, as Kafka uploads it: a replica
             # rebuilt from the remote tier needs every epoch before this segment too.

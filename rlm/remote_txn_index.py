@@ -5,8 +5,10 @@ The search runs over the transaction indexes of the remote segments from the one
 holding the fetch offset on, then over the local log, and stops at the first entry
 whose last stable offset reaches the fetch's upper bound: an ABORT marker may lie in a
 later segment, local still, than the data it aborts. A segment without aborted
-transactions uploaded no index (the store answers not found). Parsed indexes are kept
-in an LRU of `max_segments` segments; a segment's index never changes.
+transactions uploaded no index and says so in its metadata (`txn_index_empty`, KIP-1058),
+so a read_committed fetch of a topic without aborted transactions costs no request;
+one copied before that field existed is looked up (the store answers not found).
+Parsed indexes are kept in an LRU of `max_segments` segments; an index never changes.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class RemoteTransactionIndex:
         found: dict[tuple[int, int], AbortedTxn] = {}
         complete = False
         for metadata in self.rlmm.readable_segments(tip):
-            if metadata.end_offset < fetch_offset:
+            if metadata.end_offset < fetch_offset or metadata.txn_index_empty:
                 continue
             result = collect_aborted(await self._entries(metadata), fetch_offset, upper)
             found.update(((t.producer_id, t.first_offset), t) for t in result.aborted)

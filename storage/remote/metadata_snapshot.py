@@ -3,15 +3,17 @@
 Binary, little-endian, so a million segments take under 100 bytes each and are
 read back without holding the whole file, or a parsed copy of it, in memory::
 
-    "RLMS" version:u16                             magic and format version (3)
+    "RLMS" version:u16                             magic and format version (4)
     count:u32 (metadata partition:i32 next offset:i64)*count
     count:u32 partition*count
       partition: topic id:16s partition:i32 delete state:u8 (255: none)
                  name length:u16 topic name (UTF-8) segment count:u32 segment*count
       segment:   id:16s start:i64 end:i64 max timestamp ms:i64 broker:i32
-                 event timestamp ms:i64 size bytes:i64 state:u8 superseded:u8
+                 event timestamp ms:i64 size bytes:i64 state:u8 flags:u8
                  epoch count:u16 (leader epoch:i32 start offset:i64)*epoch count
     crc32 of everything before it:u32
+
+A segment's flags: 1 superseded, 2 no transaction index (`txn_index_empty`).
 
 A partition's readable segments come first, by start offset, then the others in
 any order, so a restore appends each readable segment at the end of its index.
@@ -43,7 +45,9 @@ from tierbroker.storage.remote.segment_metadata import (
 from tierbroker.storage.topic_partition import TopicPartition
 
 MAGIC = b"RLMS"
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4
+_SUPERSEDED = 1
+_TXN_INDEX_EMPTY = 2
 _HEAD = struct.Struct("<4sH")
 _COUNT = struct.Struct("<I")
 _OFFSET = struct.Struct("<iq")
@@ -144,7 +148,7 @@ def _encode(m: RemoteLogSegmentMetadata, superseded: bool) -> bytes:
         m.event_timestamp_ms,
         m.segment_size_bytes,
         int(m.state),
-        superseded,
+        (_SUPERSEDED if superseded else 0) | (_TXN_INDEX_EMPTY if m.txn_index_empty else 0),
         len(epochs),
     ) + b"".join(_EPOCH.pack(e, o) for e, o in epochs)
 
@@ -236,7 +240,7 @@ class SnapshotReader:
         self._partitions_left -= 1
 
     def _read_segment(self, tip: TopicIdPartition) -> tuple[RemoteLogSegmentMetadata, bool]:
-        (id_, start, end, max_ts, broker, event_ts, size, state, superseded, epoch_count) = (
+        (id_, start, end, max_ts, broker, event_ts, size, state, flags, epoch_count) = (
             _SEGMENT.unpack(self._take(_SEGMENT.size))
         )
         epochs = tuple(
@@ -254,8 +258,9 @@ class SnapshotReader:
             segment_size_bytes=size,
             segment_leader_epochs=epochs,
             state=RemoteLogSegmentState(state),
+            txn_index_empty=bool(flags & _TXN_INDEX_EMPTY),
         )
-        return metadata, bool(superseded)
+        return metadata, bool(flags & _SUPERSEDED)
 
     def _check_end(self) -> None:
         if self._pos != len(self._buf) or self._left:

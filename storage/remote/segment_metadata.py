@@ -79,6 +79,9 @@ class RemoteLogSegmentMetadata:
     segment_size_bytes: int
     segment_leader_epochs: tuple[tuple[int, int], ...]  # (epoch, start offset), ascending
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+    # KIP-1058: no aborted transaction's marker, so no transaction index, was uploaded
+    # (False for segments copied before the field existed: their index is looked for).
+    txn_index_empty: bool = False
 
     @property
     def topic_id_partition(self) -> TopicIdPartition:
@@ -108,6 +111,7 @@ class RemoteLogSegmentMetadata:
             "segment_size_bytes": self.segment_size_bytes,
             "segment_leader_epochs": [list(e) for e in self.segment_leader_epochs],
             "state": self.state.name,
+            "txn_index_empty": self.txn_index_empty,
         }
 
     @classmethod
@@ -125,4 +129,5 @@ class RemoteLogSegmentMetadata:
             segment_size_bytes=data["segment_size_bytes"],
             segment_leader_epochs=tuple((e, o) for e, o in data["segment_leader_epochs"]),
             state=RemoteLogSegmentState[data["state"]],
+            txn_index_empty=data.get("txn_index_empty", False),
         )

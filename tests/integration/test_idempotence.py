@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import signal
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +51,10 @@ def still_serving(port: int) -> None:
         assert response.error_code == ErrorCode.none
 
 
-def init_producer_id(client: WireClient, transactional_id: str | None = None) -> Any:
+def init_producer_id(client: WireClient) -> Any:
     return client.request(
         InitProducerIdRequest(
-            transactional_id=transactional_id,
+            transactional_id=None,
             transaction_timeout=datetime.timedelta(seconds=60),
             producer_id=-1,
             producer_epoch=-1,
@@ -278,36 +277,6 @@ def test_producer_state_survives_a_restart(
     still_serving(broker.port)
     broker.stop()
     assert "Traceback" not in broker.log(), broker.log()
-
-
-# Transactions (refused) ------------------------------------------------------------------
-
-
-def test_transactional_id_is_refused_and_the_client_fails_fast(broker: BrokerProcess) -> None:
-    with WireClient(broker.port) as client:
-        refused = init_producer_id(client, "txn-1")
-        assert refused.error_code != ErrorCode.none
-        assert refused.producer_id == -1
-        # The connection and the broker carry on.
-        assert init_producer_id(client).error_code == ErrorCode.none
-    still_serving(broker.port)
-
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-2"})
-    outcome: list[BaseException | None] = []
-
-    def init() -> None:
-        try:
-            producer.init_transactions(10)
-            outcome.append(None)
-        except BaseException as e:  # recorded for the assertion below
-            outcome.append(e)
-
-    thread = threading.Thread(target=init, daemon=True)
-    thread.start()
-    thread.join(30)
-    assert not thread.is_alive(), "init_transactions() hung"
-    assert outcome and isinstance(outcome[0], KafkaException), outcome
-    still_serving(broker.port)
 
 
 # DescribeProducers, DeleteRecords, DescribeLogDirs ------------------------------------------
