@@ -342,8 +342,7 @@ def _kafka_options(options: dict[str, str]) -> dict[str, str]:
     if isolation != "read_uncommitted":
         raise ValueError(
             f"kafka.isolation.level={isolation}: the tierbroker source reads only "
-            "read_uncommitted (records of aborted transactions included), as the broker "
-            "writes no transactions yet"
+            "read_uncommitted (records of aborted transactions included, markers left out)"
         )
     if kafka and "bootstrap.servers" not in kafka:
         raise ValueError(
