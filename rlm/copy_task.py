@@ -1,9 +1,10 @@
 """`CopyTask`: copies a leader's rolled segments to the remote tier, oldest first (KIP-405).
 
 A segment is eligible once it is rolled (never the active one) and its last offset
-is below the high watermark (the last stable offset: there are no transactions).
-For each: COPY_SEGMENT_STARTED is recorded, the RSM uploads the segment, its
-indexes, producer snapshot and leader-epoch lineage, then COPY_SEGMENT_FINISHED is
+is below the last stable offset (so below the high watermark, and no transaction it
+holds is undecided). For each: COPY_SEGMENT_STARTED is recorded, the RSM uploads the
+segment, its indexes (the transaction index if it has aborted transactions, which its
+metadata says: `txn_index_empty`), producer snapshot and leader-epoch lineage, then COPY_SEGMENT_FINISHED is
 recorded and only then does the partition's remote high offset move, which is
 what local retention waits for. A failed copy records DELETE_SEGMENT_STARTED,
 removes what it uploaded and DELETE_SEGMENT_FINISHED, then raises for back-off
