@@ -45,5 +45,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     47: (0, 0),  # OffsetDelete
     60: (0, 2),  # DescribeCluster
     61: (0, 0),  # DescribeProducers
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 2),  # ListTransactions
     75: (0, 0),  # DescribeTopicPartitions
 }

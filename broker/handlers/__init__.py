@@ -81,6 +81,8 @@ _HANDLERS: dict[int, Handler] = {
     47: group_offsets.handle_offset_delete,
     60: metadata.handle_describe_cluster,
     61: producers.handle_describe_producers,
+    65: transactions.handle_describe_transactions,
+    66: transactions.handle_list_transactions,
     75: metadata.handle_describe_topic_partitions,
 }
 HANDLERS: dict[int, Handler] = {

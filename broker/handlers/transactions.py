@@ -1,5 +1,6 @@
 """Transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit from
-producers, WriteTxnMarkers from transaction coordinators (and Kafka's admin tools).
+producers, WriteTxnMarkers from transaction coordinators (and Kafka's admin tools),
+DescribeTransactions and ListTransactions (KIP-664) for operators.
 
 Clients that send old versions know no PRODUCER_FENCED: as Kafka does, they are told
 INVALID_PRODUCER_EPOCH instead (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2).
@@ -7,11 +8,14 @@ INVALID_PRODUCER_EPOCH instead (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn b
 
 from __future__ import annotations
 
+import datetime
 import logging
+import re
 from typing import Any
 
 from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
 from tierbroker.broker.coordinator.group.records import OffsetValue
+from tierbroker.broker.coordinator.transaction.metadata import TransactionState
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -227,3 +231,80 @@ async def handle_write_txn_markers(ctx: BrokerContext, request: Request, _splice
 
 def _exists(ctx: BrokerContext, tp: TopicPartition) -> bool:
     return tp.topic in ctx.metadata.topics and tp.partition < ctx.metadata.partition_count(tp.topic)
+
+
+_STATES = {s.kafka_name: s for s in TransactionState}
+
+
+async def handle_describe_transactions(
+    ctx: BrokerContext, request: Request, _splicer: object
+) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    states = []
+    for transactional_id in request.body.transactional_ids:
+        error, metadata = ctx.transactions.describe(transactional_id)
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(metadata.partitions if metadata else ()):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        states.append(
+            make(
+                m.TransactionState,
+                error_code=error,
+                transactional_id=transactional_id,
+                transaction_state=metadata.state.kafka_name if metadata else "",
+                transaction_timeout=datetime.timedelta(
+                    milliseconds=metadata.timeout_ms if metadata else 0
+                ),
+                transaction_start_time=datetime.datetime.fromtimestamp(
+                    (metadata.start_ms if metadata else -1) / 1000, datetime.UTC
+                ),
+                producer_id=metadata.producer_id if metadata else -1,
+                producer_epoch=metadata.producer_epoch if metadata else -1,
+                topics=tuple(
+                    make(m.TopicData, topic=topic, partitions=tuple(partitions))
+                    for topic, partitions in by_topic.items()
+                ),
+            )
+        )
+    return make(
+        m.DescribeTransactionsResponse, throttle_time=NO_THROTTLE, transaction_states=tuple(states)
+    )
+
+
+async def handle_list_transactions(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    m = response_module(request.api_key, request.api_version)
+    body = request.body
+    unknown = tuple(s for s in body.state_filters if s not in _STATES)
+    pattern = field(body, "transactional_id_pattern")
+    try:
+        compiled = re.compile(pattern) if pattern else None
+    except re.error as e:
+        log.info("ListTransactions with pattern %r refused: %s", pattern, e)
+        return make(
+            m.ListTransactionsResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.invalid_regular_expression,
+            unknown_state_filters=(),
+            transaction_states=(),
+        )
+    listed = ctx.transactions.list_transactions(
+        {_STATES[s] for s in body.state_filters if s in _STATES},
+        set(body.producer_id_filters),
+        field(body, "duration_filter", -1),
+        compiled,
+    )
+    return make(
+        m.ListTransactionsResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        unknown_state_filters=unknown,
+        transaction_states=tuple(
+            make(
+                m.TransactionState,
+                transactional_id=t.transactional_id,
+                producer_id=t.producer_id,
+                transaction_state=t.state.kafka_name,
+            )
+            for t in listed
+        ),
+    )

@@ -34,6 +34,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.apache_kafka import run_tool
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.tiering_helpers import status
 from tests.integration.waiting import wait_for
@@ -484,3 +485,38 @@ def test_what_a_transaction_does_not_allow_is_refused_and_not_written(
         )
     assert [v for _, v in read(broker, topic, "read_uncommitted", 1)] == [b"v0"]
     assert "transactional produce of" in broker.log()
+
+
+def test_kafka_transactions_tool_lists_and_describes_them(kafka_broker: str) -> None:
+    """`kafka-transactions.sh list` and `describe` (DescribeTransactions, ListTransactions)
+    say the same of an open, then committed, transaction on both brokers."""
+    topic = f"txn-tool-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S)
+    transactional_id = f"tx-{topic}"
+    p = Producer({"bootstrap.servers": kafka_broker, "transactional.id": transactional_id})
+    p.init_transactions(TIMEOUT_S)
+    p.begin_transaction()
+    p.produce(topic, b"open")
+    p.flush(TIMEOUT_S)
+
+    def row(*args: str) -> dict[str, str]:
+        lines = run_tool("TransactionsCommand", "--bootstrap-server", kafka_broker, *args)
+        header, *rows = [line.split() for line in lines.splitlines() if line.strip()]
+        [found] = [r for r in rows if transactional_id in r]
+        return dict(zip(header, found, strict=False))
+
+    listed = row("list")
+    assert listed["TransactionState"] == "Ongoing"
+    described = row("describe", "--transactional-id", transactional_id)
+    assert described["TransactionState"] == "Ongoing"
+    assert described["ProducerEpoch"] == "0"
+    assert described["TopicPartitions"] == f"{topic}-0"
+    p.commit_transaction(TIMEOUT_S)
+    wait_for(
+        lambda: (
+            row("describe", "--transactional-id", transactional_id)["TransactionState"]
+            == "CompleteCommit"
+        ),
+        "the commit to complete",
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 
@@ -339,6 +340,40 @@ class TransactionCoordinator:
                     e,
                 )
                 await asyncio.sleep(self.markers.retry_backoff_s)
+
+    # Describing ----------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        """DescribeTransactions: the id's metadata here, or why not."""
+        error = self.state.coordinator_error(transactional_id)
+        if error != ErrorCode.none:
+            return error, None
+        metadata = self.state.metadata.get(transactional_id)
+        if metadata is None:
+            return ErrorCode.transactional_id_not_found, None
+        return ErrorCode.none, metadata
+
+    def list_transactions(
+        self,
+        states: set[TransactionState],
+        producer_ids: set[int],
+        min_duration_ms: int,
+        pattern: re.Pattern[str] | None,
+    ) -> list[TransactionMetadata]:
+        """ListTransactions: the ids coordinated here that pass every filter given (an
+        empty set or -1 passes all; the duration is how long the transaction has run)."""
+        now = now_ms()
+        return [
+            m
+            for m in self.state.metadata.values()
+            if (not states or m.state in states)
+            and (not producer_ids or m.producer_id in producer_ids)
+            and (
+                min_duration_ms < 0
+                or (m.state == S.ONGOING and now - m.start_ms >= min_duration_ms)
+            )
+            and (pattern is None or pattern.fullmatch(m.transactional_id))
+        ]
 
     # Expiration ----------------------------------------------------------------------
 

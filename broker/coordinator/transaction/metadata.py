@@ -32,6 +32,11 @@ class TransactionState(enum.IntEnum):
     # 7, Kafka's PrepareEpochFence, is never written: `prepare_fence_and_abort` does its work.
 
     @property
+    def kafka_name(self) -> str:
+        """The name DescribeTransactions and ListTransactions use (Kafka's `TransactionState`)."""
+        return "".join(word.title() for word in self.name.split("_"))
+
+    @property
     def is_prepare(self) -> bool:
         return self in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
 
