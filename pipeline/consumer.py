@@ -25,6 +25,11 @@ fetches nothing for them) and its position is moved past every record returned,
 so `position()`, `commit()` and auto-commit behave as with the broker path. Offset
 resets and the choice of tier per position are `pipeline.routing.TierRouter`'s.
 
+With `isolation_level="read_committed"` both tiers read committed: the wrapped consumer
+as aiokafka does, the object store up to what it proves decided (`CommittedView`: the
+rest, if any, comes from the broker, or waits in REMOTE_ONLY), without the records of
+aborted transactions.
+
 `stats` counts records and bytes per partition and source, so a caller can show
 where the data came from.
 """
@@ -102,6 +107,7 @@ class TieredConsumer:
                 chunk_bytes=int(kafka_options.get("max_partition_fetch_bytes", 1 << 20)),
                 key_deserializer=kafka_options.get("key_deserializer"),
                 value_deserializer=kafka_options.get("value_deserializer"),
+                read_committed=kafka_options.get("isolation_level") == "read_committed",
             )
         self._kafka = AIOKafkaConsumer(**kafka_options)
         if self._fetcher is not None:

@@ -67,6 +67,7 @@ class RemoteSegment:
     log_key: str
     indexes_key: str | None  # every index in one object (`storage.remote.index_bundle`)
     manifest_key: str
+    txn_index_empty: bool = False  # no aborted transaction's marker (KIP-1058)
 
     @property
     def leader_epoch(self) -> int:
@@ -111,6 +112,7 @@ def parse_manifest(cluster: str, manifest_key: str, document: bytes) -> RemoteSe
         log_key=str(log_entry["key"]),
         indexes_key=key(INDEXES_SUFFIX),
         manifest_key=manifest_key,
+        txn_index_empty=metadata.txn_index_empty,
     )
 
 

@@ -9,7 +9,9 @@ buffered, in a thread pool, so the event loop never blocks on the store.
 Records become aiokafka `ConsumerRecord`s built exactly as aiokafka's fetcher builds
 them (same field values, headers a tuple of (str, bytes) pairs, checksum None,
 serialized sizes -1 for null), with the consumer's deserializers applied. Control
-batches are skipped, as consumers do.
+batches are skipped, as consumers do. Read committed (`read_committed`), the ranges end
+at the stable end of a `CommittedView` and the records of aborted transactions are left
+out, as a read_committed consumer leaves them out.
 
 Missing offsets (a segment deleted by retention while we read it, or a gap
 between segments) are skipped forward with a warning when `skip_missing` is set
@@ -30,6 +32,7 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from tierbroker.pipeline.committed import CommittedView, SegmentCache, committed_view
 from tierbroker.pipeline.discovery import SegmentDiscovery, SegmentRange
 from tierbroker.pipeline.segments import (
     DEFAULT_CHUNK_BYTES,
@@ -81,6 +84,7 @@ class RemoteFetcher:
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         key_deserializer: Deserializer = None,
         value_deserializer: Deserializer = None,
+        read_committed: bool = False,
     ) -> None:
         self.discovery = discovery
         self.store = discovery.store
@@ -89,6 +93,9 @@ class RemoteFetcher:
         self.chunk_bytes = chunk_bytes
         self.key_deserializer = key_deserializer
         self.value_deserializer = value_deserializer
+        self.read_committed = read_committed
+        self._views: dict[TopicPartition, CommittedView] = {}
+        self._segment_txns: dict[TopicPartition, SegmentCache] = {}
         self._ranges: dict[TopicPartition, _Ranges] = {}
         self._cursors: dict[TopicPartition, _Cursor] = {}
         self._gone: set[str] = set()  # segment ids found deleted
@@ -103,6 +110,13 @@ class RemoteFetcher:
         if refresh or cached is None or now - cached.listed_at >= self.refresh_interval_s:
             ranges = await self._run(self.discovery.ranges, tp.topic, tp.partition)
             ranges = [r for r in ranges if r.segment.segment_id not in self._gone]
+            if self.read_committed:
+                seen = self._segment_txns.get(tp, {})
+                view = await self._run(committed_view, self.store, ranges, seen)
+                listed = {r.segment.segment_id for r in ranges}
+                self._segment_txns[tp] = {k: v for k, v in seen.items() if k in listed}
+                self._views[tp] = view
+                ranges = view.trim(ranges)
             cached = self._ranges[tp] = _Ranges(ranges, now)
         return cached.ranges
 
@@ -140,7 +154,7 @@ class RemoteFetcher:
             assert range_ is not None
             try:
                 read, position, next_offset = await self._run(
-                    self._read, range_, cursor.position, cursor.offset
+                    self._read, range_, cursor.position, cursor.offset, self._views.get(tp)
                 )
             except ObjectNotFoundError:
                 self._segment_gone(tp, range_)
@@ -237,9 +251,10 @@ class RemoteFetcher:
         self._ranges.pop(tp, None)
 
     def _read(
-        self, range_: SegmentRange, position: int, offset: int
+        self, range_: SegmentRange, position: int, offset: int, view: CommittedView | None
     ) -> tuple[list[RawRecord], int, int]:
-        """Decode one chunk (in the executor): records in range, next byte position and offset."""
+        """Decode one chunk (in the executor): records in range (none of an aborted
+        transaction, with a `view`), next byte position and offset."""
         batches, position = read_chunk(
             self.store, range_.segment.log_key, position, self.chunk_bytes
         )
@@ -251,7 +266,12 @@ class RemoteFetcher:
                 break
             if batch.last_offset < next_offset:
                 continue
-            if not batch.is_control:
+            aborted = (
+                view is not None
+                and batch.is_transactional
+                and view.is_aborted(batch.producer_id, batch.base_offset)
+            )
+            if not batch.is_control and not aborted:
                 parsed = parse_batch(batch)
                 kind = parsed.timestamp_type
                 for r in parsed:

@@ -4,9 +4,9 @@ A segment is eligible once it is rolled (never the active one) and its last offs
 is below the last stable offset (so below the high watermark, and no transaction it
 holds is undecided). For each: COPY_SEGMENT_STARTED is recorded, the RSM uploads the
 segment, its indexes (the transaction index if it has aborted transactions, which its
-metadata says: `txn_index_empty`), producer snapshot and leader-epoch lineage, then COPY_SEGMENT_FINISHED is
-recorded and only then does the partition's remote high offset move, which is
-what local retention waits for. A failed copy records DELETE_SEGMENT_STARTED,
+metadata says: `txn_index_empty`), producer snapshot and leader-epoch lineage, then
+COPY_SEGMENT_FINISHED is recorded and only then does the partition's remote high
+offset move, which is what local retention waits for. A failed copy records DELETE_SEGMENT_STARTED,
 removes what it uploaded and DELETE_SEGMENT_FINISHED, then raises for back-off
 (the pool logs it). Each copy's outcome updates the store's health.
 """

@@ -409,41 +409,11 @@ class ProducerStateManager:
         return -1
 
     def _read_snapshot(self, path: Path) -> None:
-        data = path.read_bytes()
-        if len(data) < _HEADER.size:
-            raise ValueError(f"{len(data)} bytes is shorter than the header")
-        version, crc, count = _HEADER.unpack_from(data)
-        if version != _VERSION or crc32c(data[6:]) != crc:
-            raise ValueError(f"version {version} or CRC mismatch")
-        entries = data[_HEADER.size :]
-        if len(entries) == count * _ENTRY.size:
-            for (
-                pid,
-                epoch,
-                last_seq,
-                last,
-                delta,
-                ts,
-                coordinator_epoch,
-                txn_first,
-            ) in _ENTRY.iter_unpack(entries):
-                entry = self._entry(pid, epoch)
-                if last >= 0:
-                    first_seq = (last_seq - delta) % (INT32_MAX + 1) if last_seq >= 0 else last_seq
-                    entry.batches.append(BatchMetadata(first_seq, last_seq, last - delta, last, ts))
-                entry.last_timestamp = ts
-                entry.coordinator_epoch = coordinator_epoch
-                entry.current_txn_first_offset = txn_first
-                if txn_first != NO_TXN:
-                    self.ongoing_txns[txn_first] = pid
-            self.ongoing_txns = dict(sorted(self.ongoing_txns.items()))
-        elif len(entries) == count * _OLD_ENTRY.size:
-            for pid, epoch, first_seq, last_seq, base, last, ts in _OLD_ENTRY.iter_unpack(entries):
-                entry = self._entry(pid, epoch)
-                entry.batches.append(BatchMetadata(first_seq, last_seq, base, last, ts))
-                entry.last_timestamp = ts
-        else:
-            raise ValueError(f"size {len(data)} does not match {count} entries")
+        for entry in parse_snapshot(path.read_bytes()):
+            self.producers[entry.producer_id] = entry
+            if entry.current_txn_first_offset != NO_TXN:
+                self.ongoing_txns[entry.current_txn_first_offset] = entry.producer_id
+        self.ongoing_txns = dict(sorted(self.ongoing_txns.items()))
 
     def clear(self) -> None:
         self.producers.clear()
@@ -462,3 +432,37 @@ class ProducerStateManager:
         for snap in self.snapshot_offsets():
             if snap > offset:
                 self.snapshot_path(snap).unlink(missing_ok=True)
+
+
+def parse_snapshot(data: bytes) -> list[ProducerStateEntry]:
+    """The entries of a snapshot's bytes, in either layout; ValueError if it is damaged."""
+    if len(data) < _HEADER.size:
+        raise ValueError(f"{len(data)} bytes is shorter than the header")
+    version, crc, count = _HEADER.unpack_from(data)
+    if version != _VERSION or crc32c(data[6:]) != crc:
+        raise ValueError(f"version {version} or CRC mismatch")
+    body = data[_HEADER.size :]
+    entries = []
+    if len(body) == count * _ENTRY.size:
+        for pid, epoch, last_seq, last, delta, ts, coordinator_epoch, txn_first in (
+            _ENTRY.iter_unpack(body)
+        ):
+            entry = ProducerStateEntry(
+                pid,
+                epoch,
+                last_timestamp=ts,
+                coordinator_epoch=coordinator_epoch,
+                current_txn_first_offset=txn_first,
+            )
+            if last >= 0:
+                first_seq = (last_seq - delta) % (INT32_MAX + 1) if last_seq >= 0 else last_seq
+                entry.batches.append(BatchMetadata(first_seq, last_seq, last - delta, last, ts))
+            entries.append(entry)
+    elif len(body) == count * _OLD_ENTRY.size:
+        for pid, epoch, first_seq, last_seq, base, last, ts in _OLD_ENTRY.iter_unpack(body):
+            entry = ProducerStateEntry(pid, epoch, last_timestamp=ts)
+            entry.batches.append(BatchMetadata(first_seq, last_seq, base, last, ts))
+            entries.append(entry)
+    else:
+        raise ValueError(f"size {len(data)} does not match {count} entries")
+    return entries

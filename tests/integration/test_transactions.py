@@ -10,7 +10,8 @@ them (TransactionsTest, the research notes' T1 to T6):
 - consume-transform-produce: offsets sent to the transaction count only once it commits;
 - on a tiered topic, read_committed reads of the remote tier leave out the aborted
   transactions, whose markers may still be local only, and an open transaction holds
-  back the copy.
+  back the copy; the broker-free reader, read committed, returns the same records and
+  stops before a transaction whose fate the object store cannot prove.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import (
     Consumer,
     KafkaError,
@@ -39,6 +41,7 @@ from tests.integration.broker_process import BrokerProcess
 from tests.integration.tiering_helpers import status
 from tests.integration.waiting import wait_for
 from tests.integration.wire import WireClient, make, request_module
+from tierbroker.pipeline import TieredConsumer
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
 
@@ -311,6 +314,26 @@ def _kafka_python_transactions(bootstrap: str, topic: str) -> None:
         producer.close()
 
 
+async def _tiered_read_committed(
+    bootstrap: str, storage: str, topic: str
+) -> list[tuple[int, bytes | None]]:
+    """A bounded read of the remote tier only, read committed, by the broker-free reader."""
+    consumer = TieredConsumer(
+        mode="REMOTE_ONLY",
+        storage=storage,
+        bounded=True,
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        consumer.assign([AioTopicPartition(topic, 0)])
+        return [(r.offset, r.value) async for r in consumer]
+    finally:
+        await consumer.stop()
+
+
 def test_read_committed_of_the_remote_tier_leaves_out_aborted_transactions(
     broker: BrokerProcess,
 ) -> None:
@@ -357,6 +380,12 @@ def test_read_committed_of_the_remote_tier_leaves_out_aborted_transactions(
         "the copy past the aborted transaction",
         show=lambda: status(broker, name),
     )
+    # From the object store alone: the same committed records, and none from the
+    # transaction that was open when its segment rolled (its marker is local only).
+    storage = (broker.data_dir / "logs" / "remote").as_uri()
+    remote = asyncio.run(_tiered_read_committed(broker.bootstrap, storage, name))
+    assert [v for _, v in remote] == kept
+    assert max(offset for offset, _ in remote) < open_at
 
 
 # Bad input, on the wire ----------------------------------------------------------------

@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
-from tierbroker.pipeline.discovery import RemoteSegment, SegmentDiscovery, resolve_overlaps
+from tierbroker.pipeline.committed import CommittedView
+from tierbroker.pipeline.discovery import (
+    RemoteSegment,
+    SegmentDiscovery,
+    SegmentRange,
+    resolve_overlaps,
+)
 from tierbroker.pipeline.remote_fetcher import RemoteFetcher
 from tierbroker.pipeline.segments import offset_for_timestamp, read_chunk, start_position
 from tierbroker.pipeline.storage import ObjectNotFoundError, open_store
@@ -317,3 +323,18 @@ def test_storage_urls() -> None:
         open_store("s3://b/p", {"storage.aws.access.key.id": "x"})
     s3 = open_store("s3://bucket/some/prefix/?endpoint=http://127.0.0.1:1&path_style=true")
     assert s3.key_prefix == "some/prefix/" and s3.url == "s3://bucket/some/prefix/"
+
+
+def test_a_committed_view_cuts_the_ranges_at_its_stable_end_and_knows_aborted_records() -> None:
+    """The broker-free reader's read_committed: no range reaches the stable end (one that
+    straddles it is cut), and only a producer's records inside an aborted range go."""
+    ranges = [
+        SegmentRange(segment(0, 99, 0, "a"), 0, 99),
+        SegmentRange(segment(100, 199, 0, "b"), 100, 199),
+        SegmentRange(segment(200, 299, 0, "c"), 200, 299),
+    ]
+    view = CommittedView({7: ((10, 20),)}, stable_end=150)
+    assert spans(view.trim(ranges)) == [("a", 0, 99), ("b", 100, 149)]
+    assert view.is_aborted(7, 10) and view.is_aborted(7, 19)
+    assert not view.is_aborted(7, 20)  # the marker itself, then later transactions
+    assert not view.is_aborted(8, 15)  # another producer's records in the range
