@@ -20,7 +20,6 @@ leader loads the partition and sends again the markers of prepared transactions.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine
@@ -43,7 +42,6 @@ from tierbroker.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 S = TransactionState
-COMPLETION_WAIT_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +63,6 @@ class TransactionCoordinator:
         self.next_producer_id = next_producer_id
         self.config = state.config
         self._tasks: set[asyncio.Task[None]] = set()
-        # transactional id -> set once its decided transaction's markers are all written
-        self._completing: dict[str, asyncio.Event] = {}
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -189,17 +185,7 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: set[TopicPartition],
     ) -> ErrorCode:
-        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's partition).
-
-        The first request of a transaction usually comes while the previous one's markers
-        are being written: it waits for them a moment (`COMPLETION_WAIT_S`) rather than
-        being told CONCURRENT_TRANSACTIONS at once, which clients retry after a backoff
-        longer than a marker round takes here."""
-        completing = self._completing.get(transactional_id)
-        if completing is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(COMPLETION_WAIT_S):
-                    await completing.wait()
+        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's partition)."""
         metadata, error = self._checked(transactional_id, producer_id, producer_epoch)
         if metadata is None:
             return error
@@ -331,14 +317,7 @@ class TransactionCoordinator:
         async def complete() -> None:
             await self._complete(metadata, coordinator_epoch, still_valid)
 
-        completed = self._completing[transactional_id] = asyncio.Event()
-
-        def done(_task: asyncio.Task[None]) -> None:  # written, given up or cancelled
-            completed.set()
-            if self._completing.get(transactional_id) is completed:
-                del self._completing[transactional_id]
-
-        self.markers.send(markers, still_valid, complete).add_done_callback(done)
+        self.markers.send(markers, still_valid, complete)
 
     async def _complete(
         self,

@@ -73,16 +73,15 @@ class TransactionMarkerChannelManager:
         markers: TxnMarkers,
         still_valid: Callable[[], bool],
         on_written: Callable[[], Awaitable[None]],
-    ) -> asyncio.Task[None]:
-        """Write `markers` in a task of their own, returned; `still_valid` is asked before
-        each round (the coordinator still owns the transaction at this epoch)."""
+    ) -> None:
+        """Write `markers` in a task of their own; `still_valid` is asked before each round
+        (the coordinator still owns the transaction at this epoch)."""
         task = asyncio.get_running_loop().create_task(
             self._run(markers, still_valid, on_written),
             name=f"txn-markers-{markers.transactional_id}",
         )
         self._tasks.add(task)
         task.add_done_callback(self._done)
-        return task
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
