@@ -1,6 +1,6 @@
 """`TransactionCoordinator`: transactional producers' requests, as Kafka's
-`TransactionCoordinator` answers them (transactions v1: no epoch bump per transaction,
-no partition verification).
+`TransactionCoordinator` answers them (transactions v1: no epoch bump per transaction),
+and partition leaders' checks that a transaction has a partition (KIP-890 part 1).
 
 - InitProducerId gives a transactional id its producer id and the next epoch; the
   previous instance is fenced by that epoch. If a transaction is open, it is aborted at
@@ -117,7 +117,6 @@ class TransactionCoordinator:
         error = self.state.coordinator_error(transactional_id)
         if error != ErrorCode.none:
             return InitProducerIdResult(error)
-        await self.state.ensure_topic()
         epoch = self.state.coordinator_epoch(transactional_id)
         assert epoch is not None
         metadata = self.state.metadata.get(transactional_id)
@@ -156,6 +155,8 @@ class TransactionCoordinator:
                 producer_id = await self.next_producer_id()
             except KafkaError:
                 return InitProducerIdResult(ErrorCode.coordinator_not_available)
+            if metadata.pending_state is not None:  # another request came meanwhile
+                return InitProducerIdResult(ErrorCode.concurrent_transactions)
             transit = metadata.prepare_producer_id_rotation(
                 producer_id, timeout_ms, now, expected is not None
             )
