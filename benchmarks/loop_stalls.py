@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from tierbroker.protocol.records import build_batch
-from tierbroker.storage.log import Log, delete_segment_files
+from tierbroker.storage.local_log import delete_segment_files
+from tierbroker.storage.log import Log
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.topic_partition import TopicPartition

@@ -1,25 +1,23 @@
-"""`Log`: the local log of one partition: an ordered list of `LogSegment`s.
+"""`Log`: the log of one partition (Kafka's `UnifiedLog`): what its records mean, over the
+segments a `LocalLog` keeps.
 
 Directory `<log.dir>/<topic>-<partition>/` holds the segments (`<base>.log`,
 `.index`, `.timeindex`, `.txnindex`), producer snapshots, `leader-epoch-checkpoint` and
 `partition.metadata`.
 
-Invariants: segments are ordered by base offset and contiguous; only the last one
-(the active segment) is appended to; log start offset <= high watermark <= log end
-offset; the last stable offset (LSO) is the high watermark or, below it, the first
-offset of the oldest transaction not decided and replicated; the recovery point is an
-offset below which everything was flushed. After
-a crash, segments from the recovery point on are re-read and cut at the first torn
-or corrupt batch (`LogLoader`). Not shared between tasks: all calls come from the event loop, and
-appends are serialised by the caller (`Partition`).
+Invariants: log start offset <= high watermark <= log end offset; the last stable
+offset (LSO) is the high watermark or, below it, the first offset of the oldest
+transaction not decided and replicated; the recovery point is an offset below which
+everything was flushed. After a crash, segments from the recovery point on are re-read
+and cut at the first torn or corrupt batch (`LogLoader`), and the producer state is
+replayed from the newest snapshot at or below it. Not shared between tasks: all calls
+come from the event loop, and appends are serialised by the caller (`Partition`).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,16 +31,16 @@ from tierbroker.protocol.records.control import (
     build_end_txn_marker,
     read_end_txn_marker,
 )
-from tierbroker.storage import segment_swap
 from tierbroker.storage.checkpoints import read_partition_metadata, write_partition_metadata
 from tierbroker.storage.file_cache import LogFileCache
 from tierbroker.storage.leader_epoch import LeaderEpochCache
+from tierbroker.storage.local_log import LocalLog
+from tierbroker.storage.local_log import now_ms as now_ms  # the logs' clock, for their users
 from tierbroker.storage.log_config import LogConfig
-from tierbroker.storage.log_loader import LogLoader
 from tierbroker.storage.log_offset_metadata import LogOffsetMetadata
 from tierbroker.storage.log_validator import validate_batches
 from tierbroker.storage.producer_state import ProducerStateManager
-from tierbroker.storage.segment import FileSlice, LogSegment, file_name
+from tierbroker.storage.segment import FileSlice, LogSegment
 from tierbroker.storage.topic_partition import TopicPartition
 from tierbroker.storage.transaction_index import AbortedTxn
 
@@ -114,10 +112,6 @@ class FetchDataInfo:
     aborted_txns: list[AbortedTxn] | None = None  # read_committed: those the records touch
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Log:
     def __init__(
         self,
@@ -135,7 +129,6 @@ class Log:
         """`file_cache`: its log manager's (None: one of its own, for a log outside one)."""
         self.dir = directory
         self.topic_partition = topic_partition
-        self.config = config
         self.file_cache = LogFileCache.sized_from_rlimit() if file_cache is None else file_cache
         self.dir.mkdir(parents=True, exist_ok=True)
         metadata_path = directory / "partition.metadata"
@@ -147,14 +140,14 @@ class Log:
         self.topic_id = topic_id
         self.leader_epoch_cache = LeaderEpochCache(directory / "leader-epoch-checkpoint")
         self.producer_state = ProducerStateManager(directory, topic_partition)
-        self.segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        self.deleted_segments: list[tuple[int, LogSegment]] = []  # (removed at ms, segment)
+        self.local = LocalLog(directory, topic_partition, config, self.file_cache)
         # The high watermark's segment and position, found once per high watermark.
         self._high_watermark = 0
         self._high_watermark_position: tuple[LogSegment, LogOffsetMetadata] | None = None
         self.recovery_point = recovery_point
-        self._load(had_clean_shutdown, log_start_offset)
+        self.local.load(
+            recovery_point, had_clean_shutdown, log_start_offset, self.leader_epoch_cache
+        )
         # With a remote tier, the log may start below the first local segment.
         self.log_start_offset = (
             log_start_offset
@@ -172,29 +165,19 @@ class Log:
             None if had_clean_shutdown else max(self.recovery_point, self.segments[0].base_offset)
         )
 
+    @property
+    def config(self) -> LogConfig:
+        return self.local.config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self.local.config = config
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return self.local.segments
+
     # Loading -------------------------------------------------------------------------
-
-    def _new_segment(self, base_offset: int, created_ms: int | None = None) -> LogSegment:
-        return LogSegment(
-            self.dir,
-            base_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-            created_ms=now_ms() if created_ms is None else created_ms,
-            file_cache=self.file_cache,
-        )
-
-    def _load(self, had_clean_shutdown: bool, log_start_offset: int) -> None:
-        loader = LogLoader(
-            self.dir,
-            self.topic_partition,
-            recovery_point=self.recovery_point,
-            had_clean_shutdown=had_clean_shutdown,
-            leader_epoch_cache=self.leader_epoch_cache,
-            new_segment=self._new_segment,
-        )
-        for segment in loader.load(log_start_offset):
-            self._add(segment)
 
     def _load_producer_state(self, newest_snapshot: int | None = None) -> None:
         """The newest snapshot (at or below `newest_snapshot`, else the log end offset), then
@@ -210,7 +193,7 @@ class Log:
         upper = self.log_end_offset if newest_snapshot is None else newest_snapshot
         snapshot = self.producer_state.load(first, upper)
         start = snapshot if snapshot >= 0 else first
-        for segment in self.segments[self._segment_for(start) :]:
+        for segment in self.segments[self.local.segment_index(start) :]:
             segment.txn_index.truncate_to(start)
             if segment.next_offset <= start:
                 continue  # nothing to replay: its index is not read
@@ -246,26 +229,19 @@ class Log:
         """Snapshot producer state at the log end offset (clean shutdown)."""
         self.producer_state.take_snapshot(self.log_end_offset)
 
-    def _add(self, segment: LogSegment) -> None:
-        self.segments.append(segment)
-        self._bases.append(segment.base_offset)
-
     # Offsets -------------------------------------------------------------------------
 
     @property
     def active_segment(self) -> LogSegment:
-        return self.segments[-1]
+        return self.local.active_segment
 
     @property
     def log_end_offset(self) -> int:
-        return self.active_segment.next_offset
+        return self.local.log_end_offset
 
     @property
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
-
-    def _segment_for(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+        return self.local.size_in_bytes
 
     # Appends -------------------------------------------------------------------------
 
@@ -394,47 +370,18 @@ class Log:
     def _append(
         self, batches: list[BatchView], data: bytes | bytearray | memoryview, max_timestamp: int
     ) -> None:
-        self._maybe_roll(len(data), max_timestamp)
-        self.active_segment.append(batches, data)
-
-    def _maybe_roll(self, size: int, max_timestamp: int) -> None:
-        segment = self.active_segment
-        if segment.is_empty:
-            return
-        first_ts = segment.first_batch_timestamp
-        aged = (
-            now_ms() - segment.created_ms
-            if first_ts is None or first_ts < 0
-            else max_timestamp - first_ts
-        ) >= self.config.segment_ms
-        if (
-            segment.is_full_for(size, self.config.segment_bytes)
-            or aged
-            or segment.offset_index.is_full
-            or segment.time_index.is_full
-        ):
+        if self.local.should_roll(len(data), max_timestamp):
             self.roll()
+        self.local.append(batches, data)
 
     def roll(self) -> LogSegment:
         """Close the active segment for appends and start a new one at the log end offset."""
-        old = self.active_segment
-        if old.is_empty:
-            return old
-        old.on_become_inactive()
+        if self.active_segment.is_empty:
+            return self.active_segment
         # Not fsynced here, on the produce path (KAFKA-15046): the flush of the rolled
         # segment fsyncs it before the recovery point passes it.
         self.producer_state.take_snapshot(self.log_end_offset, sync=False)
-        self._add(self._create_segment(self.log_end_offset))
-        return old
-
-    def _create_segment(self, base_offset: int) -> LogSegment:
-        """A new empty segment; if creating its files fails (ENOSPC), none of them is left."""
-        try:
-            return self._new_segment(base_offset)
-        except OSError:
-            for suffix in (".log", ".index", ".timeindex"):
-                (self.dir / file_name(base_offset, suffix)).unlink(missing_ok=True)
-            raise
+        return self.local.roll()
 
     # Reads ---------------------------------------------------------------------------
 
@@ -465,25 +412,20 @@ class Log:
         none = FetchDataInfo(None, [] if include_aborted_txns else None)
         if offset >= max_offset:
             return none
-        i = self._segment_for(offset)
-        end_segment, end_position = (
+        end = (
             self._high_watermark_segment()
             if max_offset == self.high_watermark
-            else self._position_of(max_offset)
+            else self.local.position_of(max_offset)
         )
-        while i < len(self.segments):
-            segment = self.segments[i]
-            limit = end_position if segment is end_segment else segment.size
-            records = segment.read(offset, max_bytes, limit, min_one_batch)
-            if records is None and segment is not end_segment:
-                i += 1
-                continue
-            if records is None or not include_aborted_txns:
-                return FetchDataInfo(records, none.aborted_txns)
-            # Kafka's fetchUpperBoundOffset: the offset after the last batch returned.
-            upper = segment.offset_at_position(records.position + records.length)
-            return FetchDataInfo(records, self.collect_aborted_txns(offset, upper))
-        return none
+        found = self.local.read(offset, max_bytes, end, min_one_batch)
+        if found is None:
+            return none
+        segment, records = found
+        if not include_aborted_txns:
+            return FetchDataInfo(records)
+        # Kafka's fetchUpperBoundOffset: the offset after the last batch returned.
+        upper = segment.offset_at_position(records.position + records.length)
+        return FetchDataInfo(records, self.local.collect_aborted_txns(offset, upper))
 
     @property
     def high_watermark(self) -> int:
@@ -505,24 +447,12 @@ class Log:
         return min(first_unstable, self.high_watermark)
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping [fetch_offset, upper_bound) of the local log,
-        from the segment holding `fetch_offset` on (Kafka's addAbortedTransactions)."""
-        aborted: list[AbortedTxn] = []
-        for segment in self.segments[self._segment_for(fetch_offset) :]:
-            found = segment.txn_index.collect(fetch_offset, upper_bound)
-            aborted += found.aborted
-            if found.complete:
-                break
-        return aborted
+        """The aborted transactions overlapping [fetch_offset, upper_bound) of the local log."""
+        return self.local.collect_aborted_txns(fetch_offset, upper_bound)
 
     @property
     def log_end_offset_metadata(self) -> LogOffsetMetadata:
-        active = self.active_segment
-        return LogOffsetMetadata(
-            message_offset=self.log_end_offset,
-            segment_base_offset=active.base_offset,
-            relative_position_in_segment=active.size,
-        )
+        return self.local.log_end_offset_metadata
 
     @property
     def high_watermark_metadata(self) -> LogOffsetMetadata:
@@ -537,12 +467,16 @@ class Log:
     def _high_watermark_segment_metadata(self) -> tuple[LogSegment, LogOffsetMetadata]:
         known = self._high_watermark_position
         # Valid while the high watermark stays and its segment is still in the log.
-        if known is not None and known[0] is self.segments[self._segment_for(known[0].base_offset)]:
+        segments = self.segments
+        if (
+            known is not None
+            and known[0] is segments[self.local.segment_index(known[0].base_offset)]
+        ):
             return known
         if self.high_watermark >= self.log_end_offset:
             segment, metadata = self.active_segment, self.log_end_offset_metadata
         else:
-            segment, position = self._position_of(self.high_watermark)
+            segment, position = self.local.position_of(self.high_watermark)
             metadata = LogOffsetMetadata(
                 message_offset=self.high_watermark,
                 segment_base_offset=segment.base_offset,
@@ -550,14 +484,6 @@ class Log:
             )
         self._high_watermark_position = (segment, metadata)
         return segment, metadata
-
-    def _position_of(self, offset: int) -> tuple[LogSegment, int]:
-        """The segment holding `offset` and the position where its batch starts (end if LEO)."""
-        if offset >= self.log_end_offset:
-            return self.active_segment, self.active_segment.size
-        segment = self.segments[self._segment_for(offset)]
-        location = segment.translate_offset(offset)
-        return segment, location.position if location else segment.size
 
     def _special_offset(self, timestamp_ms: int) -> int | None:
         """The offset a negative ListOffsets timestamp names; None for MAX_TIMESTAMP."""
@@ -657,9 +583,7 @@ class Log:
             self.truncate_fully_and_start_at(offset)
             return
         self._note_truncation(offset)
-        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
-            self._remove_segments([self.segments[-1]])
-        self.active_segment.truncate_to(offset)
+        self.local.truncate_to(offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         # The batch holding `offset` went whole, possibly below the log start offset.
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -675,8 +599,7 @@ class Log:
         follower rebuilt from the remote tier keeps the leader's log start below its
         local log, so the records between are read from the remote tier."""
         self._note_truncation(offset)
-        self._remove_segments(list(self.segments))
-        self._add(self._new_segment(offset))
+        self.local.truncate_fully_and_start_at(offset)
         self.high_watermark = self.recovery_point = offset
         self.log_start_offset = (
             offset if log_start_offset is None else min(log_start_offset, offset)
@@ -751,7 +674,7 @@ class Log:
             self.producer_state.flush_snapshot(first_kept)
         # A snapshot below the first kept segment cannot be replayed from: load ignores it.
         self.producer_state.delete_snapshots_below(first_kept)
-        self._remove_segments(deletable)
+        self.local.remove_segments(deletable)
         return deletable
 
     # Cleaning ------------------------------------------------------------------------
@@ -759,66 +682,22 @@ class Log:
     def replace_segments(
         self, base_offset: int, replaced: Sequence[LogSegment], sizes: Sequence[int]
     ) -> LogSegment | None:
-        """Swap in the cleaned segment at `base_offset` (its `.cleaned` files written) for
-        `replaced`, crash-safe (`segment_swap`); None, its files removed, if `replaced`
-        are no longer consecutive rolled segments of these `sizes` (a truncation or
-        retention came between)."""
-        first = self._segment_for(replaced[0].base_offset)
-        current = self.segments[first : first + len(replaced)]
-        if (
-            len(current) != len(replaced)
-            or any(a is not b for a, b in zip(current, replaced, strict=True))
-            or [s.size for s in current] != list(sizes)
-            or replaced[-1] is self.active_segment
-        ):
-            segment_swap.discard(self.dir, base_offset)
-            return None
-        segment_swap.commit(self.dir, base_offset)
-        for old in replaced:
-            old.rename_to_deleted()
-            self.deleted_segments.append((now_ms(), old))
-        segment_swap.finish(self.dir, base_offset)
-        cleaned = self._new_segment(base_offset, replaced[-1].created_ms)
-        cleaned.load_state()
-        self.segments[first : first + len(replaced)] = [cleaned]
-        self._bases[first : first + len(replaced)] = [base_offset]
-        return cleaned
+        """Swap a cleaned segment in (`LocalLog.replace_segments`)."""
+        return self.local.replace_segments(base_offset, replaced, sizes)
 
     @property
     def local_log_start_offset(self) -> int:
         return max(self.log_start_offset, self.segments[0].base_offset)
 
-    def _remove_segments(self, segments: list[LogSegment]) -> None:
-        """Rename segment files to `.deleted`; `take_deleted` hands them over for removal
-        after file.delete.delay.ms (in a worker: `delete_segment_files`)."""
-        for segment in segments:
-            i = self.segments.index(segment)
-            del self.segments[i]
-            del self._bases[i]
-            segment.rename_to_deleted()
-            self.deleted_segments.append((now_ms(), segment))
-
     def take_deleted(self, older_than_ms: int) -> list[LogSegment]:
-        """Forget the segments removed at or before `older_than_ms` and return them, for
-        `delete_segment_files` to unlink off the event loop."""
-        taken = [
-            segment for removed_ms, segment in self.deleted_segments if removed_ms <= older_than_ms
-        ]
-        self.deleted_segments = [
-            (removed_ms, segment)
-            for removed_ms, segment in self.deleted_segments
-            if removed_ms > older_than_ms
-        ]
-        return taken
+        """The segments removed at or before `older_than_ms`, for `delete_segment_files`."""
+        return self.local.take_deleted(older_than_ms)
 
     # Lifecycle -----------------------------------------------------------------------
 
     def segments_to_flush(self, up_to_offset: int) -> list[LogSegment]:
         """The segments holding offsets between the recovery point and `up_to_offset`."""
-        if up_to_offset <= self.recovery_point:
-            return []
-        start = self._segment_for(self.recovery_point)
-        return [s for s in self.segments[start:] if s.base_offset < up_to_offset]
+        return self.local.segments_to_flush(self.recovery_point, up_to_offset)
 
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync segments holding offsets below `up_to_offset`; advance the recovery point."""
@@ -827,9 +706,7 @@ class Log:
         self.recovery_point = max(self.recovery_point, target)
 
     def close(self) -> None:
-        for segment in self.segments:
-            segment.close()
-        delete_segment_files(self.take_deleted(older_than_ms=now_ms() + 1))
+        self.local.close()
         try:
             self.leader_epoch_cache.flush()
         except OSError as e:
@@ -850,13 +727,3 @@ def flush_segments(
     for segment in segments:
         segment.flush()
         producer_state.flush_snapshot(segment.next_offset)
-
-
-def delete_segment_files(segments: list[LogSegment]) -> None:
-    """Unlink the `.deleted` files of removed segments and close them: the slow part of
-    retention, for a worker thread. A failure is logged; the next load removes the rest."""
-    for segment in segments:
-        try:
-            segment.delete_files()
-        except OSError as e:
-            log.error("%s: not deleted (removed at the next start): %s", segment.log_path, e)

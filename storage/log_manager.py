@@ -33,7 +33,8 @@ from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.checkpoints import OffsetCheckpointFile, read_partition_metadata
 from tierbroker.storage.file_cache import LogFileCache
 from tierbroker.storage.free_space import FreeSpaceGuard
-from tierbroker.storage.log import Log, delete_segment_files, flush_segments, now_ms
+from tierbroker.storage.local_log import delete_segment_files
+from tierbroker.storage.log import Log, flush_segments, now_ms
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_dir_failure import LogDirFailureChannel, describe
 from tierbroker.storage.segment import LogSegment

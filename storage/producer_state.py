@@ -444,9 +444,16 @@ def parse_snapshot(data: bytes) -> list[ProducerStateEntry]:
     body = data[_HEADER.size :]
     entries = []
     if len(body) == count * _ENTRY.size:
-        for pid, epoch, last_seq, last, delta, ts, coordinator_epoch, txn_first in (
-            _ENTRY.iter_unpack(body)
-        ):
+        for (
+            pid,
+            epoch,
+            last_seq,
+            last,
+            delta,
+            ts,
+            coordinator_epoch,
+            txn_first,
+        ) in _ENTRY.iter_unpack(body):
             entry = ProducerStateEntry(
                 pid,
                 epoch,

@@ -18,7 +18,7 @@ from tests.unit.replicas import lead, replica_manager
 from tests.unit.test_write_failures import batch, values
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage import log_manager as log_manager_module
-from tierbroker.storage.log import Log
+from tierbroker.storage.local_log import LocalLog
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.topic_partition import TopicPartition
@@ -42,7 +42,7 @@ def test_a_roll_out_of_descriptors_keeps_the_log_dir_online(
     assert asyncio.run(replicas.append_records({TP: bytes(batch(0))}))[TP].error == ErrorCode.none
 
     with monkeypatch.context() as patched:
-        patched.setattr(Log, "_new_segment", too_many_open_files)
+        patched.setattr(LocalLog, "new_segment", too_many_open_files)
         for i in (1, 2):
             failed = asyncio.run(replicas.append_records({TP: bytes(batch(i))}))[TP]
             assert failed.error == ErrorCode.kafka_storage_error

@@ -12,7 +12,8 @@ import pytest
 
 from tierbroker.protocol.records import build_batch
 from tierbroker.storage.file_cache import LogFileCache
-from tierbroker.storage.log import Log, delete_segment_files
+from tierbroker.storage.local_log import delete_segment_files
+from tierbroker.storage.log import Log
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.topic_partition import TopicPartition
