@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from tierbroker.pipeline.committed import CommittedView, SegmentCache, committed_view
 from tierbroker.pipeline.discovery import SegmentDiscovery, SegmentRange
 from tierbroker.pipeline.segments import offset_for_timestamp
 from tierbroker.pipeline.spark.options import EARLIEST, LATEST, Bound, ReadOptions
@@ -42,6 +43,9 @@ class TopicView:
 
             self.broker = BrokerMetadata(options.kafka)
         self._ranges: dict[TopicPartitionKey, list[SegmentRange]] = {}
+        # Read committed: each partition's view, and what its segments say of transactions.
+        self._committed: dict[TopicPartitionKey, CommittedView] = {}
+        self._segment_txns: dict[TopicPartitionKey, SegmentCache] = {}
         self._watermarks: dict[TopicPartitionKey, tuple[int, int]] = {}
 
     def close(self) -> None:
@@ -90,10 +94,18 @@ class TopicView:
         return found
 
     def ranges(self, tp: TopicPartitionKey) -> list[SegmentRange]:
-        """The remote tier's offset ranges of the partition, in offset order."""
+        """The remote tier's offset ranges of the partition, in offset order (read committed:
+        up to what the store proves decided)."""
         cached = self._ranges.get(tp)
         if cached is None:
-            cached = self._ranges[tp] = self.discovery.ranges(*tp)
+            cached = self.discovery.ranges(*tp)
+            if self.options.read_committed:
+                seen = self._segment_txns.get(tp, {})
+                committed = self._committed[tp] = committed_view(self.store, cached, seen)
+                listed = {r.segment.segment_id for r in cached}
+                self._segment_txns[tp] = {k: v for k, v in seen.items() if k in listed}
+                cached = committed.trim(cached)
+            self._ranges[tp] = cached
         return cached
 
     def _marks(self, tp: TopicPartitionKey) -> tuple[int, int] | None:
@@ -103,6 +115,19 @@ class TopicView:
         if cached is None:
             cached = self._watermarks[tp] = self.broker.watermarks(*tp)
         return cached
+
+    def aborted(self, tp: TopicPartitionKey) -> tuple[tuple[int, int, int], ...]:
+        """(producer id, first offset, marker offset) of the partition's aborted transactions
+        the remote tier records (none unless read committed)."""
+        self.ranges(tp)
+        committed = self._committed.get(tp)
+        if committed is None:
+            return ()
+        return tuple(
+            (pid, first, marker)
+            for pid, spans in committed.aborted.items()
+            for first, marker in spans
+        )
 
     def earliest(self, tp: TopicPartitionKey) -> int:
         ranges, marks = self.ranges(tp), self._marks(tp)

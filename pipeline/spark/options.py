@@ -294,6 +294,12 @@ class ReadOptions:
         """Whether offsets outside the remote tier are read through the brokers."""
         return "bootstrap.servers" in self.kafka
 
+    @property
+    def read_committed(self) -> bool:
+        """`kafka.isolation.level=read_committed`: no record of an aborted transaction, and
+        no offset past what is decided (the remote tier's proof, the brokers' LSO)."""
+        return self.kafka.get("isolation.level") == "read_committed"
+
     def open(self) -> ObjectStore:
         return open_store(self.storage, self.store_options)
 
@@ -339,12 +345,14 @@ def _kafka_options(options: dict[str, str]) -> dict[str, str]:
         if name in kafka:
             raise ValueError(f"Kafka option '{name}' is not supported: {why}")
     isolation = kafka.get("isolation.level", "read_uncommitted").strip().lower()
-    if isolation != "read_uncommitted":
+    if isolation not in ("read_uncommitted", "read_committed"):
         raise ValueError(
-            f"kafka.isolation.level={isolation}: the tierbroker source reads only "
-            "read_uncommitted (records of aborted transactions included, markers left out)"
+            f"kafka.isolation.level={isolation}: read_uncommitted (the default) or read_committed"
         )
-    if kafka and "bootstrap.servers" not in kafka:
+    if "isolation.level" in kafka:
+        kafka["isolation.level"] = isolation
+    # The isolation level says what is read, from the object store too: it needs no broker.
+    if set(kafka) - {"isolation.level"} and "bootstrap.servers" not in kafka:
         raise ValueError(
             "kafka.* options configure the reads through the brokers: "
             "they need kafka.bootstrap.servers"

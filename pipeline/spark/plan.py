@@ -109,6 +109,14 @@ class Task:
     topic: str
     partition: int
     pieces: tuple[Piece, ...]
+    # Read committed: (producer id, first offset, marker offset) of the partition's aborted
+    # transactions, whose records the remote slices leave out (the brokers leave them out).
+    aborted: tuple[tuple[int, int, int], ...] = ()
+
+    def is_aborted(self, producer_id: int, offset: int) -> bool:
+        return any(
+            pid == producer_id and first <= offset < marker for pid, first, marker in self.aborted
+        )
 
     @property
     def offsets(self) -> int:
@@ -217,14 +225,21 @@ def plan_ranges(
         if start >= end:
             continue
         pieces = _pieces(view, options, (topic, partition), start, end, pushed)
+        aborted = view.aborted((topic, partition))
         for group in _pack(pieces, options.max_bytes_per_partition):
-            tasks.append(Task(access, topic, partition, tuple(group)))
+            low, high = group[0].first_offset, _end(group[-1])
+            overlapping = tuple(t for t in aborted if t[1] < high and t[2] >= low)
+            tasks.append(Task(access, topic, partition, tuple(group), overlapping))
     if options.max_records_per_partition is not None:
         limit = options.max_records_per_partition
         tasks = [part for t in tasks for part in t.split(math.ceil(t.offsets / limit))]
     if options.min_partitions is not None:
         tasks = _at_least(tasks, options.min_partitions)
     return tasks
+
+
+def _end(piece: Piece) -> int:
+    return piece.end_offset if isinstance(piece, BrokerRange) else piece.last_offset + 1
 
 
 def _pieces(

@@ -99,6 +99,8 @@ def _remote(task: Task, piece: RemoteSlice, columns: Columns) -> Iterator[None]:
                 break
             if batch.last_offset < piece.first_offset or batch.is_control:
                 continue
+            if batch.is_transactional and task.is_aborted(batch.producer_id, batch.base_offset):
+                continue
             columns.extend_batch(batch, piece.first_offset, piece.last_offset)
             yield None
     except ObjectNotFoundError as e:

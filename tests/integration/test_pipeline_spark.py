@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ from tests.integration.pipeline_topic import (
     tiered_topic_on,
 )
 from tests.integration.spark_rows import assert_same_rows, fingerprint
+from tests.integration.transactional_topic import transactional_topic
 from tests.spark_session import spark_session
 from tierbroker.pipeline.discovery import SegmentDiscovery
 from tierbroker.pipeline.spark.options import ReadOptions
@@ -322,13 +324,31 @@ def test_unknown_and_unsupported_options_are_refused(spark: Any, local_tier: Tie
     assert "unknown option(s) startingoffset" in message.lower()  # Spark lowers option keys
     assert "maxRecordsPerPartition" in message
     message = error_of(
-        lambda: load(
-            spark,
-            local_tier,
-            **{"kafka.bootstrap.servers": "127.0.0.1:1", "kafka.isolation.level": "read_committed"},
-        ).count()
+        lambda: load(spark, local_tier, **{"kafka.isolation.level": "serializable"}).count()
     )
-    assert "kafka.isolation.level=read_committed" in message
+    assert "kafka.isolation.level=serializable" in message
+
+
+def test_read_committed_leaves_out_aborted_transactions(spark: Any, local_tier: Tier) -> None:
+    """From the object store alone, the committed records up to what it proves decided;
+    through the brokers too, every committed record; read uncommitted, the aborted ones
+    as well (never the markers)."""
+    topic = transactional_topic(local_tier.broker, f"spark-txn-{uuid.uuid4().hex[:6]}")
+
+    def values(**options: str) -> list[tuple[int, bytes]]:
+        frame = spark.read.format("tierbroker").options(
+            storage=topic.storage, subscribe=topic.name, **options
+        )
+        return [(r.offset, bytes(r.value)) for r in frame.load().orderBy("offset").collect()]
+
+    remote = values(**{"kafka.isolation.level": "read_committed"})
+    assert [v for _, v in remote] == topic.committed
+    assert max(offset for offset, _ in remote) < topic.open_at
+    broker = {"kafka.bootstrap.servers": local_tier.broker.bootstrap}
+    everything = values(**broker, **{"kafka.isolation.level": "read_committed"})
+    assert [v for _, v in everything] == topic.committed
+    uncommitted = [v for _, v in values(**broker)]
+    assert len(uncommitted) == 120 + 2  # every data record, markers left out
 
 
 # The export job -----------------------------------------------------------------------------

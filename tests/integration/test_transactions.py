@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.apache_kafka import run_tool
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.tiering_helpers import status
+from tests.integration.transactional_topic import start_transactional_topic
 from tests.integration.waiting import wait_for
 from tests.integration.wire import WireClient, make, request_module
 from tierbroker.pipeline import TieredConsumer
@@ -337,55 +338,23 @@ async def _tiered_read_committed(
 def test_read_committed_of_the_remote_tier_leaves_out_aborted_transactions(
     broker: BrokerProcess,
 ) -> None:
-    name = f"txn-tiered-{uuid.uuid4().hex[:8]}"
-    config = {
-        "remote.storage.enable": "true",
-        "segment.bytes": "4096",
-        "local.retention.bytes": "4096",
-    }
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(TIMEOUT_S)
-    p = producer(broker, f"tx-{name}")
-    kept = []
-    for round_ in range(12):
-        p.begin_transaction()
-        for i in range(10):
-            value = b"r%02d-%02d-" % (round_, i) + b"x" * 100
-            p.produce(name, value)
-            if round_ % 3 != 1:
-                kept.append(value)
-        p.flush(TIMEOUT_S)
-        if round_ % 3 == 1:
-            p.abort_transaction(TIMEOUT_S)
-        else:
-            p.commit_transaction(TIMEOUT_S)
+    started = start_transactional_topic(broker, f"txn-tiered-{uuid.uuid4().hex[:8]}")
+    topic = started.done
     # An open transaction: nothing from its first offset on is copied.
-    p.begin_transaction()
-    p.produce(name, b"undecided" + b"x" * 4096)
-    p.flush(TIMEOUT_S)
-    open_at = status(broker, name)["log_end_offset"] - 1
-    p.produce(name, b"more" + b"x" * 4096)  # rolls the segment holding the open data
-    p.flush(TIMEOUT_S)
+    assert status(broker, topic.name)["remote_log_end_offset"] < topic.open_at
+    committed = [v for _, v in read(broker, topic.name, "read_committed", len(topic.committed))]
+    assert committed == topic.committed
+    started.producer.abort_transaction(TIMEOUT_S)
     wait_for(
-        lambda: status(broker, name)["local_log_start_offset"] > 60,
-        "most of the topic in the remote tier only",
-        show=lambda: status(broker, name),
-    )
-    assert status(broker, name)["remote_log_end_offset"] < open_at
-    committed = [v for _, v in read(broker, name, "read_committed", len(kept))]
-    assert committed == kept
-    p.abort_transaction(TIMEOUT_S)
-    wait_for(
-        lambda: status(broker, name)["remote_log_end_offset"] >= open_at,
+        lambda: status(broker, topic.name)["remote_log_end_offset"] >= topic.open_at,
         "the copy past the aborted transaction",
-        show=lambda: status(broker, name),
+        show=lambda: status(broker, topic.name),
     )
     # From the object store alone: the same committed records, and none from the
     # transaction that was open when its segment rolled (its marker is local only).
-    storage = (broker.data_dir / "logs" / "remote").as_uri()
-    remote = asyncio.run(_tiered_read_committed(broker.bootstrap, storage, name))
-    assert [v for _, v in remote] == kept
-    assert max(offset for offset, _ in remote) < open_at
+    remote = asyncio.run(_tiered_read_committed(broker.bootstrap, topic.storage, topic.name))
+    assert [v for _, v in remote] == topic.committed
+    assert max(offset for offset, _ in remote) < topic.open_at
 
 
 # Bad input, on the wire ----------------------------------------------------------------
