@@ -39,6 +39,7 @@ TEST_SETTINGS = {
     "zookeeper.session.timeout.ms": "3000",
     "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.num.partitions": "5",
+    "transaction.state.log.num.partitions": "5",
     "log.dir.min.free.bytes": "0",
     "log.cleaner.backoff.ms": "100",
 }
