@@ -24,7 +24,7 @@ from tierbroker.broker.handlers.common import (
     response_module,
 )
 from tierbroker.protocol.codec import Request
-from tierbroker.protocol.errors import ErrorCode
+from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records.control import ControlRecordType, EndTxnMarker
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
@@ -123,11 +123,16 @@ def _topic_results(m: Any, errors: dict[TopicPartition, ErrorCode]) -> tuple[Any
 async def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
     body = request.body
-    await ctx.groups.store.ensure_topic()
-    offsets = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(body.group_id))
-    error = await ctx.transactions.add_partitions(
-        body.transactional_id, body.producer_id, body.producer_epoch, {offsets}
-    )
+    try:
+        await ctx.groups.store.ensure_topic()
+    except KafkaError as e:
+        log.info("AddOffsetsToTxn for group %r: %s", body.group_id, e)
+        error = ErrorCode.coordinator_not_available
+    else:
+        offsets = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(body.group_id))
+        error = await ctx.transactions.add_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch, {offsets}
+        )
     return make(
         m.AddOffsetsToTxnResponse,
         throttle_time=NO_THROTTLE,
