@@ -136,12 +136,8 @@ def test_unknown_options_are_refused_with_the_known_ones() -> None:
             "'auto.offset.reset' is not supported",
         ),
         (
-            {
-                "subscribe": "t",
-                "kafka.bootstrap.servers": "b:9092",
-                "kafka.isolation.level": "read_committed",
-            },
-            "read_uncommitted",
+            {"subscribe": "t", "kafka.isolation.level": "serializable"},
+            "read_uncommitted \\(the default\\) or read_committed",
         ),
         (
             {"subscribe": "t", "startingOffsetsByTimestampStrategy": "earliest"},
@@ -152,6 +148,14 @@ def test_unknown_options_are_refused_with_the_known_ones() -> None:
 def test_options_are_checked_as_spark_checks_them(extra: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ReadOptions.parse({"storage": "file:///", **extra})
+
+
+def test_read_committed_needs_no_broker() -> None:
+    """The isolation level says what is read, from the object store too."""
+    base = {"storage": "file:///", "subscribe": "t"}
+    assert ReadOptions.parse({**base, "kafka.isolation.level": "READ_COMMITTED"}).read_committed
+    assert not ReadOptions.parse(base).read_committed
+    assert not ReadOptions.parse(base).through_broker
 
 
 def test_streams_refuse_ending_offsets_and_start_at_latest() -> None:
