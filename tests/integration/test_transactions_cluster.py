@@ -31,7 +31,8 @@ from tierbroker.storage.topic_partition import TopicPartition as Tp
 RECORDS = 400
 KILLS = 4
 TRANSACTIONAL_ID = "eos-worker"
-pytestmark = pytest.mark.slow
+# Kills brokers on a timer the machine's load stretches: run with nothing beside it.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 GROUP = "eos-group"
 TIMEOUT_S = 60.0
 
@@ -67,6 +68,8 @@ class Worker(threading.Thread):
         self.bootstrap = bootstrap
         self.stop = threading.Event()
         self.committed_transactions = 0
+        self.step = "starting"  # what it is doing, for a failure's message
+        self.consumer_errors: list[str] = []
         self.failures: list[str] = []
         self.error: BaseException | None = None
 
@@ -103,18 +106,27 @@ class Worker(threading.Thread):
         producer = self._producer()
         try:
             while not self.stop.is_set():
-                messages = [m for m in consumer.consume(20, 0.5) if m.error() is None]
+                self.step = "consuming"
+                messages = []
+                for m in consumer.consume(20, 0.5):
+                    if m.error() is None:
+                        messages.append(m)
+                    elif len(self.consumer_errors) < 100:
+                        self.consumer_errors.append(m.error().str())
                 if not messages:
                     continue
                 try:
+                    self.step = "producing"
                     producer.begin_transaction()
                     for m in messages:
                         producer.produce("out", m.value().replace(b"in-", b"out-"))
                     end = TopicPartition("in", 0, messages[-1].offset() + 1)
                     metadata = consumer.consumer_group_metadata()
+                    self.step = "sending offsets"
                     _retrying(
                         partial(producer.send_offsets_to_transaction, [end], metadata, TIMEOUT_S)
                     )
+                    self.step = "committing"
                     _retrying(partial(producer.commit_transaction, TIMEOUT_S))
                     self.committed_transactions += 1
                 except KafkaException as e:
@@ -243,7 +255,13 @@ def test_output_is_input_exactly_once_across_coordinator_and_leader_kills(
             lambda: _committed(cluster) == RECORDS,
             "every input record's offset committed",
             timeout_s=TIMEOUT_S * 2,
-            show=lambda: (_committed(cluster), worker.failures[-5:], worker.error),
+            show=lambda: (
+                _committed(cluster),
+                worker.step,
+                worker.failures[-5:],
+                worker.consumer_errors[-5:],
+                worker.error,
+            ),
         )
     finally:
         worker.stop.set()
