@@ -26,7 +26,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from tierbroker.broker.cli.common import fail
-from tierbroker.broker.network.broker_client import BrokerClient
+from tierbroker.broker.network.broker_client import BrokerClient, BrokerClients
 from tierbroker.protocol.errors import ErrorCode
 
 CLIENT_ID = "tierbroker-cli"
@@ -105,19 +105,10 @@ class WireAdmin:
     def __init__(self, bootstrap: str, timeout_s: float) -> None:
         self.bootstrap = bootstrap
         self.timeout_ms = max(int(timeout_s * 1000), 1)
-        self._clients: dict[tuple[str, int], BrokerClient] = {}  # one connection a broker
+        self._clients = BrokerClients(CLIENT_ID, self.timeout_ms)  # one connection a broker
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-
-    def _client(self, host: str, port: int) -> BrokerClient:
-        client = self._clients.get((host, port))
-        if client is None:
-            client = self._clients[host, port] = BrokerClient(
-                host, port, CLIENT_ID, self.timeout_ms
-            )
-        return client
+        await self._clients.close()
 
     async def _metadata(self, topics: Sequence[str]) -> MetadataResponse:
         """Metadata from the first bootstrap broker that answers."""
@@ -127,7 +118,7 @@ class WireAdmin:
             if not host or not port.isdigit():
                 raise WireError(f"{address!r} is not host:port")
             try:
-                answer: MetadataResponse = await self._client(host, int(port)).send(
+                answer: MetadataResponse = await self._clients.get(host, int(port)).send(
                     metadata.MetadataRequest(
                         topics=tuple(
                             metadata.MetadataRequestTopic(topic_id=None, name=TopicName(t))
@@ -158,7 +149,7 @@ class WireAdmin:
         wanted = answer.controller_id if broker_id is None else broker_id
         for broker in answer.brokers:
             if broker.node_id == wanted:
-                return self._client(broker.host, int(broker.port))
+                return self._clients.get(broker.host, int(broker.port))
         raise WireError(
             f"{self.bootstrap} names no "
             + ("controller" if broker_id is None else f"broker {broker_id}")

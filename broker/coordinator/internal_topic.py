@@ -21,7 +21,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
-from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.network.broker_client import BrokerClient, BrokerClients, BrokerUnavailable
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import (
@@ -59,7 +59,7 @@ class InternalTopic:
         self.replicas = replicas
         self.admin = admin
         self.timeout_ms = timeout_ms
-        self._clients: dict[tuple[str, int], BrokerClient] = {}
+        self._clients = BrokerClients(f"broker-{replicas.broker_id}", timeout_ms)
 
     @property
     def num_partitions(self) -> int:
@@ -129,13 +129,7 @@ class InternalTopic:
         endpoint = self.admin.cache.brokers.get(leader)
         if endpoint is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{tp} has no live leader")
-        key = (endpoint.host, endpoint.port)
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = BrokerClient(
-                endpoint.host, endpoint.port, f"broker-{self.replicas.broker_id}", self.timeout_ms
-            )
-        return client
+        return self._clients.get(endpoint.host, endpoint.port)
 
     async def _forward(self, tp: TopicPartition, leader: int, batch: bytes) -> int:
         client = self._client(tp, leader)
@@ -264,9 +258,7 @@ class InternalTopic:
             offset = batches[-1].next_offset
 
     async def close(self) -> None:
-        clients, self._clients = self._clients, {}
-        for client in clients.values():
-            await client.close()
+        await self._clients.close()
 
 
 class RemoteLogMetadataTopic:

@@ -223,6 +223,29 @@ class BrokerClient:
             await connection.closed.wait()
 
 
+class BrokerClients:
+    """One `BrokerClient` per peer address, made on first use: a broker's own requests to
+    the others (internal topics, transaction markers and checks) share its connections."""
+
+    def __init__(self, client_id: str, request_timeout_ms: int) -> None:
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self._clients: dict[tuple[str, int], BrokerClient] = {}
+
+    def get(self, host: str, port: int) -> BrokerClient:
+        client = self._clients.get((host, port))
+        if client is None:
+            client = self._clients[host, port] = BrokerClient(
+                host, port, self.client_id, self.request_timeout_ms
+            )
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.close()
+
+
 def _agree(api_keys: Any) -> dict[int, int]:
     """For each API both sides know, the highest version both support."""
     agreed = {}

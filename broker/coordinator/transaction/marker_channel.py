@@ -25,7 +25,7 @@ from kio.schema.write_txn_markers.v1 import request as markers_request
 from kio.static.primitive import i16, i32
 
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
-from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.network.broker_client import BrokerClients, BrokerUnavailable
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records.control import ControlRecordType, EndTxnMarker
@@ -65,7 +65,7 @@ class TransactionMarkerChannelManager:
         self.cache = cache
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self._clients: dict[tuple[str, int], BrokerClient] = {}
+        self._clients = BrokerClients(f"broker-{replicas.broker_id}", request_timeout_ms)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def send(
@@ -145,15 +145,7 @@ class TransactionMarkerChannelManager:
         endpoint = self.cache.brokers.get(leader)
         if endpoint is None:
             return dict.fromkeys(partitions, ErrorCode.not_leader_or_follower)
-        key = (endpoint.host, endpoint.port)
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = BrokerClient(
-                endpoint.host,
-                endpoint.port,
-                f"broker-{self.replicas.broker_id}",
-                self.request_timeout_ms,
-            )
+        client = self._clients.get(endpoint.host, endpoint.port)
         try:
             response = await client.send(_request(markers, partitions))
         except BrokerUnavailable as e:
@@ -172,9 +164,7 @@ class TransactionMarkerChannelManager:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        clients, self._clients = self._clients, {}
-        for client in clients.values():
-            await client.close()
+        await self._clients.close()
 
 
 def _request(

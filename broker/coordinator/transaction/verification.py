@@ -19,7 +19,7 @@ from kio.static.primitive import i16, i32
 from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
 from tierbroker.broker.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
-from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.network.broker_client import BrokerClients, BrokerUnavailable
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -37,8 +37,7 @@ class TransactionVerifier:
         self.broker_id = broker_id
         self.coordinator = coordinator
         self.cache = cache
-        self.request_timeout_ms = request_timeout_ms
-        self._clients: dict[tuple[str, int], BrokerClient] = {}
+        self._clients = BrokerClients(f"broker-{broker_id}", request_timeout_ms)
 
     async def verify(
         self,
@@ -58,12 +57,7 @@ class TransactionVerifier:
         endpoint = self.cache.brokers.get(leader)
         if endpoint is None:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        key = (endpoint.host, endpoint.port)
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = BrokerClient(
-                endpoint.host, endpoint.port, f"broker-{self.broker_id}", self.request_timeout_ms
-            )
+        client = self._clients.get(endpoint.host, endpoint.port)
         try:
             response = await client.send(
                 _request(transactional_id, producer_id, producer_epoch, partitions)
@@ -81,9 +75,7 @@ class TransactionVerifier:
         }
 
     async def close(self) -> None:
-        clients, self._clients = self._clients, {}
-        for client in clients.values():
-            await client.close()
+        await self._clients.close()
 
 
 def _request(
