@@ -9,8 +9,10 @@ gone; leadership moving, a leader unreachable and too few replicas are retried a
 `retry_backoff_ms`; INVALID_PRODUCER_EPOCH and TRANSACTION_COORDINATOR_FENCED mean a
 newer coordinator or producer took over, and the task stops there without completing.
 Once every partition is done the task hands over to `on_written` (the coordinator writes
-CompleteCommit or CompleteAbort). A task that fails unexpectedly is logged; the
-coordinator's next load sends the markers again.
+CompleteCommit or CompleteAbort). An unexpected error writing through one leader (a
+malformed answer, a bug) is logged and its partitions retried like the others: a
+transaction left prepared would hold its producer at CONCURRENT_TRANSACTIONS. A task
+that still fails is logged; the coordinator's next load sends its markers again.
 """
 
 from __future__ import annotations
@@ -111,10 +113,20 @@ class TransactionMarkerChannelManager:
                     left.discard(tp)  # deleted: nothing to mark, as Kafka drops it
                     continue
                 by_leader.setdefault(self.cache.leader(tp), []).append(tp)
+            groups = list(by_leader.items())
             rounds = await asyncio.gather(
-                *(self._write(leader, markers, tps) for leader, tps in by_leader.items())
+                *(self._write(leader, markers, tps) for leader, tps in groups),
+                return_exceptions=True,
             )
-            for errors in rounds:
+            for (leader, _), errors in zip(groups, rounds, strict=True):
+                if isinstance(errors, BaseException):  # a bug or a peer's bad answer
+                    log.error(
+                        "%s: writing markers through broker %d failed; retrying",
+                        markers.transactional_id,
+                        leader,
+                        exc_info=errors,
+                    )
+                    continue
                 for tp, error in errors.items():
                     if error == ErrorCode.none:
                         left.discard(tp)
