@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
@@ -38,6 +39,13 @@ KeyDelimiter = Annotated[
     str | None, typer.Option("--key-delimiter", "-K", help="split key and value at this string")
 ]
 FORMAT_FIELDS = "ktpoTsh"
+
+
+class IsolationLevel(StrEnum):
+    read_uncommitted = "read_uncommitted"  # kafka-console-consumer's default too
+    read_committed = "read_committed"
+
+
 TAIL_BASE = -2000  # librdkafka's RD_KAFKA_OFFSET_TAIL_BASE: -2000 - N is "N before the end"
 
 
@@ -166,6 +174,13 @@ def consume(
     print_headers: Annotated[
         bool, typer.Option("--print-headers", help="append TAB and k=v,k2=v2 to each line")
     ] = False,
+    isolation_level: Annotated[
+        IsolationLevel,
+        typer.Option(
+            "--isolation-level",
+            help="read_committed: only committed transactions, up to the last stable offset",
+        ),
+    ] = IsolationLevel.read_uncommitted,
     fmt: Annotated[
         str | None,
         typer.Option(
@@ -216,6 +231,7 @@ def consume(
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": exit_at_end,
+        "isolation.level": isolation_level.value,
         # librdkafka stops fetching for this long once its prefetch queue is full (default
         # 1000 ms): a Python reader slower than the broker would wait whole seconds.
         "fetch.queue.backoff.ms": 10,

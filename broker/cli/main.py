@@ -12,7 +12,7 @@ the start (every log dir failed, an unexpected error) is one line with exit code
 `tierbroker export` writes a topic's remote tier to Parquet straight from the object
 store (`pipeline.jobs.export`). `tierbroker demo` runs a racked, tiered cluster in this
 process and shows it at work (`broker.cli.demo`). The commands that work with a
-running broker (`topic`, `produce`, `consume`, `group`, `cluster`, `tier status`) live
+running broker (`topic`, `produce`, `consume`, `group`, `cluster`, `tier status`, `txn`) live
 in `broker.cli` and load the client library only when they run, so `serve` starts
 without it.
 """
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from tierbroker.broker.cli import clients, cluster, groups, partitions, tier, topics
+from tierbroker.broker.cli import clients, cluster, groups, partitions, tier, topics, transactions
 from tierbroker.broker.cli.common import command_group
 from tierbroker.broker.network.request_log import REQUEST_LOGGER
 
@@ -210,6 +210,7 @@ app.add_typer(groups.app, name="group")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(partitions.app, name="partition")
 app.add_typer(tier.app, name="tier")
+app.add_typer(transactions.app, name="txn")
 
 
 @app.command()

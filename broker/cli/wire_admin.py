@@ -18,6 +18,7 @@ from typing import NamedTuple, TypeVar
 
 from kio.schema.alter_partition_reassignments.v0 import request as alter
 from kio.schema.describe_configs.v4 import request as describe
+from kio.schema.find_coordinator.v4 import request as find
 from kio.schema.incremental_alter_configs.v1 import request as incremental
 from kio.schema.list_partition_reassignments.v0 import request as listing
 from kio.schema.metadata.v12 import request as metadata
@@ -32,6 +33,7 @@ from tierbroker.protocol.errors import ErrorCode
 CLIENT_ID = "tierbroker-cli"
 T = TypeVar("T")
 BROKER_RESOURCE = 4
+TRANSACTION_KEY = i8(1)  # FindCoordinator's key type of a transactional id
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
 CONFIG_SOURCES = {
     1: "DYNAMIC_TOPIC_CONFIG",
@@ -146,14 +148,47 @@ class WireAdmin:
     async def _node(self, broker_id: int | None, topics: Sequence[str] = ()) -> BrokerClient:
         """A client of broker `broker_id`, or of the controller (None)."""
         answer = await self._metadata(topics)
-        wanted = answer.controller_id if broker_id is None else broker_id
+        return self._client_of(answer, answer.controller_id if broker_id is None else broker_id)
+
+    def _client_of(self, answer: MetadataResponse, broker_id: int) -> BrokerClient:
         for broker in answer.brokers:
-            if broker.node_id == wanted:
+            if broker.node_id == broker_id:
                 return self._clients.get(broker.host, int(broker.port))
         raise WireError(
             f"{self.bootstrap} names no "
-            + ("controller" if broker_id is None else f"broker {broker_id}")
+            + ("controller" if broker_id < 0 else f"broker {broker_id}")
         )
+
+    async def brokers(self) -> dict[int, BrokerClient]:
+        """A client of each broker in the cluster, by id."""
+        answer = await self._metadata(())
+        return {
+            int(b.node_id): self._clients.get(b.host, int(b.port))
+            for b in sorted(answer.brokers, key=lambda b: b.node_id)
+        }
+
+    async def leader(self, topic: str, partition: int) -> BrokerClient:
+        """A client of the partition's leader."""
+        answer = await self._metadata([topic])
+        for t in answer.topics:
+            if t.error_code != ErrorCode.none:
+                raise WireError(f"topic {topic}: {error_text(t.error_code, None)}")
+            for p in t.partitions:
+                if p.partition_index == partition and p.leader_id >= 0:
+                    return self._client_of(answer, int(p.leader_id))
+        raise WireError(f"{topic}:{partition} has no leader")
+
+    async def transaction_coordinator(self, transactional_id: str) -> tuple[int, BrokerClient]:
+        """The id and a client of the broker coordinating `transactional_id`."""
+        answer = await (await self._node(None)).send(
+            find.FindCoordinatorRequest(
+                key_type=TRANSACTION_KEY, coordinator_keys=(transactional_id,)
+            )
+        )
+        [found] = answer.coordinators
+        if found.error_code != ErrorCode.none:
+            raise WireError(error_text(found.error_code, found.error_message))
+        return int(found.node_id), self._clients.get(found.host, int(found.port))
 
     # Broker configs ------------------------------------------------------------------
 

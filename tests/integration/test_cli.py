@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
@@ -406,6 +406,45 @@ def test_tier_status_finds_the_broker_and_fits_80_columns(broker: BrokerProcess)
     assert "t-tiered" in table and "2000" in table
     assert table.startswith("remote storage: healthy")
     assert all(len(line) <= 80 for line in table.splitlines()), table
+
+
+def test_txn_finds_and_aborts_a_hanging_transaction(broker: BrokerProcess) -> None:
+    """A transaction left open: `txn list` and `describe` show it ongoing, `producers`
+    where it starts, and `abort --start-offset` ends it on the partition, as
+    kafka-transactions.sh does."""
+    cli(broker, "topic", "create", "t-txn", "-p", "1")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-cli"})
+    p.init_transactions(CLI_TIMEOUT_S)
+    p.begin_transaction()
+    p.produce("t-txn", b"committed")
+    p.commit_transaction(CLI_TIMEOUT_S)  # the record at 0, its marker at 1
+    p.begin_transaction()
+    p.produce("t-txn", b"left open")
+    p.flush(CLI_TIMEOUT_S)
+
+    [listed] = [
+        t
+        for t in cli_json(broker, "txn", "list", "--state", "Ongoing")
+        if t["transactional_id"] == "tx-cli"
+    ]
+    described = cli_json(broker, "txn", "describe", "tx-cli")
+    assert described["state"] == "Ongoing" and described["partitions"] == ["t-txn-0"]
+    assert described["producer_id"] == listed["producer_id"]
+    [producer] = cli_json(broker, "txn", "producers", "-t", "t-txn", "-p", "0")
+    assert producer["producer_id"] == listed["producer_id"]
+    assert producer["current_txn_start_offset"] == 2
+
+    assert_one_line_error(
+        cli(broker, "txn", "abort", "-t", "t-txn", "-p", "0", "--start-offset", "1", ok=False),
+        "no transaction open at offset 1",
+    )
+    assert cli(broker, "txn", "abort", "-t", "t-txn", "-p", "0", ok=False).returncode == 2
+    cli(broker, "txn", "abort", "-t", "t-txn", "-p", "0", "--start-offset", "2")
+    [producer] = cli_json(broker, "txn", "producers", "-t", "t-txn", "-p", "0")
+    assert producer["current_txn_start_offset"] == -1
+    committed = cli(broker, "consume", "t-txn", "-e", "--isolation-level", "read_committed")
+    assert committed.stdout.splitlines() == ["committed"]
+    assert cli(broker, "consume", "t-txn", "-e").stdout.splitlines() == ["committed", "left open"]
 
 
 def test_errors_are_one_line(broker: BrokerProcess) -> None:
