@@ -51,6 +51,7 @@ class ExportArgs:
     cluster: str | None
     entropy_bits: int
     partitions: str | None
+    isolation_level: IsolationLevel
     options: tuple[str, ...]
     segments_per_job: int
     max_segments: int
@@ -59,6 +60,11 @@ class ExportArgs:
 
 class Format(StrEnum):
     parquet = "parquet"
+
+
+class IsolationLevel(StrEnum):
+    read_uncommitted = "read_uncommitted"
+    read_committed = "read_committed"
 
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -83,6 +89,13 @@ def command(
     partitions: Annotated[
         str | None, typer.Option(help="comma-separated partition numbers (default: all)")
     ] = None,
+    isolation_level: Annotated[
+        IsolationLevel,
+        typer.Option(
+            help="read_committed: no record of an aborted transaction, nor control records; "
+            "a segment past what the store proves decided waits for a later run"
+        ),
+    ] = IsolationLevel.read_uncommitted,
     options: Annotated[
         list[str] | None,
         typer.Option(
@@ -110,6 +123,7 @@ def command(
         cluster,
         entropy_bits,
         partitions,
+        isolation_level,
         tuple(options or ()),
         segments_per_job,
         max_segments,
@@ -140,6 +154,8 @@ def source_options(args: ExportArgs) -> dict[str, str]:
         options["key.prefix.entropy.bits"] = str(args.entropy_bits)
     if args.partitions:
         options["partitions"] = args.partitions
+    if args.isolation_level is IsolationLevel.read_committed:
+        options["kafka.isolation.level"] = "read_committed"
     for item in args.options:
         key, sep, value = item.partition("=")
         if not sep:
@@ -214,15 +230,24 @@ def _session(master: str) -> Any:
 
 def remote_segments(options: dict[str, str]) -> dict[str, RemoteSegment]:
     """The topic's remote segments by id, listed from the store, without Spark. Raises
-    ValueError for a storage URL or an option that does not work."""
-    from tierbroker.pipeline.spark.options import ReadOptions
-    from tierbroker.pipeline.spark.plan import RemoteSlice, plan
+    ValueError for a storage URL or an option that does not work.
 
+    Read committed, a segment reaching past what the store proves decided is left for a
+    later run: its marker would otherwise claim records it could not export."""
+    from tierbroker.pipeline.spark.bounds import TopicView, resolve
+    from tierbroker.pipeline.spark.options import ReadOptions
+    from tierbroker.pipeline.spark.plan import RemoteSlice, plan_ranges
+
+    read = ReadOptions.parse(options)
     segments: dict[str, RemoteSegment] = {}
-    for task in plan(ReadOptions.parse(options)):
-        for piece in task.pieces:
-            if isinstance(piece, RemoteSlice):
-                segments.setdefault(piece.segment.segment_id, piece.segment)
+    with TopicView(read) as view:
+        for task in plan_ranges(view, read, resolve(view, read)):
+            stable_end = view.stable_end((task.topic, task.partition))
+            for piece in task.pieces:
+                if not isinstance(piece, RemoteSlice):
+                    continue
+                if stable_end is None or piece.segment.end_offset < stable_end:
+                    segments.setdefault(piece.segment.segment_id, piece.segment)
     return segments
 
 

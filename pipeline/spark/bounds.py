@@ -108,6 +108,13 @@ class TopicView:
             self._ranges[tp] = cached
         return cached
 
+    def stable_end(self, tp: TopicPartitionKey) -> int | None:
+        """Read committed: the offset the remote tier is read to, exclusive (what the store
+        proves decided); None when reading uncommitted."""
+        self.ranges(tp)
+        committed = self._committed.get(tp)
+        return None if committed is None else committed.stable_end
+
     def _marks(self, tp: TopicPartitionKey) -> tuple[int, int] | None:
         if self.broker is None:
             return None

@@ -329,10 +329,13 @@ def test_unknown_and_unsupported_options_are_refused(spark: Any, local_tier: Tie
     assert "kafka.isolation.level=serializable" in message
 
 
-def test_read_committed_leaves_out_aborted_transactions(spark: Any, local_tier: Tier) -> None:
+def test_read_committed_leaves_out_aborted_transactions(
+    spark: Any, local_tier: Tier, tmp_path: Path
+) -> None:
     """From the object store alone, the committed records up to what it proves decided;
     through the brokers too, every committed record; read uncommitted, the aborted ones
-    as well (never the markers)."""
+    as well (never the markers). The export job read committed exports whole segments
+    below what the store proves decided, and leaves the one past it for a later run."""
     topic = transactional_topic(local_tier.broker, f"spark-txn-{uuid.uuid4().hex[:6]}")
 
     def values(**options: str) -> list[tuple[int, bytes]]:
@@ -349,6 +352,26 @@ def test_read_committed_leaves_out_aborted_transactions(spark: Any, local_tier: 
     assert [v for _, v in everything] == topic.committed
     uncommitted = [v for _, v in values(**broker)]
     assert len(uncommitted) == 120 + 2  # every data record, markers left out
+
+    from tierbroker.pipeline.jobs import export
+
+    def export_to(out: Path, *more: str) -> None:
+        assert (
+            export.main(
+                ["--storage", topic.storage, "--topic", topic.name, "--to", str(out), *more]
+            )
+            == 0
+        )
+
+    out = tmp_path / "committed"
+    export_to(out, "--isolation-level", "read_committed")
+    table = ds.dataset(out, format="parquet", partitioning="hive").to_table()
+    exported = [bytes(r["value"]) for r in sorted(table.to_pylist(), key=lambda r: r["offset"])]
+    assert exported and exported == topic.committed[: len(exported)]
+    markers = [json.loads(m.read_text()) for m in (out / "_exported_segments").iterdir()]
+    assert max(m["end_offset"] for m in markers) < topic.open_at
+    export_to(tmp_path / "all")  # read uncommitted: every segment
+    assert len(list((tmp_path / "all" / "_exported_segments").iterdir())) > len(markers)
 
 
 # The export job -----------------------------------------------------------------------------
