@@ -28,11 +28,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),  # DeleteRecords
     22: (0, 6),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch
-    24: (0, 4),  # AddPartitionsToTxn (v4: from brokers, verifying: KIP-890 part 1)
-    25: (0, 3),  # AddOffsetsToTxn
-    26: (0, 3),  # EndTxn
-    27: (1, 1),  # WriteTxnMarkers
-    28: (0, 3),  # TxnOffsetCommit
+    24: (0, 5),  # AddPartitionsToTxn (v4+: from brokers, verifying or adding: KIP-890)
+    25: (0, 4),  # AddOffsetsToTxn
+    26: (0, 5),  # EndTxn (v5: transactions v2, KIP-890 part 2)
+    27: (1, 2),  # WriteTxnMarkers
+    28: (0, 5),  # TxnOffsetCommit (v5: transactions v2)
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
     35: (1, 5),  # DescribeLogDirs

@@ -306,14 +306,19 @@ class Log:
         )
 
     def append_end_txn_marker(
-        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, leader_epoch: int
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTxnMarker,
+        leader_epoch: int,
+        transaction_version: int = 0,
     ) -> LogAppendInfo:
         """Write a transaction coordinator's marker (WriteTxnMarkers) as a control batch.
 
         Raises INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED for a marker of
-        an older producer or coordinator epoch, before anything is written.
+        an older producer or coordinator epoch (`check_marker`), before anything is written.
         """
-        self.producer_state.check_marker(producer_id, producer_epoch, marker)
+        self.producer_state.check_marker(producer_id, producer_epoch, marker, transaction_version)
         data = bytearray(build_end_txn_marker(producer_id, producer_epoch, marker, now_ms()))
         batch = BatchView(data)
         offset = self.log_end_offset

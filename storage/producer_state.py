@@ -213,18 +213,25 @@ class ProducerStateManager:
                 f"{batch.producer_epoch} is older than {entry.epoch}",
             )
 
-    def check_marker(self, producer_id: int, epoch: int, marker: EndTxnMarker) -> None:
+    def check_marker(
+        self, producer_id: int, epoch: int, marker: EndTxnMarker, transaction_version: int = 0
+    ) -> None:
         """Validate an end-transaction marker from a transaction coordinator, as Kafka's
         ProducerAppendInfo.appendEndTxnMarker: an older producer epoch is
-        INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED."""
+        INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED.
+        Transactions v2 end at a bumped epoch: their marker must come with a newer epoch
+        than the producer's, unless it repeats one already written (no transaction open)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return
-        if epoch < entry.epoch:
+        v2 = transaction_version >= 2
+        stale = epoch <= entry.epoch if v2 else epoch < entry.epoch
+        repeated = v2 and epoch == entry.epoch and entry.current_txn_first_offset == NO_TXN
+        if stale and not repeated:
             raise KafkaError(
                 ErrorCode.invalid_producer_epoch,
                 f"{self.topic_partition}: marker of producer {producer_id} at epoch {epoch}, "
-                f"older than {entry.epoch}",
+                f"{'not newer' if v2 else 'older'} than {entry.epoch}",
             )
         if marker.coordinator_epoch < entry.coordinator_epoch:
             raise KafkaError(

@@ -172,8 +172,8 @@ State = Annotated[
     typer.Option("--state", help="repeatable: Ongoing, PrepareCommit, CompleteAbort, ..."),
 ]
 ProducerIds = Annotated[list[int] | None, typer.Option("--producer-id", help="repeatable")]
-Topic = Annotated[str, typer.Option("--topic", "-t")]
-Partition = Annotated[int, typer.Option("--partition", "-p")]
+Topic = Annotated[str, typer.Option("--topic", "-t", help="the partition's topic")]
+Partition = Annotated[int, typer.Option("--partition", "-p", help="the partition's number")]
 
 
 @app.command("list")
@@ -282,9 +282,16 @@ def abort(
         int | None,
         typer.Option("--start-offset", help="the first offset of the transaction to abort"),
     ] = None,
-    producer_id: Annotated[int | None, typer.Option("--producer-id")] = None,
-    producer_epoch: Annotated[int | None, typer.Option("--producer-epoch")] = None,
-    coordinator_epoch: Annotated[int | None, typer.Option("--coordinator-epoch")] = None,
+    producer_id: Annotated[
+        int | None, typer.Option("--producer-id", help="the producer whose transaction to abort")
+    ] = None,
+    producer_epoch: Annotated[
+        int | None, typer.Option("--producer-epoch", help="its epoch (txn producers shows it)")
+    ] = None,
+    coordinator_epoch: Annotated[
+        int | None,
+        typer.Option("--coordinator-epoch", help="its coordinator's epoch (txn producers)"),
+    ] = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
     timeout: Timeout = 10.0,
 ) -> None:

@@ -199,6 +199,9 @@ class BrokerConfig(BaseModel):
     transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(
         3_600_000, alias="transaction.remove.expired.transaction.cleanup.interval.ms", ge=1
     )
+    # The transaction.version feature level this broker finalizes (Kafka's is set with
+    # kafka-features.sh): 2 is KIP-890's transactions v2, 1 and 0 the protocol before it.
+    transaction_version: int = Field(2, alias="transaction.version", ge=0, le=2)
     request_timeout_ms: int = Field(30_000, alias="request.timeout.ms", ge=1)
     producer_id_expiration_ms: int = Field(86_400_000, alias="producer.id.expiration.ms", ge=1)
     producer_id_expiration_check_interval_ms: int = Field(

@@ -23,6 +23,7 @@ from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.network.broker_client import BrokerClient, BrokerClients, BrokerUnavailable
 from tierbroker.broker.replication.replica_manager import ReplicaManager
+from tierbroker.broker.replication.transaction_verification import TransactionSupportedOperation
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import (
     BatchView,
@@ -105,12 +106,15 @@ class InternalTopic:
         self,
         partition: int,
         records: list[tuple[bytes, bytes | None]],
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
+        operation: TransactionSupportedOperation,
     ) -> int:
         """Append records in a producer's transaction (offsets a transaction commits), as the
-        partition's leader, acks=all; its marker makes them count. Raises NOT_LEADER_OR_FOLLOWER
-        if the partition is not led here."""
+        partition's leader, acks=all, once the transaction's coordinator confirms (or adds)
+        the partition; its marker makes them count. Raises NOT_LEADER_OR_FOLLOWER if the
+        partition is not led here."""
         tp = TopicPartition(self.name, partition)
         batch = build_batch(
             [(key, value, [], now_ms()) for key, value in records],
@@ -119,8 +123,11 @@ class InternalTopic:
             base_sequence=0,
             is_transactional=True,
         )
-        options = AppendOptions(origin=AppendOrigin.COORDINATOR)
-        result = (await self.replicas.append_records({tp: batch}, -1, self.timeout_ms, options))[tp]
+        options = AppendOptions(transactional_id, AppendOrigin.COORDINATOR)
+        appended = await self.replicas.append_records(
+            {tp: batch}, -1, self.timeout_ms, options, operation
+        )
+        result = appended[tp]
         if result.error != ErrorCode.none:
             raise KafkaError(result.error, f"appending to {tp} failed: {result.error.name}")
         return result.base_offset

@@ -17,6 +17,9 @@ from typing import Any
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
 from tierbroker.broker.metadata.topic_admin import validate_topic_name
 from tierbroker.broker.replication.replica_manager import ProduceResult
+from tierbroker.broker.replication.transaction_verification import (
+    TransactionSupportedOperation,
+)
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records.batch import LOG_OVERHEAD, whole_batches_size
@@ -63,6 +66,7 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
         body.acks,
         int(body.timeout.total_seconds() * 1000),
         AppendOptions(transactional_id=body.transactional_id),
+        TransactionSupportedOperation.of_produce(request.api_version),
     )
     for tp, result in appended.items():
         if result.error == ErrorCode.none:

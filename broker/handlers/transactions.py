@@ -15,13 +15,16 @@ from typing import Any
 
 from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
 from tierbroker.broker.coordinator.group.records import OffsetValue
-from tierbroker.broker.coordinator.transaction.metadata import TransactionState
+from tierbroker.broker.coordinator.transaction.metadata import TV_2, TransactionState
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
     field,
     make,
     response_module,
+)
+from tierbroker.broker.replication.transaction_verification import (
+    TransactionSupportedOperation,
 )
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
@@ -42,8 +45,8 @@ def fenced_as(error: ErrorCode, version: int, since: int) -> ErrorCode:
 async def handle_add_partitions_to_txn(
     ctx: BrokerContext, request: Request, _splicer: object
 ) -> Any:
-    """From producers (v0-3), or from partition leaders checking a transaction (v4,
-    VerifyOnly: KIP-890 part 1)."""
+    """From producers (v0-3), or from partition leaders (v4+): checking a transaction has
+    a partition (VerifyOnly: KIP-890 part 1) or adding it (transactions v2, part 2)."""
     m = response_module(request.api_key, request.api_version)
     body = request.body
     if request.api_version >= 4:
@@ -87,9 +90,9 @@ async def _verify_or_add(ctx: BrokerContext, m: Any, txn: Any) -> Any:
         errors = coordinator.verify(
             txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
         )
-    else:
+    else:  # a leader adding a transaction's partition for a client of transactions v2
         error = await coordinator.add_partitions(
-            txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, TV_2
         )
         errors = dict.fromkeys(wanted, error)
     return make(
@@ -141,15 +144,23 @@ async def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request, _splic
 
 
 async def handle_end_txn(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
+    """EndTxn; v5 is transactions v2's: the answer names the producer id and epoch the
+    producer goes on with."""
     m = response_module(request.api_key, request.api_version)
     body = request.body
-    error = await ctx.transactions.end_transaction(
-        body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+    result = await ctx.transactions.end_transaction(
+        body.transactional_id,
+        body.producer_id,
+        body.producer_epoch,
+        body.committed,
+        TV_2 if request.api_version >= 5 else 0,
     )
     return make(
         m.EndTxnResponse,
         throttle_time=NO_THROTTLE,
-        error_code=fenced_as(error, request.api_version, 2),
+        error_code=fenced_as(result.error, request.api_version, 2),
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
     )
 
 
@@ -172,9 +183,11 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request, _splice
         field(body, "member_id", ""),
         field(body, "group_instance_id"),
         field(body, "generation_id", -1),
+        body.transactional_id,
         body.producer_id,
         body.producer_epoch,
         offsets,
+        TransactionSupportedOperation.of_txn_offset_commit(request.api_version),
     )
     return make(
         m.TxnOffsetCommitResponse,
@@ -209,6 +222,7 @@ async def handle_write_txn_markers(ctx: BrokerContext, request: Request, _splice
             EndTxnMarker(kind, marker.coordinator_epoch),
             partitions,
             ctx.config.request_timeout_ms,
+            field(marker, "transaction_version", 0),
         )
         results.append(
             make(

@@ -223,12 +223,12 @@ class Partition:
         return info
 
     def append_end_txn_marker(
-        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker
+        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, transaction_version: int
     ) -> LogAppendInfo:
         """Write a transaction coordinator's marker as leader, as acks=all."""
         self._check_min_isr(-1)
         info = self.log.append_end_txn_marker(
-            producer_id, producer_epoch, marker, self.leader_epoch
+            producer_id, producer_epoch, marker, self.leader_epoch, transaction_version
         )
         self.maybe_increment_leader_hw(now_ms())
         return info

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -43,6 +43,11 @@ from tierbroker.broker.replication.partition import (
 from tierbroker.broker.replication.purgatory import Purgatory
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from tierbroker.broker.replication.tier_state_machine import TierStateMachine
+from tierbroker.broker.replication.transaction_verification import (
+    TransactionSupportedOperation,
+    TransactionVerifier,
+    producer_error,
+)
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import BATCH_HEADER_SIZE, BatchView, InvalidRecordError
 from tierbroker.protocol.records.control import EndTxnMarker
@@ -62,23 +67,6 @@ from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
-
-TransactionVerifier = Callable[
-    [str, int, int, set[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]
-]
-"""(transactional id, producer id, epoch, partitions) -> each partition's error."""
-
-# What a producer is told when its transaction's coordinator did not confirm it (Kafka's
-# ReplicaManager after AddPartitionsToTxnManager): retriable ones as NOT_ENOUGH_REPLICAS.
-_VERIFICATION_ERRORS = {
-    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
-    ErrorCode.invalid_producer_epoch: ErrorCode.invalid_producer_epoch,
-    ErrorCode.concurrent_transactions: ErrorCode.not_enough_replicas,
-    ErrorCode.coordinator_load_in_progress: ErrorCode.not_enough_replicas,
-    ErrorCode.coordinator_not_available: ErrorCode.not_enough_replicas,
-    ErrorCode.not_coordinator: ErrorCode.not_enough_replicas,
-    ErrorCode.request_timed_out: ErrorCode.not_enough_replicas,
-}
 
 FREEZE_EVERY_PARTITIONS = 256  # partitions led between two freezes of the heap
 PARTITIONS_PER_TURN = 100  # role changes applied between two turns of the event loop
@@ -154,7 +142,7 @@ class ReplicaManager:
         self.progress_listeners: list[Callable[[TopicPartition], None]] = []
         # (partition, producer id, marker) of each end-transaction marker written and replicated
         self.txn_marker_listeners: list[Callable[[TopicPartition, int, EndTxnMarker], None]] = []
-        # KIP-890: asks a transaction's coordinator whether it has these partitions
+        # KIP-890: asks a transaction's coordinator whether it has (or to add) these partitions
         self.verify_transaction: TransactionVerifier | None = None
         self._deltas: asyncio.Queue[MetadataDelta] = asyncio.Queue()
         self._applier: asyncio.Task[None] | None = None
@@ -461,16 +449,18 @@ class ReplicaManager:
         required_acks: int = 1,
         timeout_ms: int = 0,
         options: AppendOptions = CLIENT_APPEND,
+        operation: TransactionSupportedOperation = TransactionSupportedOperation.DEFAULT_ERROR,
     ) -> dict[TopicPartition, ProduceResult]:
         """Append to each partition as leader; with acks=all, wait until the ISR has the
-        records (or `timeout_ms`). Errors stay per partition.
+        records (or `timeout_ms`). Errors stay per partition. `operation`: what the request
+        allows when a transaction's first batch to a partition is checked.
 
         An append that fails on I/O (ENOSPC, EIO) left nothing behind; it is answered
         KAFKA_STORAGE_ERROR and takes its log dir offline.
         """
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, int] = {}  # partition -> the offset the HW must pass
-        per_partition = await self._verified(entries, options, results)
+        per_partition = await self._verified(entries, options, operation, results)
         for tp, records in entries.items():
             if tp in results:
                 continue  # refused by the transaction's coordinator
@@ -518,14 +508,15 @@ class ReplicaManager:
         self,
         entries: dict[TopicPartition, bytes],
         options: AppendOptions,
+        operation: TransactionSupportedOperation,
         results: dict[TopicPartition, ProduceResult],
     ) -> dict[TopicPartition, AppendOptions]:
         """KIP-890 part 1: a transaction's first batch to a partition is appended only if its
         coordinator confirms the transaction has the partition (else a produce after an
-        abort, or without AddPartitionsToTxn, would open a transaction no marker closes).
-        Returns each checked partition's options with its guard; refusals go to `results`,
-        as Kafka answers them: INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH for a fenced
-        producer, NOT_ENOUGH_REPLICAS (retriable) while the coordinator cannot answer."""
+        abort, or without AddPartitionsToTxn, would open a transaction no marker closes);
+        part 2: for transactions v2 the coordinator adds it. Returns each checked
+        partition's options with its guard; refusals go to `results`, as Kafka answers
+        them (`producer_error`)."""
         transactional_id = options.transactional_id
         if transactional_id is None or self.verify_transaction is None:
             return {}
@@ -544,7 +535,7 @@ class ReplicaManager:
             return {}
         first = next(iter(checks.values()))[0]
         errors = await self.verify_transaction(
-            transactional_id, first.producer_id, first.producer_epoch, set(checks)
+            transactional_id, first.producer_id, first.producer_epoch, set(checks), operation.adds
         )
         verified: dict[TopicPartition, AppendOptions] = {}
         for tp, (batch, guard) in checks.items():
@@ -555,7 +546,7 @@ class ReplicaManager:
             partition = self.partitions.get(tp)
             if partition is not None:
                 partition.log.producer_state.end_verification(batch.producer_id, guard)
-            code = _VERIFICATION_ERRORS.get(error, ErrorCode.invalid_txn_state)
+            code = producer_error(error, operation)
             log.info(
                 "transactional produce of %r to %s refused: its coordinator answered %s",
                 transactional_id,
@@ -572,9 +563,11 @@ class ReplicaManager:
         marker: EndTxnMarker,
         partitions: list[TopicPartition],
         timeout_ms: int,
+        transaction_version: int,
     ) -> dict[TopicPartition, ErrorCode]:
         """WriteTxnMarkers, one marker to each partition led here, acks=all; each partition's
-        error. The marker listeners hear of each written one (the group coordinator makes
+        error. `transaction_version`: the client's, which says how the marker's epoch is
+        checked. The marker listeners hear of each written one (the group coordinator makes
         the offsets a transaction committed visible)."""
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, int] = {}
@@ -585,7 +578,9 @@ class ReplicaManager:
             partition: Partition | None = None
             try:
                 partition = self.partition_or_error(tp)
-                info = partition.append_end_txn_marker(producer_id, producer_epoch, marker)
+                info = partition.append_end_txn_marker(
+                    producer_id, producer_epoch, marker, transaction_version
+                )
             except OSError as e:
                 assert partition is not None
                 error = self.log_manager.storage_error(

@@ -579,6 +579,7 @@ def _transaction_config(c: BrokerConfig) -> TransactionConfig:
         max_timeout_ms=c.transaction_max_timeout_ms,
         id_expiration_ms=c.transactional_id_expiration_ms,
         request_timeout_ms=c.request_timeout_ms,
+        transaction_version=c.transaction_version,
     )
 
 

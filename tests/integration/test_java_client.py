@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from pathlib import Path
 
 import pytest
 
 from tests.apache_kafka import run_java
+from tests.integration.broker_process import BrokerProcess
 
 # A result's name; the client's own log lines start with a time or a class name.
 RESULT = re.compile(r"([a-z][a-z0-9_.]*) (.+)")
@@ -209,4 +211,49 @@ def test_the_admin_api_answers_as_apache_kafka(
         "elect_preferred": "ok" if brokers > 1 else "ElectionNotNeededException",
         "log_dirs_brokers": str(brokers),
         "log_dirs_replicas": str(3 * replicas),
+    }
+
+
+TRANSACTIONS = {
+    "state": "CompleteCommit",
+    "committed_offset": "7",
+    "read_committed": "c0,c1,c2,c3,c4,c5,c6",
+    "read_uncommitted": "c0,c1,c2,c3,c4,a0,a1,a2,a3,a4,c5,c6",
+}
+
+
+def test_transactions_commit_abort_send_offsets_and_fence_as_on_apache_kafka(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Transactions v2, as both brokers finalize `transaction.version` 2: every transaction
+    ends at the next epoch (three, then one more after the fencing InitProducerId's)."""
+    name = unique("java-txn")
+    printed = both(request, "single", "Transactions.java", name, name, name)
+    assert printed == {
+        **TRANSACTIONS,
+        "epoch_after_three": "3",
+        "epoch_after_fencing_and_one_more": "5",
+        # its first batch, added by the partition's leader, meets the bumped epoch
+        "fenced_at_send": "InvalidProducerEpochException",
+        "fenced_at_commit": "InvalidProducerEpochException",
+    }
+
+
+def test_transactions_v1_when_the_broker_finalizes_an_older_version(tmp_path: Path) -> None:
+    """With `transaction.version` 1 the Java client keeps to transactions v1: explicit
+    AddPartitionsToTxn and AddOffsetsToTxn, and the epoch only bumped by InitProducerId."""
+    broker = BrokerProcess(tmp_path, {"transaction.version": "1"})
+    broker.start()
+    try:
+        name = unique("java-txn-v1")
+        printed = results(run_java("Transactions.java", broker.bootstrap, name, name, name))
+    finally:
+        broker.stop()
+    assert printed == {
+        **TRANSACTIONS,
+        "epoch_after_three": "0",
+        "epoch_after_fencing_and_one_more": "1",
+        # AddPartitionsToTxn, sent before its first batch, meets the bumped epoch
+        "fenced_at_send": "ProducerFencedException",
+        "fenced_at_commit": "ProducerFencedException",
     }

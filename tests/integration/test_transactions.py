@@ -384,9 +384,15 @@ def _init(client: WireClient, transactional_id: str) -> tuple[int, int]:
 
 
 def _txn_produce(
-    client: WireClient, transactional_id: str, topic: str, pid: int, epoch: int, seq: int
+    client: WireClient,
+    transactional_id: str,
+    topic: str,
+    pid: int,
+    epoch: int,
+    seq: int,
+    version: int = 9,
 ) -> ErrorCode:
-    m = request_module(0, 9)
+    m = request_module(0, version)
     batch = build_batch(
         [(None, b"v%d" % seq, (), int(time.time() * 1000))],
         producer_id=pid,
@@ -483,6 +489,67 @@ def test_what_a_transaction_does_not_allow_is_refused_and_not_written(
         )
     assert [v for _, v in read(broker, topic, "read_uncommitted", 1)] == [b"v0"]
     assert "transactional produce of" in broker.log()
+
+
+def _end_v2(
+    client: WireClient, transactional_id: str, pid: int, epoch: int, commit: bool
+) -> tuple[ErrorCode, int, int]:
+    """EndTxn v5 (transactions v2): its error and the producer id and epoch it answers."""
+    m = request_module(26, 5)
+    response = client.request(
+        m.EndTxnRequest(
+            transactional_id=transactional_id,
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=commit,
+        )
+    )
+    return ErrorCode(response.error_code), response.producer_id, response.producer_epoch
+
+
+def test_transactions_v2_add_partitions_with_the_first_batch_and_end_at_the_next_epoch(
+    broker: BrokerProcess,
+) -> None:
+    """KIP-890 part 2 on the wire: Produce v12 adds the partition to the transaction, which
+    EndTxn v5 ends at the next epoch; a retry is known by its epoch; an abort needs no
+    open transaction; the old epoch is fenced. Produce v11 knows TRANSACTION_ABORTABLE."""
+    topic = topic_of(broker)
+    transactional_id = f"tx-{topic}"
+    with WireClient(broker.port) as client:
+        pid, epoch = _init(client, transactional_id)
+        assert _txn_produce(client, transactional_id, topic, pid, epoch, 0, 12) == ErrorCode.none
+        committed = (ErrorCode.none, pid, epoch + 1)
+        assert _end_v2(client, transactional_id, pid, epoch, True) == committed
+        wait_for(  # the retry: CONCURRENT_TRANSACTIONS while the markers are written
+            lambda: _end_v2(client, transactional_id, pid, epoch, True) == committed,
+            "the commit to complete",
+        )
+        assert _txn_produce(client, transactional_id, topic, pid, epoch, 1, 12) == (
+            ErrorCode.invalid_producer_epoch
+        )
+        assert _end_v2(client, transactional_id, pid, epoch + 1, False) == (
+            ErrorCode.none,
+            pid,
+            epoch + 2,
+        )  # nothing was sent: an abort all the same
+        wait_for(
+            lambda: (
+                _end_v2(client, transactional_id, pid, epoch + 2, True)[0]
+                == ErrorCode.invalid_txn_state
+            ),
+            "the empty abort to complete",
+        )
+        assert _txn_produce(client, transactional_id, topic, pid, epoch + 2, 0, 12) == (
+            ErrorCode.none
+        )
+        assert _end_v2(client, transactional_id, pid, epoch + 2, False)[0] == ErrorCode.none
+        other = f"{transactional_id}-v11"
+        other_pid, other_epoch = _init(client, other)
+        assert _txn_produce(client, other, topic, other_pid, other_epoch, 0, 11) == (
+            ErrorCode.transaction_abortable
+        )
+    assert [v for _, v in read(broker, topic, "read_committed", 1)] == [b"v0"]
+    assert [v for _, v in read(broker, topic, "read_uncommitted", 2)] == [b"v0", b"v0"]
 
 
 def test_kafka_transactions_tool_lists_and_describes_them(kafka_broker: str) -> None:

@@ -53,7 +53,7 @@ async def test_an_unexpected_error_is_logged_and_the_markers_retried(
     async def on_written() -> None:
         written.set()
 
-    channel.send(TxnMarkers("t", 7, 0, True, 1, frozenset({TP})), lambda: True, on_written)
+    channel.send(TxnMarkers("t", 7, 0, True, 1, frozenset({TP}), 0), lambda: True, on_written)
     await asyncio.wait_for(written.wait(), 5)
     assert replicas.calls == 2
     assert "writing markers through broker 0 failed; retrying" in caplog.text

@@ -187,6 +187,23 @@ def test_markers_of_older_epochs_and_writes_outside_a_transaction_are_refused(lo
     assert log_.log_end_offset == 3  # nothing refused was written
 
 
+def test_a_transactions_v2_marker_must_bump_the_epoch_unless_it_repeats_one(log_: Log) -> None:
+    """Transactions v2 end at the next epoch: a marker at the data's epoch would end the
+    next transaction with the last one's verdict. Once written, the same marker again (a
+    new coordinator resending it) is accepted, as Kafka does (KAFKA-19999)."""
+    log_.append_as_leader(txn_batch(A, 0, epoch=3), 0, None, TRANSACTIONAL)  # 0-1
+    with pytest.raises(KafkaError) as e:
+        log_.append_end_txn_marker(A, 3, COMMIT, 0, transaction_version=2)
+    assert e.value.code == ErrorCode.invalid_producer_epoch
+    log_.append_end_txn_marker(A, 4, COMMIT, 0, transaction_version=2)  # 2
+    log_.append_end_txn_marker(A, 4, COMMIT, 0, transaction_version=2)  # 3: the repeat
+    log_.append_as_leader(txn_batch(A, 0, epoch=4), 0, None, TRANSACTIONAL)  # 4-5: seq 0
+    with pytest.raises(KafkaError) as e:  # the next transaction is open at that epoch
+        log_.append_end_txn_marker(A, 4, COMMIT, 0, transaction_version=2)
+    assert e.value.code == ErrorCode.invalid_producer_epoch
+    assert log_.log_end_offset == 6
+
+
 def test_a_marker_without_an_open_transaction_indexes_nothing(log_: Log) -> None:
     log_.append_end_txn_marker(A, 0, ABORT, 0)  # a coordinator's retry, or a fencing abort
     log_.update_high_watermark(log_.log_end_offset)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from tierbroker.broker.coordinator.group.group import GroupMetadata, GroupState
 from tierbroker.broker.coordinator.group.offsets_store import GroupMetadataManager
 from tierbroker.broker.coordinator.group.records import OffsetValue
+from tierbroker.broker.replication.transaction_verification import TransactionSupportedOperation
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.log import now_ms
 from tierbroker.storage.topic_partition import TopicPartition
@@ -77,13 +78,16 @@ class GroupOffsets:
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         offsets: dict[TopicPartition, OffsetValue],
+        operation: TransactionSupportedOperation,
     ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: each partition's error. A consumer's group metadata, when sent
         (v3+, KIP-447), must be the group's current member and generation; without it
-        (older clients) any producer may commit, as in Kafka."""
+        (older clients) any producer may commit, as in Kafka. The transaction's
+        coordinator checks (or, `operation` ADD_PARTITION, adds) the group's partition."""
         if not group_id:
             return dict.fromkeys(offsets, ErrorCode.invalid_group_id)
         error = self.coordinator_error(group_id)
@@ -103,7 +107,9 @@ class GroupOffsets:
         valid = {tp: v for tp, v in offsets.items() if tp not in results}
         if valid:
             try:
-                await self.store.commit_transactional(group_id, producer_id, producer_epoch, valid)
+                await self.store.commit_transactional(
+                    group_id, transactional_id, producer_id, producer_epoch, valid, operation
+                )
                 results.update(dict.fromkeys(valid, ErrorCode.none))
             except KafkaError as e:
                 results.update(dict.fromkeys(valid, e.code))

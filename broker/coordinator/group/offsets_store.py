@@ -40,6 +40,10 @@ from tierbroker.broker.coordinator.group.records import (
 from tierbroker.broker.coordinator.internal_topic import InternalTopic
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.replication.replica_manager import ReplicaManager
+from tierbroker.broker.replication.transaction_verification import (
+    TRANSACTION_ERRORS,
+    TransactionSupportedOperation,
+)
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records.control import read_end_txn_marker
 from tierbroker.storage.topic_partition import TopicPartition
@@ -143,22 +147,30 @@ class GroupMetadataManager:
     async def commit_transactional(
         self,
         group_id: str,
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         offsets: dict[TopicPartition, OffsetValue],
+        operation: TransactionSupportedOperation,
     ) -> None:
         """TxnOffsetCommit: write the offsets in the producer's transaction; pending until
-        its marker."""
+        its marker. What its coordinator answers is the client's error as it is."""
         records: list[tuple[bytes, bytes | None]] = [
             (encode_key(OffsetKey(group_id, tp.topic, tp.partition)), encode_offset_value(v))
             for tp, v in offsets.items()
         ]
         try:
             await self.topic.append_transactional(
-                self.partition_of(group_id), records, producer_id, producer_epoch
+                self.partition_of(group_id),
+                records,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                operation,
             )
         except KafkaError as e:
-            raise KafkaError(_commit_error_code(e.code), f"group {group_id}: {e}") from e
+            code = e.code if e.code in TRANSACTION_ERRORS else _commit_error_code(e.code)
+            raise KafkaError(code, f"group {group_id}: {e}") from e
         self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
     def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:

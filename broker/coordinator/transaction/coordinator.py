@@ -1,6 +1,6 @@
 """`TransactionCoordinator`: transactional producers' requests, as Kafka's
-`TransactionCoordinator` answers them (transactions v1: no epoch bump per transaction),
-and partition leaders' checks that a transaction has a partition (KIP-890 part 1).
+`TransactionCoordinator` answers them, and partition leaders' checks that a transaction
+has a partition (KIP-890 part 1) or requests to add it (part 2, transactions v2).
 
 - InitProducerId gives a transactional id its producer id and the next epoch; the
   previous instance is fenced by that epoch. If a transaction is open, it is aborted at
@@ -9,7 +9,9 @@ and partition leaders' checks that a transaction has a partition (KIP-890 part 1
   add to the open transaction.
 - EndTxn writes PrepareCommit or PrepareAbort, answers, then has the markers written
   (`TransactionMarkerChannelManager`) and writes CompleteCommit or CompleteAbort; the
-  next transaction waits (CONCURRENT_TRANSACTIONS) until then.
+  next transaction waits (CONCURRENT_TRANSACTIONS) until then. With transactions v2
+  (EndTxn v5) the transaction ends at the next epoch, which the answer gives the
+  producer; a retry is known by the epoch it comes with, one below.
 - A transaction open longer than its timeout is aborted at a bumped epoch; an id idle
   for `transactional.id.expiration.ms` is removed.
 
@@ -30,7 +32,10 @@ from tierbroker.broker.coordinator.transaction.marker_channel import (
     TxnMarkers,
 )
 from tierbroker.broker.coordinator.transaction.metadata import (
+    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TV_2,
     TransactionMetadata,
     TransactionState,
 )
@@ -48,6 +53,13 @@ S = TransactionState
 class InitProducerIdResult:
     error: ErrorCode
     producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResult:
+    error: ErrorCode
+    producer_id: int = -1  # transactions v2: what the producer goes on with
     producer_epoch: int = -1
 
 
@@ -136,7 +148,7 @@ class TransactionCoordinator:
                 ),
             )
         expected = expected_epoch if expected_producer_id >= 0 else None
-        if metadata.pending_state is not None or metadata.state.is_prepare:
+        if metadata.busy:
             return InitProducerIdResult(ErrorCode.concurrent_transactions)
         if expected_producer_id >= 0 and expected_producer_id not in (
             metadata.producer_id,
@@ -185,18 +197,22 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: set[TopicPartition],
+        client_transaction_version: int = 0,
     ) -> ErrorCode:
-        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's partition)."""
-        metadata, error = self._checked(transactional_id, producer_id, producer_epoch)
+        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's partition); from a
+        partition leader, for transactions v2, the first batch of a transaction there.
+        While a transaction ends (its epoch bumped, its id maybe rotated) the producer may
+        already use what comes next: it is told to retry first."""
+        metadata, error = self._checked(
+            transactional_id, producer_id, producer_epoch, busy_first=True
+        )
         if metadata is None:
             return error
-        if metadata.pending_state is not None or metadata.state.is_prepare:
-            return ErrorCode.concurrent_transactions
         if metadata.state == S.ONGOING and partitions <= metadata.partitions:
             return ErrorCode.none
         epoch = self.state.coordinator_epoch(transactional_id)
         assert epoch is not None
-        transit = metadata.prepare_add_partitions(partitions, now_ms())
+        transit = metadata.prepare_add_partitions(partitions, now_ms(), client_transaction_version)
         try:
             await self.state.write(metadata, transit, epoch)
         except KafkaError as e:
@@ -210,12 +226,10 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: set[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
-        """KIP-890 part 1 (AddPartitionsToTxn v4, VerifyOnly): whether the producer's open
-        transaction has each partition; INVALID_TXN_STATE for one it lacks."""
+        """KIP-890 part 1 (AddPartitionsToTxn v4+, VerifyOnly): whether the producer's open
+        transaction has each partition; TRANSACTION_ABORTABLE for one it lacks."""
         metadata, error = self._checked(transactional_id, producer_id, producer_epoch)
-        if metadata is not None and (
-            metadata.pending_state is not None or metadata.state.is_prepare
-        ):
+        if metadata is not None and metadata.busy:
             error = ErrorCode.concurrent_transactions
         if error != ErrorCode.none or metadata is None:
             return dict.fromkeys(partitions, error)
@@ -223,21 +237,28 @@ class TransactionCoordinator:
         return {
             tp: ErrorCode.none
             if ongoing and tp in metadata.partitions
-            else ErrorCode.invalid_txn_state
+            else ErrorCode.transaction_abortable
             for tp in partitions
         }
 
     def _checked(
-        self, transactional_id: str, producer_id: int, producer_epoch: int
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        busy_first: bool = False,
     ) -> tuple[TransactionMetadata | None, ErrorCode]:
         """The id's metadata if this broker coordinates it and the producer is its current
-        one, else the error (Kafka's order of checks)."""
+        one, else the error (Kafka's order of checks); `busy_first`: CONCURRENT_TRANSACTIONS
+        while a change is pending or a transaction ends, before the producer is checked."""
         if not transactional_id:
             return None, ErrorCode.invalid_request
         error = self.state.coordinator_error(transactional_id)
         if error != ErrorCode.none:
             return None, error
         metadata = self.state.metadata.get(transactional_id)
+        if busy_first and metadata is not None and metadata.busy:
+            return None, ErrorCode.concurrent_transactions
         if metadata is None or metadata.producer_id != producer_id:
             return None, ErrorCode.invalid_producer_id_mapping
         if metadata.producer_epoch != producer_epoch:
@@ -247,46 +268,139 @@ class TransactionCoordinator:
     # EndTxn --------------------------------------------------------------------------
 
     async def end_transaction(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool
-    ) -> ErrorCode:
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        client_transaction_version: int = 0,
+    ) -> EndTxnResult:
+        """EndTxn; v5 (transactions v2) ends at a bumped epoch, which the result gives."""
+        if client_transaction_version >= TV_2:
+            return await self._end_transaction_v2(
+                transactional_id, producer_id, producer_epoch, committed
+            )
         metadata, error = self._checked(transactional_id, producer_id, producer_epoch)
         if metadata is None:
-            return error
+            return EndTxnResult(error)
         if metadata.pending_state is not None:
-            return ErrorCode.concurrent_transactions
+            return EndTxnResult(ErrorCode.concurrent_transactions)
         state = metadata.state
         if state == S.ONGOING:
             epoch = self.state.coordinator_epoch(transactional_id)
             assert epoch is not None
-            return await self._end(metadata, epoch, committed, fence=False)
+            return EndTxnResult(await self._end(metadata, epoch, committed, fence=False))
         done, prepared = (
             (S.COMPLETE_COMMIT, S.PREPARE_COMMIT)
             if committed
             else (S.COMPLETE_ABORT, S.PREPARE_ABORT)
         )
         if state == done:
-            return ErrorCode.none  # a retry of the request that ended it
+            return EndTxnResult(ErrorCode.none)  # a retry of the request that ended it
         if state == prepared:
-            return ErrorCode.concurrent_transactions
+            return EndTxnResult(ErrorCode.concurrent_transactions)
+        return EndTxnResult(self._wrong_state(metadata, committed))
+
+    async def _end_transaction_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool
+    ) -> EndTxnResult:
+        """Kafka's checks for transactions v2. The epoch tells a retry: one below the
+        current (the bump done), or the last of a rotated id. An abort needs no open
+        transaction (the producer may have sent nothing yet); it too bumps the epoch."""
+        if not transactional_id:
+            return EndTxnResult(ErrorCode.invalid_request)
+        error = self.state.coordinator_error(transactional_id)
+        if error != ErrorCode.none:
+            return EndTxnResult(error)
+        metadata = self.state.metadata.get(transactional_id)
+        if metadata is None:
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+        if metadata.pending_state is not None:
+            return EndTxnResult(ErrorCode.concurrent_transactions)
+        retry_on_overflow = (
+            metadata.last_producer_id == producer_id
+            and producer_epoch == MAX_PRODUCER_EPOCH - 1
+            and metadata.producer_epoch == 0
+        )
+        retry_on_bump = metadata.producer_epoch == producer_epoch + 1
+        if metadata.producer_id != producer_id and not retry_on_overflow:
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+        state = metadata.state
+        current = producer_epoch == metadata.producer_epoch
+        valid = {
+            S.ONGOING: current,
+            S.EMPTY: current,
+            S.PREPARE_COMMIT: retry_on_bump,
+            S.PREPARE_ABORT: retry_on_bump,
+        }.get(state, retry_on_bump or retry_on_overflow or current)
+        if not valid:
+            return EndTxnResult(ErrorCode.producer_fenced)
+        retry = retry_on_bump or retry_on_overflow
+        finished = S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT
+        if state == finished and retry:
+            return EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+        if state.is_prepare and (state == S.PREPARE_COMMIT) == committed:
+            return EndTxnResult(ErrorCode.concurrent_transactions)
+        may_end = state == S.ONGOING or (
+            not committed and not retry and state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        )
+        if not may_end:
+            return EndTxnResult(self._wrong_state(metadata, committed))
+        next_producer_id = NO_PRODUCER_ID
+        if metadata.epoch_exhausted:
+            try:
+                next_producer_id = await self.next_producer_id()
+            except KafkaError as e:
+                log.warning("EndTxn of %r: %s", transactional_id, e)
+                return EndTxnResult(ErrorCode.coordinator_not_available)
+            if metadata.pending_state is not None:  # another request came meanwhile
+                return EndTxnResult(ErrorCode.concurrent_transactions)
+        epoch = self.state.coordinator_epoch(transactional_id)
+        assert epoch is not None
+        error = await self._end(
+            metadata,
+            epoch,
+            committed,
+            fence=False,
+            client_transaction_version=TV_2,
+            next_producer_id=next_producer_id,
+        )
+        if error != ErrorCode.none:
+            return EndTxnResult(error)
+        if next_producer_id != NO_PRODUCER_ID:
+            return EndTxnResult(ErrorCode.none, next_producer_id, 0)
+        return EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+
+    @staticmethod
+    def _wrong_state(metadata: TransactionMetadata, committed: bool) -> ErrorCode:
         log.info(
             "EndTxn(%s) of %r in state %s refused",
             "commit" if committed else "abort",
-            transactional_id,
-            state.name,
+            metadata.transactional_id,
+            metadata.state.name,
         )
         return ErrorCode.invalid_txn_state
 
     async def _end(
-        self, metadata: TransactionMetadata, coordinator_epoch: int, committed: bool, fence: bool
+        self,
+        metadata: TransactionMetadata,
+        coordinator_epoch: int,
+        committed: bool,
+        fence: bool,
+        client_transaction_version: int = 0,
+        next_producer_id: int = NO_PRODUCER_ID,
     ) -> ErrorCode:
-        """Write PrepareCommit or PrepareAbort (at a bumped epoch to `fence` the producer),
-        then have the markers sent; the error of the write."""
+        """Write PrepareCommit or PrepareAbort (at a bumped epoch to `fence` the producer,
+        or for transactions v2), then have the markers sent; the error of the write."""
         now = now_ms()
         transit = (
             metadata.prepare_fence_and_abort(now)
             if fence
             else metadata.prepare_abort_or_commit(
-                S.PREPARE_COMMIT if committed else S.PREPARE_ABORT, now
+                S.PREPARE_COMMIT if committed else S.PREPARE_ABORT,
+                now,
+                client_transaction_version,
+                next_producer_id,
             )
         )
         try:
@@ -307,6 +421,7 @@ class TransactionCoordinator:
             committed,
             coordinator_epoch,
             frozenset(metadata.partitions),
+            metadata.client_transaction_version,
         )
 
         def still_valid() -> bool:

@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kio.schema.types import ProducerId, TopicName
-from kio.schema.write_txn_markers.v1 import request as markers_request
-from kio.static.primitive import i16, i32
+from kio.schema.write_txn_markers.v2 import request as markers_request
+from kio.static.primitive import i8, i16, i32
 
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.network.broker_client import BrokerClients, BrokerUnavailable
@@ -48,6 +48,7 @@ class TxnMarkers:
     committed: bool
     coordinator_epoch: int
     partitions: frozenset[TopicPartition]
+    transaction_version: int  # the client's: 2 ends at a bumped epoch
 
     @property
     def marker(self) -> EndTxnMarker:
@@ -153,6 +154,7 @@ class TransactionMarkerChannelManager:
                 markers.marker,
                 partitions,
                 self.request_timeout_ms,
+                markers.transaction_version,
             )
         endpoint = self.cache.brokers.get(leader)
         if endpoint is None:
@@ -198,6 +200,7 @@ def _request(
                     for topic, indexes in by_topic.items()
                 ),
                 coordinator_epoch=i32(markers.coordinator_epoch),
+                transaction_version=i8(markers.transaction_version),
             ),
         )
     )

@@ -48,6 +48,7 @@ class TransactionConfig:
     abort_timed_out_interval_ms: int = 10_000
     remove_expired_interval_ms: int = 3_600_000
     request_timeout_ms: int = 30_000
+    transaction_version: int = 2  # the feature level finalized: 2 bumps epochs (KIP-890)
 
 
 class TransactionStateManager:
@@ -125,6 +126,9 @@ class TransactionStateManager:
                 partitions=set(v.partitions),
                 start_ms=v.start_ms,
                 last_update_ms=v.last_update_ms,
+                last_producer_id=v.previous_producer_id,
+                next_producer_id=v.next_producer_id,
+                client_transaction_version=v.client_transaction_version,
             )
         self.metadata.update(loaded)
         self.loading.discard(partition)
@@ -164,11 +168,16 @@ class TransactionStateManager:
             transit.partitions,
             transit.last_update_ms,
             transit.start_ms,
+            transit.last_producer_id,
+            transit.next_producer_id,
+            transit.client_transaction_version,
         )
+        # Kafka writes the flexible value from transaction.version 1 on.
+        version = 1 if self.config.transaction_version >= 1 else 0
         try:
             await self.topic.append_records(
                 self.partition_of(transactional_id),
-                [(encode_key(transactional_id), encode_value(value))],
+                [(encode_key(transactional_id), encode_value(value, version))],
             )
         except KafkaError as e:
             metadata.pending_state = None

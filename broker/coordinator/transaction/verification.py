@@ -1,22 +1,23 @@
 """`TransactionVerifier`: a partition leader's question to a transaction's coordinator,
-whether its open transaction has these partitions (KIP-890 part 1; Kafka's
-`AddPartitionsToTxnManager`).
+whether its open transaction has these partitions (KIP-890 part 1), or, for clients of
+transactions v2 (part 2), the request to add them (Kafka's `AddPartitionsToTxnManager`).
 
-Asked of the coordinator here directly, or with an AddPartitionsToTxn v4 request
-(VerifyOnly) to the broker leading the transactional id's `__transaction_state`
-partition. A coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE
-for every partition, which the producer is told to retry.
+Asked of the coordinator here directly, or with an AddPartitionsToTxn v5 request
+(VerifyOnly unless adding) to the broker leading the transactional id's
+`__transaction_state` partition. A coordinator that cannot be reached answers
+COORDINATOR_NOT_AVAILABLE for every partition, which the producer is told to retry.
 """
 
 from __future__ import annotations
 
 import logging
 
-from kio.schema.add_partitions_to_txn.v4 import request as add_request
+from kio.schema.add_partitions_to_txn.v5 import request as add_request
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32
 
 from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
+from tierbroker.broker.coordinator.transaction.metadata import TV_2
 from tierbroker.broker.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.network.broker_client import BrokerClients, BrokerUnavailable
@@ -45,12 +46,19 @@ class TransactionVerifier:
         producer_id: int,
         producer_epoch: int,
         partitions: set[TopicPartition],
+        add: bool,
     ) -> dict[TopicPartition, ErrorCode]:
+        """Each partition's error: none if the transaction has it (now, when `add`)."""
         state = self.coordinator.state
         leader = self.cache.leader(
             TopicPartition(TRANSACTION_STATE_TOPIC, state.partition_of(transactional_id))
         )
         if leader == self.broker_id:
+            if add:
+                error = await self.coordinator.add_partitions(
+                    transactional_id, producer_id, producer_epoch, partitions, TV_2
+                )
+                return dict.fromkeys(partitions, error)
             return self.coordinator.verify(
                 transactional_id, producer_id, producer_epoch, partitions
             )
@@ -60,7 +68,7 @@ class TransactionVerifier:
         client = self._clients.get(endpoint.host, endpoint.port)
         try:
             response = await client.send(
-                _request(transactional_id, producer_id, producer_epoch, partitions)
+                _request(transactional_id, producer_id, producer_epoch, partitions, add)
             )
         except BrokerUnavailable as e:
             log.info("verifying %r with broker %d: %s", transactional_id, leader, e)
@@ -79,7 +87,11 @@ class TransactionVerifier:
 
 
 def _request(
-    transactional_id: str, producer_id: int, producer_epoch: int, partitions: set[TopicPartition]
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: set[TopicPartition],
+    add: bool,
 ) -> add_request.AddPartitionsToTxnRequest:
     by_topic: dict[str, list[int]] = {}
     for tp in sorted(partitions):
@@ -90,7 +102,7 @@ def _request(
                 transactional_id=TransactionalId(transactional_id),
                 producer_id=ProducerId(producer_id),
                 producer_epoch=i16(producer_epoch),
-                verify_only=True,
+                verify_only=not add,
                 topics=tuple(
                     add_request.AddPartitionsToTxnTopic(
                         name=TopicName(topic), partitions=tuple(i32(p) for p in indexes)
