@@ -5,6 +5,7 @@
 # runtime for PySpark (the pipeline tests run Spark on local[*]), and ZooKeeper (the
 # multi-process cluster tests run Debian's server), Maven; then Apache Kafka's jars
 # (install-kafka.sh) and Spark's own Kafka source (install-kafka.sh spark-kafka).
+# Node.js and npm, and the kafkajs peers/kafkajs pins (npm ci, again when its lock changes).
 set -euo pipefail
 missing=()
 ${PYTHON:-python3} -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
@@ -14,6 +15,8 @@ if [ "${1:-}" != venv ]; then
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
   command -v mvn >/dev/null || missing+=(maven)
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
   # The tests launch Java programs from their source, which takes the JDK's compiler.
   java --list-modules 2>/dev/null | grep jdk.compiler >/dev/null || missing+=(openjdk-17-jdk-headless)
 fi
@@ -27,4 +30,10 @@ fi
 if [ "${1:-}" != venv ]; then
   "$(dirname "$0")/install-kafka.sh"
   "$(dirname "$0")/install-kafka.sh" spark-kafka
+  kafkajs="$(dirname "$0")/../peers/kafkajs"
+  if [ ! -e "$kafkajs/node_modules/.package-lock.json" ] ||
+     [ "$kafkajs/package-lock.json" -nt "$kafkajs/node_modules/.package-lock.json" ]; then
+    echo "installing kafkajs into peers/kafkajs with npm ci"
+    npm ci --prefix "$kafkajs" --no-audit --no-fund --loglevel=error >/dev/null
+  fi
 fi
