@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import json
 import time
 import uuid
 import warnings
@@ -185,6 +186,54 @@ def test_read_committed_stops_at_an_open_transaction_until_it_commits(
         assert values == [b"before", b"undecided", b"after"]
     finally:
         consumer.close()
+
+
+def test_consumer_lag_counts_to_the_lso_read_committed_and_the_end_uncommitted(
+    broker: BrokerProcess,
+) -> None:
+    """A client's lag metrics come from the last stable offset and the high watermark of
+    each fetch: librdkafka's `consumer_lag` of a group that committed offset 1, with a
+    transaction open at 4 and the log ending at 6, is 3 read_committed and 5 uncommitted."""
+    topic = topic_of(broker)
+    p = producer(broker, f"tx-{topic}")
+    p.begin_transaction()
+    for value in (b"c0", b"c1", b"c2"):
+        p.produce(topic, value)
+    p.commit_transaction(TIMEOUT_S)  # 0-2, its marker at 3
+    p.begin_transaction()
+    p.produce(topic, b"open-4")
+    p.produce(topic, b"open-5")
+    p.flush(TIMEOUT_S)
+    lags = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        seen: list[int] = []
+
+        def stats(report: str, into: list[int] = seen) -> None:
+            partition = json.loads(report)["topics"].get(topic, {}).get("partitions", {}).get("0")
+            if partition and partition["consumer_lag"] >= 0:
+                into.append(partition["consumer_lag"])
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": f"lag-{topic}",
+                "isolation.level": isolation,
+                "enable.auto.commit": False,
+                "statistics.interval.ms": 100,
+                "stats_cb": stats,
+            }
+        )
+        try:
+            consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+            consumer.assign([TopicPartition(topic, 0)])
+            deadline = time.monotonic() + TIMEOUT_S
+            while not seen and time.monotonic() < deadline:
+                consumer.poll(0.1)
+        finally:
+            consumer.close()
+        lags[isolation] = seen[-1] if seen else None
+    p.abort_transaction(TIMEOUT_S)
+    assert lags == {"read_committed": 3, "read_uncommitted": 5}
 
 
 def test_a_new_producer_with_the_same_id_fences_the_old_one(broker: BrokerProcess) -> None:
