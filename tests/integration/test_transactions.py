@@ -634,3 +634,55 @@ def test_kafka_transactions_tool_lists_and_describes_them(kafka_broker: str) -> 
         ),
         "the commit to complete",
     )
+
+
+def test_kafka_transactions_tool_aborts_a_hanging_transaction(kafka_broker: str) -> None:
+    """`kafka-transactions.sh describe-producers` finds where an open transaction starts
+    (DescribeProducers) and `abort --start-offset` ends it (WriteTxnMarkers from the
+    admin client): read_committed consumers then read past it, on both brokers."""
+    topic = f"txn-hang-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S)
+    p = Producer({"bootstrap.servers": kafka_broker, "transactional.id": f"tx-{topic}"})
+    p.init_transactions(TIMEOUT_S)
+    p.begin_transaction()
+    p.produce(topic, b"hanging")
+    p.flush(TIMEOUT_S)
+
+    def producers() -> list[dict[str, str]]:
+        lines = run_tool(
+            "TransactionsCommand",
+            "--bootstrap-server",
+            kafka_broker,
+            "describe-producers",
+            "--topic",
+            topic,
+            "--partition",
+            "0",
+        )
+        header, *rows = [line.split() for line in lines.splitlines() if line.strip()]
+        return [dict(zip(header, row, strict=True)) for row in rows]
+
+    [open_] = producers()
+    assert open_["CurrentTransactionStartOffset"] == "0"
+    run_tool(
+        "TransactionsCommand",
+        "--bootstrap-server",
+        kafka_broker,
+        "abort",
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--start-offset",
+        "0",
+    )
+    [aborted] = producers()
+    assert aborted["CurrentTransactionStartOffset"] == "None"
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_broker, "group.id": topic, "isolation.level": "read_committed"}
+    )
+    try:  # the record and the abort marker, now stable
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), TIMEOUT_S) == (0, 2)
+    finally:
+        consumer.close()
