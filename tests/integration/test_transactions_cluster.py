@@ -29,7 +29,7 @@ from tierbroker.broker.server.embedded import EmbeddedCluster
 from tierbroker.storage.topic_partition import TopicPartition as Tp
 
 RECORDS = 400
-KILLS = 4
+KILLS = 5  # in turn: the coordinator's broker, the leader of `out`, the coordinator's, ...
 TRANSACTIONAL_ID = "eos-worker"
 # Kills brokers on a timer the machine's load stretches: run with nothing beside it.
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
