@@ -222,13 +222,16 @@ TRANSACTIONS = {
 }
 
 
+@pytest.mark.parametrize("kind", ["single", "cluster"])
 def test_transactions_commit_abort_send_offsets_and_fence_as_on_apache_kafka(
-    request: pytest.FixtureRequest,
+    request: pytest.FixtureRequest, kind: str
 ) -> None:
     """Transactions v2, as both brokers finalize `transaction.version` 2: every transaction
-    ends at the next epoch (three, then one more after the fencing InitProducerId's)."""
+    ends at the next epoch (three, then one more after the fencing InitProducerId's); on
+    three brokers the topic has three replicas."""
     name = unique("java-txn")
-    printed = both(request, "single", "Transactions.java", name, name, name)
+    replicas = "1" if kind == "single" else "3"
+    printed = both(request, kind, "Transactions.java", name, name, name, replicas)
     assert printed == {
         **TRANSACTIONS,
         "epoch_after_three": "3",
@@ -246,7 +249,7 @@ def test_transactions_v1_when_the_broker_finalizes_an_older_version(tmp_path: Pa
     broker.start()
     try:
         name = unique("java-txn-v1")
-        printed = results(run_java("Transactions.java", broker.bootstrap, name, name, name))
+        printed = results(run_java("Transactions.java", broker.bootstrap, name, name, name, "1"))
     finally:
         broker.stop()
     assert printed == {

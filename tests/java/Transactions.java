@@ -2,7 +2,7 @@
 // one that sends a group's offsets, then a second producer with the same transactional id
 // fencing the first. Prints one "name value" line per result for the test, among them
 // the producer epochs the broker reports (transactions v2 bump the epoch per transaction).
-// Usage: java -cp 'JARS/*' Transactions.java BOOTSTRAP TOPIC TRANSACTIONAL_ID GROUP
+// Usage: java -cp 'JARS/*' Transactions.java BOOTSTRAP TOPIC TRANSACTIONAL_ID GROUP REPLICAS
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -12,6 +12,7 @@ import java.util.Properties;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionState;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -30,9 +31,10 @@ public class Transactions {
         topic = args[1];
         transactionalId = args[2];
         group = args[3];
+        short replicas = Short.parseShort(args[4]);
         TopicPartition partition = new TopicPartition(topic, 0);
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
-            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+            admin.createTopics(List.of(new NewTopic(topic, 1, replicas))).all().get();
 
             KafkaProducer<String, String> first = producer();
             first.initTransactions();
@@ -82,8 +84,17 @@ public class Transactions {
         return new KafkaProducer<>(p);
     }
 
+    /** The transaction's description once its markers are written (EndTxn answers before). */
     static TransactionDescription describe(Admin admin) throws Exception {
-        return admin.describeTransactions(List.of(transactionalId)).description(transactionalId).get();
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (true) {
+            TransactionDescription d =
+                    admin.describeTransactions(List.of(transactionalId)).description(transactionalId).get();
+            boolean prepared = d.state() == TransactionState.PREPARE_COMMIT
+                    || d.state() == TransactionState.PREPARE_ABORT;
+            if (!prepared || System.currentTimeMillis() > deadline) return d;
+            Thread.sleep(20);
+        }
     }
 
     interface Step {
