@@ -83,4 +83,4 @@ def _source_name(source: Any) -> str:
     """A ConfigSource as its name (the client gives the enum, or its number)."""
     from confluent_kafka.admin import ConfigSource
 
-    return source.name if isinstance(source, ConfigSource) else ConfigSource(source).name
+    return str(source.name if isinstance(source, ConfigSource) else ConfigSource(source).name)

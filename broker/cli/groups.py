@@ -318,7 +318,7 @@ def _offsets(
     if isinstance(spec, int):
         offset_spec = OffsetSpec.for_timestamp(spec)
     else:
-        offset_spec = earliest() if spec == "earliest" else latest()  # type: ignore[no-untyped-call]
+        offset_spec = earliest() if spec == "earliest" else latest()  # type: ignore[no-untyped-call, unused-ignore]
     requests: dict[TopicPartition, Any] = {TopicPartition(t, p): offset_spec for t, p in keys}
     futures = admin.list_offsets(requests, request_timeout=timeout)
     return {(tp.topic, tp.partition): f.result(timeout).offset for tp, f in futures.items()}
