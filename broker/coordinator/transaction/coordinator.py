@@ -47,6 +47,10 @@ from tierbroker.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 S = TransactionState
+# How long a leader's implicit add waits out the end of the previous transaction (markers
+# being written) before the producer is told to retry: Kafka's leader retries as long
+# (add.partitions.to.txn.retry.backoff.max.ms), since a produce retry costs far more.
+IMPLICIT_ADD_WAIT_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,10 +206,18 @@ class TransactionCoordinator:
         """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's partition); from a
         partition leader, for transactions v2, the first batch of a transaction there.
         While a transaction ends (its epoch bumped, its id maybe rotated) the producer may
-        already use what comes next: it is told to retry first."""
-        metadata, error = self._checked(
-            transactional_id, producer_id, producer_epoch, busy_first=True
-        )
+        already use what comes next: it is told to retry first; an implicit add waits for
+        that end a while instead."""
+        deadline = asyncio.get_running_loop().time() + IMPLICIT_ADD_WAIT_S
+        while True:
+            metadata, error = self._checked(
+                transactional_id, producer_id, producer_epoch, busy_first=True
+            )
+            left = deadline - asyncio.get_running_loop().time()
+            implicit = client_transaction_version >= TV_2
+            if error != ErrorCode.concurrent_transactions or not implicit or left <= 0:
+                break
+            await self.state.changed(left)
         if metadata is None:
             return error
         if metadata.state == S.ONGOING and partitions <= metadata.partitions:

@@ -11,6 +11,8 @@ an expired id leaves a tombstone.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -73,6 +75,18 @@ class TransactionStateManager:
         self.metadata: dict[str, TransactionMetadata] = {}
         self.owned: dict[int, int] = {}  # partition -> coordinator epoch
         self.loading: set[int] = set()
+        self._changed = asyncio.Event()  # set, then replaced, when a written change settles
+
+    async def changed(self, timeout_s: float) -> None:
+        """Wait until some transactional id's pending change is written or dropped, or
+        `timeout_s` passes."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._changed.wait()
+
+    def _settled(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def ensure_topic(self) -> None:
         """Create `__transaction_state` on first use, its min ISR at most its replicas."""
@@ -181,13 +195,16 @@ class TransactionStateManager:
             )
         except KafkaError as e:
             metadata.pending_state = None
+            self._settled()
             raise KafkaError(_client_code(e.code), f"{transactional_id}: {e}") from e
         if self.coordinator_epoch(transactional_id) != coordinator_epoch:
             metadata.pending_state = None
+            self._settled()
             raise KafkaError(
                 ErrorCode.not_coordinator, f"{transactional_id}: the coordinator moved meanwhile"
             )
         metadata.complete_transition(transit)
+        self._settled()
 
     async def remove(self, metadata: TransactionMetadata, coordinator_epoch: int) -> None:
         """Expire an idle transactional id: a tombstone, then forget it."""
