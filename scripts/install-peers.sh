@@ -5,7 +5,8 @@
 # runtime for PySpark (the pipeline tests run Spark on local[*]), and ZooKeeper (the
 # multi-process cluster tests run Debian's server), Maven; then Apache Kafka's jars
 # (install-kafka.sh) and Spark's own Kafka source (install-kafka.sh spark-kafka).
-# Node.js and npm, and the kafkajs peers/kafkajs pins (npm ci, again when its lock changes).
+# Node.js and npm, and the kafkajs peers/kafkajs pins (npm ci, again when its lock changes);
+# Quix Streams in a virtualenv of its own (peers/quixstreams), again when its pin changes.
 set -euo pipefail
 missing=()
 ${PYTHON:-python3} -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
@@ -36,4 +37,12 @@ if [ "${1:-}" != venv ]; then
     echo "installing kafkajs into peers/kafkajs with npm ci"
     npm ci --prefix "$kafkajs" --no-audit --no-fund --loglevel=error >/dev/null
   fi
+  quix="$(dirname "$0")/../peers/quixstreams"
+  if [ ! -e "$quix/.venv/.installed" ] || [ "$quix/requirements.txt" -nt "$quix/.venv/.installed" ]; then
+    echo "installing Quix Streams into peers/quixstreams/.venv"
+    ${PYTHON:-python3} -m venv "$quix/.venv"
+    "$quix/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$quix/requirements.txt"
+    touch "$quix/.venv/.installed"
+  fi
 fi
+
