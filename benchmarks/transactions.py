@@ -11,7 +11,10 @@ Per broker, with confluent-kafka (acks=all, linger.ms=5, batch.size 1 MB):
 - consume the transactional topic read_committed and read_uncommitted (goal: at least
   0.95x);
 - end-to-end: from begin_transaction to a read_committed consumer's receipt of the
-  committed record, one record per transaction, median and p99 of `--latencies`.
+  committed record, one record per transaction, median and p99 of `--latencies`;
+- the produce modes again with Kafka's Java client (benchmarks/java), whose
+  transactions v2 send no AddPartitionsToTxn: the broker's share of a transaction's
+  round without librdkafka's.
 The median of `--repeat` runs counts; ratios are within one broker, then across.
 """
 
@@ -23,6 +26,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -30,8 +34,11 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from benchmarks import workload
 from benchmarks.phase import Phase
 from benchmarks.targets import TargetUnavailable, running
+from tests.apache_kafka import run_java
 
 MODES = {"idempotent": None, "flush-1000": "flush", "every-1000": "records", "every-100ms": "time"}
+JAVA_PRODUCER = Path(__file__).parent / "java" / "TransactionalProduce.java"
+JIT = ("-Xmx1g",)  # the JVM's full compiler: this is a throughput run
 PRODUCER = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000, "compression.type": "none"}
 
 
@@ -147,6 +154,26 @@ def latencies(bootstrap: str, topic: str, rounds: int) -> list[float]:
     return took
 
 
+def java_produce(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
+    """MiB/s per produce mode with the Java client: the median of the rounds after the
+    first, which warms the JVM up."""
+    printed = run_java(
+        JAVA_PRODUCER,
+        bootstrap,
+        str(args.messages),
+        str(args.size),
+        str(args.repeat + 1),
+        timeout_s=1800,
+        options=JIT,
+    )
+    rates: dict[str, list[float]] = {}
+    for line in printed.splitlines():
+        round_, mode, rate = line.split()
+        if int(round_) > 0:
+            rates.setdefault(mode, []).append(float(rate))
+    return {mode: statistics.median(r) for mode, r in rates.items()}
+
+
 def median(runs: list[Phase]) -> Phase:
     return sorted(runs, key=lambda p: p.seconds)[len(runs) // 2]
 
@@ -181,6 +208,8 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
             len(took),
         )
         print(f"  {name} end-to-end: median {result['latency_ms'][0]:.1f} ms")
+        result["java"] = java_produce(bootstrap, args)
+        print(f"  {name} Java client: {result['java']}")
     return result
 
 
@@ -202,6 +231,15 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         lines.append(
             f"{'  ratios':<14}txn/100ms / idempotent {t100 / idem:.2f}x, txn/1000 / flush/1000 "
             f"{t1000 / flushed:.2f}x, read committed / uncommitted {rc / ru:.2f}x"
+        )
+        java = r["java"]
+        lines.append(
+            f"{'  Java client':<14}"
+            + "".join(
+                f"{java[m]:>11.1f}" if i < 2 else f"{java[m]:>10.1f}" for i, m in enumerate(MODES)
+            )
+            + f"   txn/100ms / idempotent {java['every-100ms'] / java['idempotent']:.2f}x, "
+            f"txn/1000 / idempotent {java['every-1000'] / java['idempotent']:.2f}x"
         )
     if {"tierbroker", "apache-kafka"} <= results.keys():
         mine, theirs = results["tierbroker"], results["apache-kafka"]

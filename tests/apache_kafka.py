@@ -67,10 +67,16 @@ def run_tool(
     return _run(tool_command(tool, *args, options=options), timeout_s)
 
 
-def run_java(source: str, *args: str, timeout_s: float = 120.0) -> str:
-    """Run tests/java/`source` (a single-file Java program) and return its standard
-    output; fail with its output if it exits non-zero."""
-    return _run(_java(str(JAVA_SOURCES / source), *args), timeout_s)
+def run_java(
+    source: str | Path,
+    *args: str,
+    timeout_s: float = 120.0,
+    options: tuple[str, ...] = SHORT_RUN,
+) -> str:
+    """Run tests/java/`source` (a single-file Java program; or one named by its path) with
+    JVM `options` and return its standard output; fail with its output if it exits
+    non-zero."""
+    return _run(_java(str(JAVA_SOURCES / source), *args, options=options), timeout_s)
 
 
 def _run(command: list[str], timeout_s: float) -> str:
