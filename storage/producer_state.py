@@ -103,6 +103,17 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
+@dataclass(eq=False, slots=True)
+class VerificationGuard:
+    """A transaction's check with its coordinator before its first batch here (KIP-890),
+    valid until a marker ends the transaction; known by identity."""
+
+    epoch: int  # of the batch checked
+    # Transactions v2: the marker ending the previous transaction, at this same (bumped)
+    # epoch, comes before the next transaction's first batch and leaves the check standing.
+    supports_epoch_bump: bool
+
+
 class ProducerStateManager:
     def __init__(self, directory: Path, topic_partition: object) -> None:
         self.dir = directory
@@ -114,7 +125,7 @@ class ProducerStateManager:
         # first offset -> marker offset of each transaction decided above the high watermark.
         self.unreplicated_txns: dict[int, int] = {}
         # producer id -> the guard of its transaction's check with the coordinator (KIP-890)
-        self._verifications: dict[int, object] = {}
+        self._verifications: dict[int, VerificationGuard] = {}
 
     # Validation and updates ----------------------------------------------------------
 
@@ -261,13 +272,19 @@ class ProducerStateManager:
 
     # KIP-890 part 1: a transaction's first batch here is checked with the coordinator.
 
-    def start_verification(self, producer_id: int) -> object | None:
+    def start_verification(
+        self, producer_id: int, epoch: int, supports_epoch_bump: bool
+    ) -> VerificationGuard | None:
         """A guard for checking with the coordinator that the producer's transaction has
-        this partition, if it has none open here yet; None if it has."""
+        this partition; None if it has one open here at `epoch` already. One open at an
+        older epoch may be a transactions v2 producer's previous one, its marker not yet
+        written: the next must wait for it, so it is checked."""
         entry = self.producers.get(producer_id)
-        if entry is not None and entry.current_txn_first_offset != NO_TXN:
+        if entry is not None and entry.current_txn_first_offset != NO_TXN and entry.epoch == epoch:
             return None
-        return self._verifications.setdefault(producer_id, object())
+        return self._verifications.setdefault(
+            producer_id, VerificationGuard(epoch, supports_epoch_bump)
+        )
 
     def is_verified(self, producer_id: int, guard: object) -> bool:
         """No marker came between the check that made `guard` and now."""
@@ -284,7 +301,10 @@ class ProducerStateManager:
         unstable until `on_high_watermark_updated` passes its marker."""
         entry = self._entry(batch.producer_id, batch.producer_epoch)
         entry.last_timestamp = batch.max_timestamp
-        self._verifications.pop(batch.producer_id, None)  # a check before it is stale
+        guard = self._verifications.get(batch.producer_id)
+        # A check before the marker is stale, unless it is the next v2 transaction's.
+        if guard is None or not (guard.supports_epoch_bump and guard.epoch == batch.producer_epoch):
+            self._verifications.pop(batch.producer_id, None)
         first = entry.current_txn_first_offset
         if marker is None or first == NO_TXN:
             return None

@@ -528,7 +528,9 @@ class ReplicaManager:
             first = BatchView(records)
             if not first.is_transactional:
                 continue
-            guard = partition.log.producer_state.start_verification(first.producer_id)
+            guard = partition.log.producer_state.start_verification(
+                first.producer_id, first.producer_epoch, operation.adds
+            )
             if guard is not None:
                 checks[tp] = (first, guard)
         if not checks:

@@ -311,7 +311,7 @@ def test_a_marker_between_the_coordinators_check_and_the_append_refuses_it(log_:
     """KIP-890's verification guard: the check said the transaction has the partition, but
     the transaction ended (its marker written) before the append: nothing is written."""
     state = log_.producer_state
-    guard = state.start_verification(A)
+    guard = state.start_verification(A, 0, False)
     assert guard is not None
     log_.append_end_txn_marker(A, 0, ABORT, 0)
     checked = AppendOptions(transactional_id="t", verification_guard=guard)
@@ -319,6 +319,24 @@ def test_a_marker_between_the_coordinators_check_and_the_append_refuses_it(log_:
         log_.append_as_leader(txn_batch(A, 0), 0, None, checked)
     assert e.value.code == ErrorCode.invalid_txn_state
     assert log_.log_end_offset == 1
-    guard = state.start_verification(A)
+    guard = state.start_verification(A, 0, False)
     log_.append_as_leader(txn_batch(A, 0), 0, None, replace(checked, verification_guard=guard))
-    assert state.start_verification(A) is None  # open here now: no check needed
+    assert state.start_verification(A, 0, False) is None  # open here now: no check needed
+
+
+def test_a_v2_transaction_waits_for_the_marker_of_the_one_before(log_: Log) -> None:
+    """Transactions v2: the next transaction's first batch, at the bumped epoch, may come
+    while the previous one is open here, its marker not yet written. It is checked (the
+    coordinator holds it until that marker is written), and that marker, at the same
+    epoch, leaves the check standing: the batch then opens a transaction of its own."""
+    state = log_.producer_state
+    guard = state.start_verification(A, 0, True)
+    checked = AppendOptions(transactional_id="t", verification_guard=guard)
+    log_.append_as_leader(txn_batch(A, 0, epoch=0), 0, None, checked)  # 0-1
+    next_guard = state.start_verification(A, 1, True)
+    assert next_guard is not None  # open here, but at the epoch before
+    log_.append_end_txn_marker(A, 1, COMMIT, 0, transaction_version=2)  # 2
+    next_checked = replace(checked, verification_guard=next_guard)
+    log_.append_as_leader(txn_batch(A, 0, epoch=1), 0, None, next_checked)  # 3-4
+    log_.update_high_watermark(log_.log_end_offset)
+    assert log_.last_stable_offset == 3  # the new transaction is open from 3
