@@ -76,7 +76,13 @@ def run_java(
     """Run tests/java/`source` (a single-file Java program; or one named by its path) with
     JVM `options` and return its standard output; fail with its output if it exits
     non-zero."""
-    return _run(_java(str(JAVA_SOURCES / source), *args, options=options), timeout_s)
+    return _run(java_command(source, *args, options=options), timeout_s)
+
+
+def java_command(source: str | Path, *args: str, options: tuple[str, ...] = SHORT_RUN) -> list[str]:
+    """The command that runs tests/java/`source` (a single-file Java program), for a test
+    that runs it in the background."""
+    return _java(str(JAVA_SOURCES / source), *args, options=options)
 
 
 def _run(command: list[str], timeout_s: float) -> str:

@@ -42,6 +42,14 @@ def reassign(bootstrap: str, *args: str) -> str:
     return run_tool("reassign.ReassignPartitionsCommand", "--bootstrap-server", bootstrap, *args)
 
 
+def describe_transaction(bootstrap: str, transactional_id: str) -> str:
+    """kafka-transactions.sh describe: the transaction's state, epoch, partitions."""
+    return run_tool(
+        "TransactionsCommand",
+        *("--bootstrap-server", bootstrap, "describe", "--transactional-id", transactional_id),
+    )
+
+
 def write(path: Path, text: str) -> str:
     path.write_text(text)
     return str(path)

@@ -13,6 +13,13 @@
 // output does not reach every count within a minute, or the changelog is not cleaned in 30 s.
 // GUARANTEE is Streams' processing.guarantee (at_least_once, exactly_once_v2).
 // Usage: java -cp 'JARS/*' WordCount.java BOOTSTRAP INPUT OUTPUT LINES_FILE STATE_DIR GUARANTEE
+//
+// Or only the count, with no input of its own, for tests that feed INPUT and read OUTPUT
+// themselves (both must exist): runs until its standard input ends, then closes and
+// prints "closed". Its internal topics (changelog, repartition) get REPLICATION replicas
+// and min.insync.replicas=2 when there are more than two. Prints each state Streams
+// enters ("state RUNNING") and any uncaught error ("error ...", after which it shuts down).
+// Usage: java -cp 'JARS/*' WordCount.java serve BOOTSTRAP INPUT OUTPUT STATE_DIR GUARANTEE REPLICATION
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -41,6 +48,7 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.state.KeyValueStore;
@@ -50,6 +58,10 @@ public class WordCount {
     static final String STORE = "counts";
 
     public static void main(String[] args) throws Exception {
+        if (args[0].equals("serve")) {
+            serve(args[1], args[2], args[3], args[4], args[5], Integer.parseInt(args[6]));
+            return;
+        }
         String bootstrap = args[0], input = args[1], output = args[2];
         List<String> lines = Files.readAllLines(Path.of(args[3]));
         String stateDir = args[4], guarantee = args[5];
@@ -73,6 +85,31 @@ public class WordCount {
             System.out.println("changelog cleanup.policy " + config.get("cleanup.policy").value());
             counts.forEach((word, count) -> System.out.println("count " + word + " " + count));
         }
+    }
+
+    static void serve(String bootstrap, String input, String output, String stateDir, String guarantee,
+                      int replication) throws Exception {
+        Properties config = streamsConfig(bootstrap, input + "-wordcount", stateDir, guarantee);
+        config.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, replication);
+        if (replication > 2) {
+            config.put(StreamsConfig.topicPrefix("min.insync.replicas"), "2");
+        }
+        KafkaStreams streams = new KafkaStreams(topology(input, output), config);
+        streams.setStateListener((state, previous) -> System.out.println("state " + state));
+        streams.setUncaughtExceptionHandler(error -> {
+            System.out.println("error " + error);
+            return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        streams.cleanUp();
+        streams.start();
+        try {
+            while (System.in.read() != -1) {
+                // Until the standard input ends.
+            }
+        } finally {
+            streams.close(Duration.ofSeconds(60));
+        }
+        System.out.println("closed");
     }
 
     static Topology topology(String input, String output) {
