@@ -67,6 +67,8 @@ def produce(bootstrap: str, topic: str, value: bytes, count: int, commit: str | 
                 break
             except BufferError:
                 producer.poll(0.001)
+        if i % 1000 == 999:  # serve delivery reports, as an application does; left to
+            producer.poll(0)  # pile up, they slow librdkafka's producer down several times
         if (commit == "records" and (i + 1) % 1000 == 0) or (
             commit == "time" and time.perf_counter() - last_commit >= 0.1
         ):
