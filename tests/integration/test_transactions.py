@@ -24,6 +24,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -481,11 +482,11 @@ def _add_partition(
     )
 
 
-def _end(
-    client: WireClient, transactional_id: str, pid: int, epoch: int, commit: bool
-) -> ErrorCode:
-    m = request_module(26, 3)
-    response = client.request(
+def _end_txn(
+    client: WireClient, transactional_id: str, pid: int, epoch: int, commit: bool, version: int
+) -> Any:
+    m = request_module(26, version)
+    return client.request(
         m.EndTxnRequest(
             transactional_id=transactional_id,
             producer_id=pid,
@@ -493,7 +494,12 @@ def _end(
             committed=commit,
         )
     )
-    return ErrorCode(response.error_code)
+
+
+def _end(
+    client: WireClient, transactional_id: str, pid: int, epoch: int, commit: bool
+) -> ErrorCode:
+    return ErrorCode(_end_txn(client, transactional_id, pid, epoch, commit, 3).error_code)
 
 
 def test_what_a_transaction_does_not_allow_is_refused_and_not_written(
@@ -544,15 +550,7 @@ def _end_v2(
     client: WireClient, transactional_id: str, pid: int, epoch: int, commit: bool
 ) -> tuple[ErrorCode, int, int]:
     """EndTxn v5 (transactions v2): its error and the producer id and epoch it answers."""
-    m = request_module(26, 5)
-    response = client.request(
-        m.EndTxnRequest(
-            transactional_id=transactional_id,
-            producer_id=pid,
-            producer_epoch=epoch,
-            committed=commit,
-        )
-    )
+    response = _end_txn(client, transactional_id, pid, epoch, commit, 5)
     return ErrorCode(response.error_code), response.producer_id, response.producer_epoch
 
 
