@@ -6,6 +6,8 @@ controller, each broker's address and each partition's replicas; the controller 
 AlterPartitionReassignments and ListPartitionReassignments (`tierbroker partition
 reassign`, as for Kafka's `kafka-reassign-partitions.sh`), and a broker its own configs
 or, any broker, the cluster's (`tierbroker cluster config`, as `kafka-configs.sh`).
+librdkafka has no transaction admin either: `brokers`, `leader` and
+`transaction_coordinator` name the brokers `tierbroker txn` asks (`broker.cli.transactions`).
 """
 
 from __future__ import annotations
