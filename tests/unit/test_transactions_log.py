@@ -16,6 +16,7 @@ ProducerAppendInfo, TransactionIndex, UnifiedLog.lastStableOffset, LogCleaner):
 
 from __future__ import annotations
 
+import errno
 import struct
 import uuid
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from tierbroker.protocol.records.control import (
     build_end_txn_marker,
     read_end_txn_marker,
 )
+from tierbroker.storage import transaction_index
 from tierbroker.storage.log import AppendOptions, Log, now_ms
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.producer_state import ProducerStateManager
@@ -270,6 +272,36 @@ def test_a_crash_rebuilds_the_transaction_index_and_the_open_transactions(tmp_pa
         assert lg.collect_aborted_txns(0, 5) == [AbortedTxn(A, 0, 2, 3)]
         assert index.stat().st_size == ENTRY_BYTES
         assert lg.last_stable_offset == 3  # B's transaction is still open
+    finally:
+        lg.close()
+
+
+def test_a_full_disk_under_the_index_entry_fails_the_marker_and_recovery_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The abort's index entry is written after its marker: a failed write (ENOSPC) fails
+    the marker's append, so it is never acknowledged (the broker takes the log dir
+    offline), leaves no part of an entry, and the replay after a restart writes it."""
+    directory, topic_id = tmp_path / "txn-0", uuid.uuid4()
+    lg = open_log(directory, topic_id)
+    lg.append_as_leader(txn_batch(A, 0), 0, None, TRANSACTIONAL)  # 0-1
+
+    def full(_fd: int, _data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(transaction_index, "write_fully", full)
+        with pytest.raises(OSError):
+            lg.append_end_txn_marker(A, 0, ABORT, 0)  # 2
+    index = directory / f"{0:020d}.txnindex"
+    assert not index.exists() or index.stat().st_size == 0
+    lg.close()
+
+    lg = open_log(directory, topic_id)
+    try:
+        lg.update_high_watermark(lg.log_end_offset)
+        assert lg.collect_aborted_txns(0, 3) == [AbortedTxn(A, 0, 2, 3)]
+        assert index.stat().st_size == ENTRY_BYTES
     finally:
         lg.close()
 
