@@ -62,6 +62,7 @@ from tierbroker.storage.log import (
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.long_lived import LongLivedObjects
+from tierbroker.storage.producer_state import VerificationGuard
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -520,7 +521,7 @@ class ReplicaManager:
         transactional_id = options.transactional_id
         if transactional_id is None or self.verify_transaction is None:
             return {}
-        checks: dict[TopicPartition, tuple[BatchView, object]] = {}
+        checks: dict[TopicPartition, tuple[BatchView, VerificationGuard]] = {}
         for tp, records in entries.items():
             partition = self.partitions.get(tp)
             if partition is None or len(records) < BATCH_HEADER_SIZE:
@@ -540,14 +541,14 @@ class ReplicaManager:
             transactional_id, first.producer_id, first.producer_epoch, set(checks), operation.adds
         )
         verified: dict[TopicPartition, AppendOptions] = {}
-        for tp, (batch, guard) in checks.items():
+        for tp, (batch, check) in checks.items():
             error = errors.get(tp, ErrorCode.invalid_txn_state)
             if error == ErrorCode.none:
-                verified[tp] = replace(options, verification_guard=guard)
+                verified[tp] = replace(options, verification_guard=check)
                 continue
             partition = self.partitions.get(tp)
             if partition is not None:
-                partition.log.producer_state.end_verification(batch.producer_id, guard)
+                partition.log.producer_state.end_verification(batch.producer_id, check)
             code = producer_error(error, operation)
             log.info(
                 "transactional produce of %r to %s refused: its coordinator answered %s",
