@@ -16,7 +16,7 @@ the view fail (`ValueError`): its records' fate cannot be proved.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 
 from tierbroker.pipeline.discovery import RemoteSegment, SegmentRange
@@ -28,6 +28,13 @@ from tierbroker.storage.transaction_index import AbortedTxn, parse_entries
 
 SegmentCache = MutableMapping[str, "SegmentTxns"]
 """Segment id -> what it says of transactions (a segment's objects never change)."""
+AbortedSpans = Mapping[int, tuple[tuple[int, int], ...]]
+"""Producer id -> the (first offset, marker offset) of each of its aborted transactions."""
+
+
+def is_aborted(aborted: AbortedSpans, producer_id: int, offset: int) -> bool:
+    """A record of a transactional batch at `offset` belongs to an aborted transaction."""
+    return any(first <= offset < marker for first, marker in aborted.get(producer_id, ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +45,11 @@ class SegmentTxns:
 
 @dataclass(frozen=True, slots=True)
 class CommittedView:
-    aborted: dict[int, tuple[tuple[int, int], ...]]  # producer id -> (first, marker) offsets
+    aborted: AbortedSpans
     stable_end: int  # exclusive
 
     def is_aborted(self, producer_id: int, offset: int) -> bool:
-        """A record of a transactional batch at `offset` belongs to an aborted transaction."""
-        return any(first <= offset < marker for first, marker in self.aborted.get(producer_id, ()))
+        return is_aborted(self.aborted, producer_id, offset)
 
     def trim(self, ranges: list[SegmentRange]) -> list[SegmentRange]:
         """`ranges` cut at the stable end."""

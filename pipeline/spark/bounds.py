@@ -19,7 +19,12 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from tierbroker.pipeline.committed import CommittedView, SegmentCache, committed_view
+from tierbroker.pipeline.committed import (
+    AbortedSpans,
+    CommittedView,
+    SegmentCache,
+    committed_view,
+)
 from tierbroker.pipeline.discovery import SegmentDiscovery, SegmentRange
 from tierbroker.pipeline.segments import offset_for_timestamp
 from tierbroker.pipeline.spark.options import EARLIEST, LATEST, Bound, ReadOptions
@@ -123,18 +128,12 @@ class TopicView:
             cached = self._watermarks[tp] = self.broker.watermarks(*tp)
         return cached
 
-    def aborted(self, tp: TopicPartitionKey) -> tuple[tuple[int, int, int], ...]:
-        """(producer id, first offset, marker offset) of the partition's aborted transactions
-        the remote tier records (none unless read committed)."""
+    def aborted(self, tp: TopicPartitionKey) -> AbortedSpans:
+        """The partition's aborted transactions the remote tier records (none unless read
+        committed)."""
         self.ranges(tp)
         committed = self._committed.get(tp)
-        if committed is None:
-            return ()
-        return tuple(
-            (pid, first, marker)
-            for pid, spans in committed.aborted.items()
-            for first, marker in spans
-        )
+        return {} if committed is None else committed.aborted
 
     def earliest(self, tp: TopicPartitionKey) -> int:
         ranges, marks = self.ranges(tp), self._marks(tp)

@@ -19,8 +19,9 @@ the brokers, and its pieces, all of one Kafka partition, in offset order.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from tierbroker.pipeline.committed import AbortedSpans, is_aborted
 from tierbroker.pipeline.discovery import RemoteSegment, SegmentRange
 from tierbroker.pipeline.segments import load_offset_index
 from tierbroker.pipeline.spark.bounds import TopicView, resolve
@@ -109,14 +110,12 @@ class Task:
     topic: str
     partition: int
     pieces: tuple[Piece, ...]
-    # Read committed: (producer id, first offset, marker offset) of the partition's aborted
-    # transactions, whose records the remote slices leave out (the brokers leave them out).
-    aborted: tuple[tuple[int, int, int], ...] = ()
+    # Read committed: the aborted transactions in the task's offsets, whose records the
+    # remote slices leave out (the brokers leave them out).
+    aborted: AbortedSpans = field(default_factory=dict)
 
     def is_aborted(self, producer_id: int, offset: int) -> bool:
-        return any(
-            pid == producer_id and first <= offset < marker for pid, first, marker in self.aborted
-        )
+        return is_aborted(self.aborted, producer_id, offset)
 
     @property
     def offsets(self) -> int:
@@ -228,7 +227,11 @@ def plan_ranges(
         aborted = view.aborted((topic, partition))
         for group in _pack(pieces, options.max_bytes_per_partition):
             low, high = group[0].first_offset, _end(group[-1])
-            overlapping = tuple(t for t in aborted if t[1] < high and t[2] >= low)
+            overlapping = {
+                pid: inside
+                for pid, spans in aborted.items()
+                if (inside := tuple(s for s in spans if s[0] < high and s[1] >= low))
+            }
             tasks.append(Task(access, topic, partition, tuple(group), overlapping))
     if options.max_records_per_partition is not None:
         limit = options.max_records_per_partition
