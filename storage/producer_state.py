@@ -282,9 +282,10 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         if entry is not None and entry.current_txn_first_offset != NO_TXN and entry.epoch == epoch:
             return None
-        return self._verifications.setdefault(
-            producer_id, VerificationGuard(epoch, supports_epoch_bump)
-        )
+        guard = self._verifications.get(producer_id)
+        if guard is None or guard.epoch != epoch:  # a check of an older epoch is not this one
+            guard = self._verifications[producer_id] = VerificationGuard(epoch, supports_epoch_bump)
+        return guard
 
     def is_verified(self, producer_id: int, guard: object) -> bool:
         """No marker came between the check that made `guard` and now."""
