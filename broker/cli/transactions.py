@@ -32,6 +32,7 @@ from tierbroker.broker.cli.common import (
     print_table,
 )
 from tierbroker.broker.cli.wire_admin import WireAdmin, WireError, error_text, run_admin
+from tierbroker.broker.network.broker_client import BrokerClient
 from tierbroker.protocol.errors import ErrorCode
 
 app = command_group("Transactions: list, describe, a partition's producers, abort.")
@@ -112,10 +113,11 @@ async def describe_transaction(admin: WireAdmin, transactional_id: str) -> Descr
     )
 
 
-async def describe_producers(admin: WireAdmin, topic: str, partition: int) -> list[ActiveProducer]:
+async def describe_producers(
+    leader: BrokerClient, topic: str, partition: int
+) -> list[ActiveProducer]:
     """The producers the partition's leader keeps state for."""
-    client = await admin.leader(topic, partition)
-    answer = await client.send(
+    answer = await leader.send(
         producers_request.DescribeProducersRequest(
             topics=(
                 producers_request.TopicRequest(
@@ -141,11 +143,10 @@ async def describe_producers(admin: WireAdmin, topic: str, partition: int) -> li
 
 
 async def abort_transaction(
-    admin: WireAdmin, topic: str, partition: int, producer: ActiveProducer
+    leader: BrokerClient, topic: str, partition: int, producer: ActiveProducer
 ) -> None:
     """Write an abort marker for `producer`'s open transaction through the leader."""
-    client = await admin.leader(topic, partition)
-    answer = await client.send(
+    answer = await leader.send(
         markers_request.WriteTxnMarkersRequest(
             markers=(
                 markers_request.WritableTxnMarker(
@@ -248,12 +249,11 @@ def producers(
     output: OutputOption = Output.table,
 ) -> None:
     """The producers a partition's leader tracks, and where their open transactions start."""
-    rows = run_admin(
-        f"describe producers of {topic}:{partition}",
-        bootstrap,
-        timeout,
-        lambda admin: describe_producers(admin, topic, partition),
-    )
+
+    async def call(admin: WireAdmin) -> list[ActiveProducer]:
+        return await describe_producers(await admin.leader(topic, partition), topic, partition)
+
+    rows = run_admin(f"describe producers of {topic}:{partition}", bootstrap, timeout, call)
     if output is Output.json:
         print_json([asdict(r) for r in rows])
         return
@@ -306,6 +306,7 @@ def abort(
         )
 
     async def call(admin: WireAdmin) -> ActiveProducer:
+        leader = await admin.leader(topic, partition)
         if start_offset is None:
             assert producer_id is not None and producer_epoch is not None
             assert coordinator_epoch is not None
@@ -313,13 +314,13 @@ def abort(
         else:
             found = [
                 p
-                for p in await describe_producers(admin, topic, partition)
+                for p in await describe_producers(leader, topic, partition)
                 if p.current_txn_start_offset == start_offset
             ]
             if not found:
                 raise WireError(f"no transaction open at offset {start_offset}")
             [producer] = found
-        await abort_transaction(admin, topic, partition, producer)
+        await abort_transaction(leader, topic, partition, producer)
         return producer
 
     producer = run_admin(f"abort transaction on {topic}:{partition}", bootstrap, timeout, call)
