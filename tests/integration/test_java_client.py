@@ -222,6 +222,16 @@ TRANSACTIONS = {
 }
 
 
+TRANSACTIONS_V2 = {
+    **TRANSACTIONS,
+    "epoch_after_three": "3",
+    "epoch_after_fencing_and_one_more": "5",
+    # its first batch, added by the partition's leader, meets the bumped epoch
+    "fenced_at_send": "InvalidProducerEpochException",
+    "fenced_at_commit": "InvalidProducerEpochException",
+}
+
+
 @pytest.mark.parametrize("kind", ["single", "cluster"])
 def test_transactions_commit_abort_send_offsets_and_fence_as_on_apache_kafka(
     request: pytest.FixtureRequest, kind: str
@@ -232,14 +242,7 @@ def test_transactions_commit_abort_send_offsets_and_fence_as_on_apache_kafka(
     name = unique("java-txn")
     replicas = "1" if kind == "single" else "3"
     printed = both(request, kind, "Transactions.java", name, name, name, replicas)
-    assert printed == {
-        **TRANSACTIONS,
-        "epoch_after_three": "3",
-        "epoch_after_fencing_and_one_more": "5",
-        # its first batch, added by the partition's leader, meets the bumped epoch
-        "fenced_at_send": "InvalidProducerEpochException",
-        "fenced_at_commit": "InvalidProducerEpochException",
-    }
+    assert printed == TRANSACTIONS_V2
 
 
 def test_transactions_v1_when_the_broker_finalizes_an_older_version(tmp_path: Path) -> None:
