@@ -51,8 +51,10 @@ from tierbroker.pipeline.modes import ConsumptionMode, TieredConsumerStats, Tier
 from tierbroker.pipeline.remote_fetcher import RemoteFetch, RemoteFetcher
 from tierbroker.pipeline.routing import TierRouter
 from tierbroker.pipeline.storage import open_store
+from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, chunk_store
 
 log = logging.getLogger(__name__)
+CHUNK_FETCH_TIMEOUT_S = 60.0  # one ranged GET of a chunk, retries included
 
 Records = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
 
@@ -100,9 +102,16 @@ class TieredConsumer:
             kafka_options["auto_offset_reset"] = "none"  # resets are the router's, over both tiers
             store = open_store(storage, storage_options)
             self._executor = ThreadPoolExecutor(remote_read_threads, "tiered-consumer")
+            chunk_config = ChunkCacheConfig.from_configs(storage_options or {})
             self._fetcher = RemoteFetcher(
                 SegmentDiscovery(store, cluster=cluster, entropy_bits=entropy_bits),
                 self._executor,
+                ChunkCache(
+                    chunk_config,
+                    chunk_store(chunk_config),
+                    fetch_slots=remote_read_threads,
+                    fetch_timeout_s=CHUNK_FETCH_TIMEOUT_S,
+                ),
                 refresh_interval_s=remote_refresh_interval_ms / 1000,
                 chunk_bytes=int(kafka_options.get("max_partition_fetch_bytes", 1 << 20)),
                 key_deserializer=kafka_options.get("key_deserializer"),
@@ -138,6 +147,8 @@ class TieredConsumer:
 
     async def start(self) -> None:
         """Connect to the cluster (and join the group, if subscribed)."""
+        if self._fetcher is not None:
+            await self._fetcher.chunks.start()
         await self._kafka.start()
 
     async def stop(self) -> None:
@@ -147,6 +158,7 @@ class TieredConsumer:
             await self._kafka.stop()
         finally:
             if self._fetcher is not None:
+                await self._fetcher.chunks.close()
                 self._fetcher.store.close()
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)

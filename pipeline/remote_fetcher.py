@@ -3,8 +3,11 @@
 Per partition it keeps the resolved segment ranges (re-listed at most every
 `refresh_interval_s`, or at once when a segment turns out to be gone) and a cursor:
 the next offset, the range and byte position it lies at, and records decoded but
-not yet returned. A fetch reads one chunk (range GET) when the cursor has nothing
-buffered, in a thread pool, so the event loop never blocks on the store.
+not yet returned. A fetch decodes about `chunk_bytes` when the cursor has nothing
+buffered, in a thread pool, so the event loop never blocks on the store. The bytes
+come from a `ChunkCache`, as the broker's remote reads do: ranged GETs of whole
+chunks in the pool, each chunk once, prefetched past the cursor into the following
+segments, so the store's latency is paid once per prefetch window.
 
 Records become aiokafka `ConsumerRecord`s built exactly as aiokafka's fetcher builds
 them (same field values, headers a tuple of (str, bytes) pairs, checksum None,
@@ -25,7 +28,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,14 +36,17 @@ from typing import Any
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from tierbroker.pipeline.committed import CommittedView, SegmentCache, committed_view
-from tierbroker.pipeline.discovery import SegmentDiscovery, SegmentRange
+from tierbroker.pipeline.discovery import RemoteSegment, SegmentDiscovery, SegmentRange
 from tierbroker.pipeline.segments import (
     DEFAULT_CHUNK_BYTES,
+    checked_batches,
+    first_batch_size,
     parse_batch,
-    read_chunk,
     start_position,
+    whole_batches_end,
 )
 from tierbroker.pipeline.storage import ObjectNotFoundError
+from tierbroker.storage.remote.chunk_cache import ChunkCache, RemoteObject
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,7 @@ class RemoteFetcher:
         self,
         discovery: SegmentDiscovery,
         executor: Executor,
+        chunks: ChunkCache,
         *,
         refresh_interval_s: float = 2.0,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
@@ -89,6 +96,7 @@ class RemoteFetcher:
         self.discovery = discovery
         self.store = discovery.store
         self.executor = executor
+        self.chunks = chunks
         self.refresh_interval_s = refresh_interval_s
         self.chunk_bytes = chunk_bytes
         self.key_deserializer = key_deserializer
@@ -153,9 +161,7 @@ class RemoteFetcher:
             range_ = cursor.range_
             assert range_ is not None
             try:
-                read, position, next_offset = await self._run(
-                    self._read, range_, cursor.position, cursor.offset, self._views.get(tp)
-                )
+                read, position, next_offset = await self._read(tp, range_, cursor)
             except ObjectNotFoundError:
                 self._segment_gone(tp, range_)
                 cursor.range_ = None
@@ -250,14 +256,56 @@ class RemoteFetcher:
         self.discovery.forget(segment)
         self._ranges.pop(tp, None)
 
-    def _read(
-        self, range_: SegmentRange, position: int, offset: int, view: CommittedView | None
+    async def _read(
+        self, tp: TopicPartition, range_: SegmentRange, cursor: _Cursor
     ) -> tuple[list[RawRecord], int, int]:
-        """Decode one chunk (in the executor): records in range (none of an aborted
-        transaction, with a `view`), next byte position and offset."""
-        batches, position = read_chunk(
-            self.store, range_.segment.log_key, position, self.chunk_bytes
+        """The next records of the cursor's range: decoded, with the byte position and the
+        offset after them."""
+        segment, position = range_.segment, cursor.position
+        obj = self._object(segment)
+        self.chunks.prefetch(self._following(tp, range_, position))
+        data = await self.chunks.read(obj, position, position + self.chunk_bytes)
+        size = first_batch_size(data)
+        if size > len(data):  # one batch larger than a chunk
+            data = await self.chunks.read(obj, position, position + size)
+        decoded: tuple[list[RawRecord], int, int] = await self._run(
+            self._decode, range_, data, position, cursor.offset, self._views.get(tp)
         )
+        return decoded
+
+    def _object(self, segment: RemoteSegment) -> RemoteObject:
+        async def read(start: int, end: int) -> bytes:
+            data: bytes = await self._run(self.store.get, segment.log_key, start, end)
+            return data
+
+        return RemoteObject(id=segment.segment_id, size_bytes=segment.size, read=read)
+
+    def _following(
+        self, tp: TopicPartition, range_: SegmentRange, position: int
+    ) -> Iterator[tuple[RemoteObject, int]]:
+        """What the cursor reads next: the rest of its segment, then the following ranges
+        that start at their segment's start."""
+        yield self._object(range_.segment), position
+        ranges = self._ranges.get(tp)
+        for later in ranges.ranges if ranges is not None else ():
+            if later.first_offset <= range_.last_offset:
+                continue
+            if later.first_offset != later.segment.start_offset:
+                return
+            yield self._object(later.segment), 0
+
+    def _decode(
+        self,
+        range_: SegmentRange,
+        data: memoryview,
+        position: int,
+        offset: int,
+        view: CommittedView | None,
+    ) -> tuple[list[RawRecord], int, int]:
+        """Decode whole batches (in the executor): records in range (none of an aborted
+        transaction, with a `view`), next byte position and offset."""
+        batches = checked_batches(data)
+        position += whole_batches_end(data)
         records: list[RawRecord] = []
         next_offset = offset
         for batch in batches:

@@ -58,21 +58,31 @@ def read_chunk(
     same position at the end of the object (or at a torn tail).
     """
     data = store.get(key, position, position + max_bytes)
-    end = whole_batches_end(data)
-    if end == 0 and len(data) >= LOG_OVERHEAD:
-        size = int.from_bytes(data[8:12], "big", signed=True) + LOG_OVERHEAD
-        if size >= BATCH_HEADER_SIZE and size > len(data):  # one batch larger than a chunk
-            data = store.get(key, position, position + size)
-            end = whole_batches_end(data)
-    view = memoryview(data)[:end]
+    size = first_batch_size(data)
+    if size > len(data):  # one batch larger than a chunk
+        data = store.get(key, position, position + size)
+    return checked_batches(data), position + whole_batches_end(data)
+
+
+def first_batch_size(data: bytes | memoryview) -> int:
+    """The size of the batch `data` starts with, if `data` holds its header; else 0."""
+    if len(data) < LOG_OVERHEAD:
+        return 0
+    size = int.from_bytes(data[8:12], "big", signed=True) + LOG_OVERHEAD
+    return size if size >= BATCH_HEADER_SIZE else 0
+
+
+def checked_batches(data: bytes | memoryview) -> list[BatchView]:
+    """The whole batches at the start of `data`, each CRC-checked."""
+    view = memoryview(data)[: whole_batches_end(data)]
     batches = []
     at = 0
-    while at < end:
+    while at < len(view):
         batch = BatchView(view, at)
         batch.validate()
         batches.append(batch)
         at += batch.size_in_bytes
-    return batches, position + end
+    return batches
 
 
 def iter_batches_from(

@@ -36,6 +36,7 @@ from tierbroker.rlm.remote_txn_index import RemoteTransactionIndex
 from tierbroker.rlm.task_pool import TaskPool
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
+from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, chunk_store
 from tierbroker.storage.remote.lineage import lineage_segments
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
@@ -54,6 +55,7 @@ class RemoteLogManager:
         rlmm: RemoteLogMetadataManager,
         log_dir: Path,
         registry: CollectorRegistry,
+        chunk_config: ChunkCacheConfig | None = None,
     ) -> None:
         self.config = config
         self.broker_id = broker_id
@@ -61,7 +63,16 @@ class RemoteLogManager:
         self.rlmm = rlmm
         self.metrics = RemoteStorageMetrics(registry)
         self.index_cache = RemoteIndexCache(log_dir, config.index_cache_bytes, rsm.fetch_index)
-        self.reader = RemoteLogReader(config, rlmm, rsm, self.index_cache, self.metrics)
+        chunk_config = chunk_config or ChunkCacheConfig()
+        self.chunks = ChunkCache(
+            chunk_config,
+            chunk_store(chunk_config),
+            fetch_slots=config.reader_threads,
+            fetch_timeout_s=config.remote_call_timeout_ms / 1000,
+        )
+        self.reader = RemoteLogReader(
+            config, rlmm, rsm, self.index_cache, self.chunks, self.metrics
+        )
         self.txn_index = RemoteTransactionIndex(rlmm, rsm)
         self.deleter = SegmentDeleter(config, rsm, rlmm, self.index_cache.remove)
         self.copy_limiter = ByteRateLimiter(config.copy_max_bytes_per_second)
@@ -98,6 +109,7 @@ class RemoteLogManager:
         await self.rsm.start()
         await self.metrics.health.check(self.rsm)
         await self.index_cache.load()
+        await self.chunks.start()
         self.copier.start()
         self.expirer.start()
         self.follower.start()

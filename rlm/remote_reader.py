@@ -3,35 +3,32 @@
 Every read follows the reading log's lineage (its leader-epoch entries): a read finds
 the segment holding the offset in the offset's epoch there (RLMM, as Kafka's
 `RemoteLogManager.read`), turns the offset into a byte position with the segment's
-offset index (`RemoteIndexCache`), and range-reads only from there: whole batches, at
-least one, never more than the fetch's byte limit, and none past the last offset where
-the segment and the lineage agree (a segment of a diverged lineage serves only its
-common part). Reads run in a bounded pool (`remote.log.reader.threads`, at most
-`remote.log.reader.max.pending.tasks` waiting) as tasks owned by the reader: a
-fetch that stops waiting (`remote.fetch.max.wait.ms`) does not cancel its read,
-whose result waits in a bounded result cache (oldest dropped first) so the
-client's retry is served at once. Each read's outcome updates the store's health.
+offset index (`RemoteIndexCache`), and reads only from there: whole batches, at least
+one, never more than the fetch's byte limit, and none past the last offset where the
+segment and the lineage agree (a segment of a diverged lineage serves only its common
+part). At most `remote.log.reader.max.pending.tasks` reads wait at once.
 
-Consumers read a partition sequentially, so a fetch that was served starts the
-read its successor will ask for (same partition, the next offset, the same size)
-while two reader threads are idle, one left for reads a fetch waits on: the
-object store's latency overlaps the response and the client's next request. One
-read ahead per fetch, never a chain of them; none with a single reader thread.
+Bytes come from the `ChunkCache`: each chunk of a segment is fetched once however many
+consumers read it, by at most `remote.log.reader.threads` fetches at a time, and a fetch
+that stops waiting (`remote.fetch.max.wait.ms`) leaves its chunks loading, so the
+client's retry finds them. A served read prefetches the chunks after it, into the
+lineage's next segments, so a consumer reading history sequentially is fed by parallel
+ranged reads. Each chunk fetch updates the store's health.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
-from tierbroker.protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch, iter_batches
+from tierbroker.protocol.records import BATCH_HEADER_SIZE, BatchView, decode_batch
 from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.index_cache import RemoteIndexCache
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.rlm.quota import ByteRateLimiter
+from tierbroker.storage.remote.chunk_cache import ChunkCache, RemoteObject
 from tierbroker.storage.remote.lineage import Lineage, agreed_end, epoch_for_offset
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
@@ -39,11 +36,7 @@ from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 
 log = logging.getLogger(__name__)
 
-SLACK_BYTES = 64 * 1024  # read past the index position: batches before the offset, one header
-RESULT_CACHE_BYTES = 64 * 1024 * 1024
-
-# partition, fetch offset, max bytes, the reading log's lineage
-ReadKey = tuple[TopicIdPartition, int, int, tuple[tuple[int, int], ...]]
+BATCHES_PER_LOOKUP = 1 << 20  # the bytes a timestamp lookup reads at a time
 
 
 class RemoteLogReader:
@@ -53,22 +46,17 @@ class RemoteLogReader:
         rlmm: RemoteLogMetadataManager,
         rsm: RemoteStorageManager,
         index_cache: RemoteIndexCache,
+        chunks: ChunkCache,
         metrics: RemoteStorageMetrics,
     ) -> None:
         self.config = config
         self.rlmm = rlmm
         self.rsm = rsm
         self.index_cache = index_cache
+        self.chunks = chunks
         self.metrics = metrics
         self.limiter = ByteRateLimiter(config.fetch_max_bytes_per_second)
-        self._slots = asyncio.Semaphore(config.reader_threads)
-        self._inflight: dict[ReadKey, asyncio.Task[memoryview]] = {}
-        self._results: OrderedDict[ReadKey, memoryview] = OrderedDict()
-        self._results_bytes = 0
-
-    @property
-    def pending(self) -> int:
-        return len(self._inflight)
+        self.pending = 0
 
     async def read(
         self,
@@ -79,88 +67,60 @@ class RemoteLogReader:
         lineage: Lineage,
     ) -> memoryview:
         """Batches from `offset` of the log whose leader-epoch entries are `lineage`, a view
-        into the range read (not a copy); raises TimeoutError if not read within
-        `timeout_s`."""
-        key = (tip, offset, max_bytes, tuple(lineage))
-        done = self._take(key)
-        if done is not None:
-            self._read_ahead(key, done)
-            return done
-        task = self._inflight.get(key)
-        if task is None:
-            if len(self._inflight) >= self.config.reader_max_pending_tasks:
-                raise KafkaError(ErrorCode.request_timed_out, "remote read queue is full")
-            task = self._start(key)
-        async with asyncio.timeout(timeout_s):
-            result = await asyncio.shield(task)
-        self._take(key)
-        self._read_ahead(key, result)
-        return result
-
-    def _read_ahead(self, served_key: ReadKey, served: memoryview) -> None:
-        """Start the read following `served` if it is in the remote tier and threads are idle.
-
-        A fetch that asks for a read ahead still in flight shares its outcome, an error
-        included; one that failed before is forgotten (its error counted), and the
-        fetch that asks next reads again.
-        """
-        # One thread stays free for reads that a fetch is waiting on.
-        if not served or len(self._inflight) >= self.config.reader_threads - 1:
-            return
-        tip, _, max_bytes, lineage = served_key
+        into the chunks read (not a copy, unless the batches cross chunks); raises
+        TimeoutError if not read within `timeout_s` (the chunks go on loading)."""
+        if self.pending >= self.config.reader_max_pending_tasks:
+            raise KafkaError(ErrorCode.request_timed_out, "remote read queue is full")
+        topic = tip.topic_partition.topic
+        self.pending += 1
         try:
-            last = -1
-            for batch in iter_batches(served):
-                last = batch.last_offset
-            key = (tip, last + 1, max_bytes, lineage)
-            if key in self._inflight or key in self._results:
-                return
-            epoch = epoch_for_offset(lineage, last + 1)
-            if self.rlmm.remote_log_segment_metadata(tip, epoch, last + 1) is not None:
-                self._start(key)
-        except Exception:  # a guess never fails the fetch it follows, which was served
-            log.warning("%s: no read ahead after offset %d", tip, last, exc_info=True)
-
-    def _start(self, key: ReadKey) -> asyncio.Task[memoryview]:
-        task = asyncio.get_running_loop().create_task(self._read(*key))
-        self._inflight[key] = task
-        task.add_done_callback(lambda t: self._read_done(key, t))
-        return task
-
-    def _read_done(self, key: ReadKey, task: asyncio.Task[memoryview]) -> None:
-        self._inflight.pop(key, None)
-        if task.cancelled() or task.exception() is not None:
-            return
-        data = task.result()
-        self._results[key] = data  # taken by `read`, or kept for the retry of a timed-out fetch
-        self._results_bytes += _held_bytes(data)
-        while self._results_bytes > RESULT_CACHE_BYTES and self._results:
-            _, old = self._results.popitem(last=False)
-            self._results_bytes -= _held_bytes(old)
-
-    def _take(self, key: ReadKey) -> memoryview | None:
-        data = self._results.pop(key, None)
-        if data is not None:
-            self._results_bytes -= _held_bytes(data)
+            async with asyncio.timeout(timeout_s):
+                data = await self._read_batches(tip, offset, max_bytes, lineage)
+        except TimeoutError:
+            raise  # the fetch stopped waiting; its chunks are still on their way
+        except Exception:
+            self.metrics.fetch_errors.labels(topic).inc()
+            raise
+        finally:
+            self.pending -= 1
+        self.metrics.fetch_requests.labels(topic).inc()
+        self.metrics.fetch_bytes.labels(topic).inc(len(data))
         return data
 
-    async def _read(
-        self, tip: TopicIdPartition, offset: int, max_bytes: int, lineage: Lineage
-    ) -> memoryview:
-        async with self._slots:
+    def _object(self, metadata: RemoteLogSegmentMetadata) -> RemoteObject:
+        async def read(start: int, end: int) -> bytes:
+            await self.limiter.acquire(end - start)
             try:
-                # A timeout scope, not wait_for: no extra task, so a read ahead reaches the
-                # remote tier before the loop turns to writing the response it follows.
-                async with asyncio.timeout(self.config.remote_call_timeout_ms / 1000):
-                    data = await self._read_batches(tip, offset, max_bytes, lineage)
+                data = await self.rsm.fetch_log_segment(metadata, start, end - 1)
             except Exception as e:
-                self.metrics.fetch_errors.labels(tip.topic_partition.topic).inc()
                 self.metrics.health.failed(e)
                 raise
             self.metrics.health.succeeded()
-            self.metrics.fetch_requests.labels(tip.topic_partition.topic).inc()
-            self.metrics.fetch_bytes.labels(tip.topic_partition.topic).inc(len(data))
             return data
+
+        return RemoteObject(
+            id=metadata.segment_id.id, size_bytes=metadata.segment_size_bytes, read=read
+        )
+
+    def _following(
+        self,
+        tip: TopicIdPartition,
+        metadata: RemoteLogSegmentMetadata,
+        position: int,
+        lineage: Lineage,
+    ) -> Iterator[tuple[RemoteObject, int]]:
+        """The bytes a sequential reader asks for next: the rest of the segment, then the
+        lineage's following segments, each from its start."""
+        yield self._object(metadata), position
+        while True:
+            offset = metadata.end_offset + 1
+            following = self.rlmm.remote_log_segment_metadata(
+                tip, epoch_for_offset(lineage, offset), offset
+            )
+            if following is None or following.start_offset != offset:
+                return
+            metadata = following
+            yield self._object(metadata), 0
 
     async def _read_batches(
         self, tip: TopicIdPartition, offset: int, max_bytes: int, lineage: Lineage
@@ -179,43 +139,39 @@ class RemoteLogReader:
             if offset == metadata.start_offset
             else await self.index_cache.lookup_offset(metadata, offset)
         )
-        chunk = await self._fetch(metadata, position, max_bytes + SLACK_BYTES)
+        # The chunks from here on start loading now, in parallel with those read first.
+        self.chunks.prefetch(self._following(tip, metadata, position, lineage))
+        reading = _Reading(self.chunks, self._object(metadata), position)
         start = 0
-        # Skip batches before the offset; read on if the chunk ends first.
-        while True:
-            if len(chunk) - start < BATCH_HEADER_SIZE:
-                position += start
-                chunk = await self._fetch(metadata, position, max_bytes + SLACK_BYTES)
-                start = 0
-                if len(chunk) < BATCH_HEADER_SIZE:
-                    raise KafkaError(
-                        ErrorCode.offset_out_of_range, f"{tip}: offset {offset} past segment end"
-                    )
-            batch = BatchView(chunk, start)
+        while True:  # skip the batches before the offset
+            data = await reading.cover(start + BATCH_HEADER_SIZE)
+            if len(data) < start + BATCH_HEADER_SIZE:
+                raise KafkaError(
+                    ErrorCode.offset_out_of_range, f"{tip}: offset {offset} past segment end"
+                )
+            batch = BatchView(data, start)
             if batch.last_offset >= offset:
                 break
             start += batch.size_in_bytes
         end = start
-        while end + BATCH_HEADER_SIZE <= len(chunk):
-            batch = BatchView(chunk, end)
-            size = batch.size_in_bytes
-            if end + size > len(chunk) or (
-                end > start and (end + size - start > max_bytes or batch.last_offset > last_agreed)
-            ):
+        while True:  # whole batches: at least one, then up to max_bytes and the lineage's end
+            data = await reading.cover(end + BATCH_HEADER_SIZE)
+            if len(data) < end + BATCH_HEADER_SIZE:
                 break
+            batch = BatchView(data, end)
+            size = batch.size_in_bytes
+            if end > start and (end + size - start > max_bytes or batch.last_offset > last_agreed):
+                break
+            data = await reading.cover(end + size)
+            if len(data) < end + size:
+                break  # the segment ends inside the batch
             end += size
-        if end == start:  # the first batch is larger than the chunk: at least one batch
-            first = BatchView(chunk, start).size_in_bytes
-            return memoryview(await self._fetch(metadata, position + start, first))
-        # A view, not a slice: a slice would copy the range on the event loop.
-        return memoryview(chunk)[start:end]
+        return data[start:end]  # a view: no copy on the event loop
 
-    async def _fetch(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> bytes:
-        end = min(position + length, metadata.segment_size_bytes) - 1
-        if end < position:
-            return b""
-        await self.limiter.acquire(end - position + 1)
-        return await self.rsm.fetch_log_segment(metadata, position, end)
+    async def _fetch(
+        self, metadata: RemoteLogSegmentMetadata, position: int, length: int
+    ) -> memoryview:
+        return await self.chunks.read(self._object(metadata), position, position + length)
 
     async def find_offset_by_timestamp(
         self, tip: TopicIdPartition, timestamp_ms: int, starting_offset: int, lineage: Lineage
@@ -246,10 +202,10 @@ class RemoteLogReader:
 
     async def _batches(
         self, metadata: RemoteLogSegmentMetadata, position: int
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncIterator[memoryview]:
         """Whole batches from `position` to the segment's end, read a chunk at a time."""
         while position < metadata.segment_size_bytes:
-            chunk = await self._fetch(metadata, position, SLACK_BYTES * 16)
+            chunk = await self._fetch(metadata, position, BATCHES_PER_LOOKUP)
             at = 0
             while at + BATCH_HEADER_SIZE <= len(chunk):
                 size = BatchView(chunk, at).size_in_bytes
@@ -264,13 +220,23 @@ class RemoteLogReader:
             position += at
 
     async def close(self) -> None:
-        tasks = list(self._inflight.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.chunks.close()
         await self.index_cache.close()
 
 
-def _held_bytes(result: memoryview) -> int:
-    """What a cached result keeps alive: the whole range read, not only its view."""
-    return memoryview(result.obj).nbytes
+class _Reading:
+    """The bytes of one object from `position`, read to whole chunks as a read needs more."""
+
+    def __init__(self, chunks: ChunkCache, obj: RemoteObject, position: int) -> None:
+        self.chunks = chunks
+        self.obj = obj
+        self.position = position
+        self.data = memoryview(b"")
+
+    async def cover(self, length: int) -> memoryview:
+        """At least `length` bytes from the position (fewer where the object ends)."""
+        if len(self.data) < length:
+            size = self.chunks.chunk_bytes
+            end = -(-(self.position + length) // size) * size
+            self.data = await self.chunks.read(self.obj, self.position, end)
+        return self.data

@@ -24,6 +24,7 @@ from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError, En
 from tierbroker.broker.replication.replica_selector import selector_class
 from tierbroker.broker.server.remote_storage import (
     STORAGE_MANAGERS,
+    chunk_cache_config,
     local_remote_dir,
     metadata_manager_class,
     storage_manager_class,
@@ -140,6 +141,7 @@ def check_remote_tier(config: BrokerConfig) -> None:
     """The plugins load, and the built-in storage plugins have what they need."""
     rsm_class = storage_manager_class(config)
     metadata_manager_class(config)
+    chunk_cache_config(config)
     builtin = _builtin_base(rsm_class)
     name = config.remote_log_storage_manager_class_name
     for setting in REQUIRED_SETTINGS.get(builtin or "", ()):

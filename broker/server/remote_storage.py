@@ -28,6 +28,7 @@ from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
+from tierbroker.storage.remote.chunk_cache import ChunkCacheConfig
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
@@ -42,6 +43,7 @@ KAFKA_TOPIC_BASED = (
     "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
 )
 LOCAL_REMOTE_DIR = "remote"  # inside the first log dir; never a `<topic>-<partition>` name
+CHUNK_CACHE_DIR = "remote-chunk-cache"  # likewise
 
 
 def local_remote_dir(config: BrokerConfig) -> Path:
@@ -121,7 +123,25 @@ def build_remote_log_manager(
     )
     rlmm = _metadata_manager(config, replicas, admin, log_dir)
     rlmm.configure(config.rlmm_configs)
-    return RemoteLogManager(_rlm_config(config), config.broker_id, rsm, rlmm, log_dir, registry)
+    return RemoteLogManager(
+        _rlm_config(config),
+        config.broker_id,
+        rsm,
+        rlmm,
+        log_dir,
+        registry,
+        chunk_cache_config(config),
+    )
+
+
+def chunk_cache_config(config: BrokerConfig) -> ChunkCacheConfig:
+    """The remote read chunks' settings; `ConfigError` naming a bad one. A disk cache
+    defaults to `remote-chunk-cache/` in the first log dir."""
+    default_path = config.log_dir_paths[0] / CHUNK_CACHE_DIR
+    try:
+        return ChunkCacheConfig.from_configs(config.rsm_configs, default_path)
+    except ValueError as e:
+        raise ConfigError(f"rsm.config.{e}") from None
 
 
 def _metadata_manager(

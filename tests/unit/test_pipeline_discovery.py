@@ -30,6 +30,7 @@ from tierbroker.pipeline.remote_fetcher import RemoteFetcher
 from tierbroker.pipeline.segments import offset_for_timestamp, read_chunk, start_position
 from tierbroker.pipeline.storage import ObjectNotFoundError, open_store
 from tierbroker.protocol.records import Compression, build_batch
+from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, MemoryChunkStore
 from tierbroker.storage.remote.key_layout import MANIFEST_SUFFIX
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
 from tierbroker.storage.remote.segment_metadata import (
@@ -274,7 +275,14 @@ async def test_fetcher_skips_segments_deleted_while_reading(
     tp = KafkaTopicPartition(TOPIC, 0)
     with ThreadPoolExecutor(2) as executor:
         discovery = SegmentDiscovery(open_store(remote.as_uri()))
-        fetcher = RemoteFetcher(discovery, executor, chunk_bytes=256, refresh_interval_s=60)
+        # Nothing kept, nothing prefetched: every read asks the store, which deletes under it.
+        chunks = ChunkCache(
+            ChunkCacheConfig(cache_bytes=0, prefetch_bytes=0),
+            MemoryChunkStore(),
+            fetch_slots=2,
+            fetch_timeout_s=5,
+        )
+        fetcher = RemoteFetcher(discovery, executor, chunks, chunk_bytes=256, refresh_interval_s=60)
         got = await fetcher.fetch(tp, 5, max_records=None, skip_missing=True)
         assert got.records[0].offset == 5 and got.records[0].key == b"k5"
         assert got.records[0].headers == (("h", b"5"),) and got.records[0].value == b"v5"

@@ -24,6 +24,7 @@ from tierbroker.protocol.errors import KafkaError
 from tierbroker.rlm.remote_reader import RemoteLogReader
 from tierbroker.rlm.storage_health import HealthState, RemoteStorageHealth
 from tierbroker.rlm.tiered_partition import TieredPartition
+from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, MemoryChunkStore
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from tierbroker.storage.remote.storage_manager import RemoteStorageError, RemoteStorageManager
@@ -199,13 +200,14 @@ async def test_remote_reads_keep_the_health_true_and_other_errors_leave_it(
     assert health.state is HealthState.HEALTHY
     unreadable = Unreadable()
     unreadable.configure({"dir": str(tmp_path / "remote")})
+    chunks = ChunkCache(ChunkCacheConfig(), MemoryChunkStore(), fetch_slots=2, fetch_timeout_s=5)
     refusing = RemoteLogReader(
-        reader.config, reader.rlmm, unreadable, reader.index_cache, reader.metrics
+        reader.config, reader.rlmm, unreadable, reader.index_cache, chunks, reader.metrics
     )
     with pytest.raises(RemoteStorageError):
         await refusing.read(TIP, 0, 5000, 5, LINEAGE)
     assert health.as_dict()["error"] == "injected: read refused"
-    await reader.read(TIP, 10, 5000, 5, LINEAGE)
+    await reader.read(TIP, copied[-1].start_offset + 1, 5000, 5, LINEAGE)  # not in the cache
     assert health.state is HealthState.HEALTHY
     await reader.close()
     lg.close()

@@ -31,6 +31,7 @@ from tierbroker.rlm.task_pool import TaskPool
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.log import Log
 from tierbroker.storage.log_config import LogConfig
+from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, MemoryChunkStore
 from tierbroker.storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
 from tierbroker.storage.remote.segment_metadata import (
@@ -436,14 +437,27 @@ def new_reader(
     tmp_path: Path,
     rlmm: TopicBasedRemoteLogMetadataManager,
     rsm: LocalFsRemoteStorageManager,
+    *,
+    chunk_bytes: int = 8192,
+    prefetch_bytes: int = 32768,
     **config: int,
 ) -> RemoteLogReader:
-    cache = RemoteIndexCache(tmp_path / "logdir", 1 << 20, rsm.fetch_index)
+    """A reader of segments of about 40 KB, read in chunks of `chunk_bytes`."""
+    rlm_config = RemoteLogManagerConfig(**config)
+    chunks = ChunkCache(
+        ChunkCacheConfig(
+            chunk_bytes=chunk_bytes, cache_bytes=16 << 20, prefetch_bytes=prefetch_bytes
+        ),
+        MemoryChunkStore(),
+        fetch_slots=rlm_config.reader_threads,
+        fetch_timeout_s=30,
+    )
     return RemoteLogReader(
-        RemoteLogManagerConfig(**config),
+        rlm_config,
         rlmm,
         rsm,
-        cache,
+        RemoteIndexCache(tmp_path / "logdir", 1 << 20, rsm.fetch_index),
+        chunks,
         RemoteStorageMetrics(CollectorRegistry()),
     )
 
@@ -542,57 +556,108 @@ class SlowLocalFs(LocalFsRemoteStorageManager):
         return data
 
 
-async def test_a_remote_read_is_a_view_into_the_range_read_not_a_copy(tmp_path: Path) -> None:
+async def test_a_remote_read_within_one_chunk_is_a_view_of_it_not_a_copy(tmp_path: Path) -> None:
     lg = build_log(tmp_path / "t-0")
     table = batches_of(lg)
     rsm = SlowLocalFs(tmp_path / "remote", 0)
-    reader, _ = await tiered_reader(tmp_path, lg, rsm, reader_threads=1)  # no read ahead
+    reader, _ = await tiered_reader(tmp_path, lg, rsm, chunk_bytes=1 << 20, reader_threads=1)
     got = await reader.read(TIP, 10, 5000, 5, LINEAGE)
     assert got == expected_read(table[:-1], 10, 5000)
-    [data] = rsm.returned
-    assert len(got) < len(data)  # the range read ends past the fetch's last whole batch
+    [data] = rsm.returned  # the whole segment: it is smaller than a chunk
+    assert len(got) < len(data)
     assert got.obj is data  # the payload was not copied on the event loop
     await reader.close()
     lg.close()
 
 
-async def test_a_read_that_outlives_the_fetch_goes_on_and_serves_the_retry(tmp_path: Path) -> None:
+async def test_a_read_that_outlives_the_fetch_leaves_its_chunks_loading_for_the_retry(
+    tmp_path: Path,
+) -> None:
     lg = build_log(tmp_path / "t-0")
     table = batches_of(lg)
     rsm = SlowLocalFs(tmp_path / "remote", 0)
-    rsm.gate.clear()  # the remote read cannot finish until the test says so
+    rsm.gate.clear()  # the remote tier cannot answer until the test says so
     reader, _ = await tiered_reader(tmp_path, lg, rsm)
     with pytest.raises(TimeoutError):  # answered at the fetch's wait, not the read's
         await reader.read(TIP, 10, 5000, 0.1, LINEAGE)
-    [first] = rsm.reads
-    assert reader.pending == 1  # the read goes on without its fetch
+    [first, *_] = rsm.reads
+    assert reader.chunks.loading > 0  # the chunks go on loading without the fetch
     rsm.gate.set()
-    await wait_until(lambda: reader.pending == 0, "the abandoned read to finish")
+    await wait_until(lambda: reader.chunks.loading == 0, "the abandoned chunks to load")
     rsm.gate.clear()  # a retry that read the remote tier again would now time out
-    got = await reader.read(TIP, 10, 5000, 0.1, LINEAGE)  # the client's retry: same offset and size
+    got = await reader.read(TIP, 10, 5000, 0.1, LINEAGE)  # the client's retry
     assert got == expected_read(table[:-1], 10, 5000)
     assert rsm.reads.count(first) == 1, "the retry read the remote tier again"
+    rsm.gate.set()
     await reader.close()
     lg.close()
 
 
-async def test_a_served_read_starts_the_next_one_and_no_more(tmp_path: Path) -> None:
+async def test_a_sequential_reader_finds_each_chunk_loaded_across_segments(tmp_path: Path) -> None:
     lg = build_log(tmp_path / "t-0")
     table = batches_of(lg)
-    rsm = SlowLocalFs(tmp_path / "remote", 0.05)
+    rsm = SlowLocalFs(tmp_path / "remote", 0.01)
     reader, copied = await tiered_reader(tmp_path, lg, rsm)
-    offset, served = 0, 0
+    chunks = reader.chunks
+    offset = 0
     while offset <= copied[-1].end_offset:  # a consumer reading the remote tier in order
-        reads = len(rsm.reads)
+        misses = chunks.misses
         got = await reader.read(TIP, offset, 5000, 5, LINEAGE)
         assert got == expected_read(table[:-1], offset, 5000), offset
-        if served:
-            assert len(rsm.reads) == reads, f"the fetch at {offset} was not read ahead"
-        served += 1
+        if offset:
+            assert chunks.misses == misses, f"the fetch at {offset} waited for the store"
         offset = list(iter_batches(got))[-1].last_offset + 1
-        await wait_until(lambda: reader.pending == 0, "the read ahead to finish")
-    # One remote read per fetch: none wasted, nothing read past the remote tier's end.
-    assert len(rsm.reads) == served
+        await wait_until(lambda: chunks.loading == 0, "the prefetch to finish")
+    # Every chunk of every segment fetched once: none twice, none past the remote tier's end.
+    expected = [
+        (m.start_offset, i * 8192) for m in copied for i in range(-(-m.segment_size_bytes // 8192))
+    ]
+    assert sorted(rsm.reads) == expected
+    assert len(copied) > 2
+    await reader.close()
+    lg.close()
+
+
+async def test_a_single_reader_thread_is_never_taken_by_a_prefetch(tmp_path: Path) -> None:
+    lg = build_log(tmp_path / "t-0")
+    rsm = SlowLocalFs(tmp_path / "remote", 0.01)
+    reader, copied = await tiered_reader(tmp_path, lg, rsm, reader_threads=1)
+    offset, fetches = 0, 0
+    while offset <= copied[-1].end_offset:
+        got = await reader.read(TIP, offset, 5000, 5, LINEAGE)
+        assert reader.chunks.loading == 0, f"a prefetch started after the fetch at {offset}"
+        fetches += 1
+        offset = list(iter_batches(got))[-1].last_offset + 1
+    assert fetches > 2 and len(rsm.reads) == reader.chunks.misses
+    await reader.close()
+    lg.close()
+
+
+async def test_a_prefetch_that_fails_leaves_the_read_alone_and_is_fetched_again(
+    tmp_path: Path,
+) -> None:
+    lg = build_log(tmp_path / "t-0")
+    table = batches_of(lg)
+    rsm = SlowLocalFs(tmp_path / "remote", 0)
+    refused: list[int] = []
+    real = rsm.fetch_log_segment
+
+    async def refuse_once(
+        metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        if start > 0 and start not in refused:
+            refused.append(start)
+            raise RemoteStorageError("injected: prefetch refused")
+        return await real(metadata, start, end)
+
+    rsm.fetch_log_segment = refuse_once  # type: ignore[method-assign]
+    reader, copied = await tiered_reader(tmp_path, lg, rsm)
+    assert await reader.read(TIP, 0, 5000, 5, LINEAGE) == expected_read(table[:-1], 0, 5000)
+    await wait_until(lambda: reader.chunks.loading == 0, "the prefetch to fail")
+    assert refused, "nothing was prefetched"
+    offset = copied[0].end_offset - 2  # in a chunk whose prefetch failed
+    got = await reader.read(TIP, offset, 5000, 5, LINEAGE)
+    assert got == expected_read(table[:-1], offset, 5000)
     await reader.close()
     lg.close()
 
@@ -612,39 +677,6 @@ async def test_a_read_from_a_segment_start_needs_no_index(tmp_path: Path) -> Non
         table[:-1], middle, 5000
     )
     assert reader.index_cache.downloads == 1
-    await reader.close()
-    lg.close()
-
-
-async def test_a_single_reader_thread_is_never_taken_by_a_read_ahead(tmp_path: Path) -> None:
-    lg = build_log(tmp_path / "t-0")
-    rsm = SlowLocalFs(tmp_path / "remote", 0.01)
-    reader, copied = await tiered_reader(tmp_path, lg, rsm, reader_threads=1)
-    offset, fetches = 0, 0
-    while offset <= copied[-1].end_offset:
-        got = await reader.read(TIP, offset, 5000, 5, LINEAGE)
-        assert reader.pending == 0, f"a read ahead started after the fetch at {offset}"
-        fetches += 1
-        offset = list(iter_batches(got))[-1].last_offset + 1
-    assert fetches > 2 and len(rsm.reads) == fetches
-    await reader.close()
-    lg.close()
-
-
-async def test_a_read_ahead_that_fails_leaves_the_served_fetch_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    lg = build_log(tmp_path / "t-0")
-    table = batches_of(lg)
-    reader, _ = await tiered_reader(tmp_path, lg, local_fs(tmp_path / "remote"))
-
-    def unreadable(data: bytes) -> None:
-        raise ValueError("bad batch")
-
-    monkeypatch.setattr("tierbroker.rlm.remote_reader.iter_batches", unreadable)
-    with caplog.at_level(logging.WARNING, "tierbroker.rlm.remote_reader"):
-        assert await reader.read(TIP, 0, 5000, 5, LINEAGE) == expected_read(table[:-1], 0, 5000)
-    assert "no read ahead" in caplog.text and reader.pending == 0
     await reader.close()
     lg.close()
 
