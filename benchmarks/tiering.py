@@ -174,14 +174,16 @@ def read_frame(s: socket.socket) -> memoryview:
     return view.toreadonly()
 
 
-def read_through_broker(port: int, topic: str, end_offset: int) -> tuple[float, int]:
+def read_through_broker(
+    port: int, topic: str, end_offset: int, fetch_bytes: int = 8 * MIB
+) -> tuple[float, int]:
     """Seconds and record bytes to fetch partition 0 from offset 0 to `end_offset`, one Fetch
     in flight, as a consumer does; batches are walked by their headers, records not decoded."""
     read, offset, timeouts = 0, 0, 0
     with socket.create_connection(("127.0.0.1", port)) as s:
         started = time.perf_counter()
         while offset < end_offset:
-            s.sendall(fetch_frame(topic, offset, 8 * MIB))
+            s.sendall(fetch_frame(topic, offset, fetch_bytes))
             frame = read_frame(s)
             _, at = entity_reader(ResponseHeader)(frame, 0)
             response, _ = entity_reader(FetchResponse)(frame, at)

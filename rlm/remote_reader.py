@@ -8,6 +8,11 @@ one, never more than the fetch's byte limit, and none past the last offset where
 segment and the lineage agree (a segment of a diverged lineage serves only its common
 part). At most `remote.log.reader.max.pending.tasks` reads wait at once.
 
+Consumers read sequentially, so a read remembers where the batch after it starts
+(a bounded LRU): the next fetch of that segment goes straight there,
+without its offset index, and a consumer reading history from a segment's start
+downloads no index at all.
+
 Bytes come from the `ChunkCache`: each chunk of a segment is fetched once however many
 consumers read it, by at most `remote.log.reader.threads` fetches at a time, and a fetch
 that stops waiting (`remote.fetch.max.wait.ms`) leaves its chunks loading, so the
@@ -20,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
@@ -37,6 +44,7 @@ from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 log = logging.getLogger(__name__)
 
 BATCHES_PER_LOOKUP = 1 << 20  # the bytes a timestamp lookup reads at a time
+NEXT_POSITIONS = 4096  # sequential readers whose next position is remembered
 
 
 class RemoteLogReader:
@@ -57,6 +65,8 @@ class RemoteLogReader:
         self.metrics = metrics
         self.limiter = ByteRateLimiter(config.fetch_max_bytes_per_second)
         self.pending = 0
+        # (segment id, offset) -> the byte position of the batch holding it, where a read ended
+        self._next_positions: OrderedDict[tuple[uuid.UUID, int], int] = OrderedDict()
 
     async def read(
         self,
@@ -133,12 +143,16 @@ class RemoteLogReader:
                 f"{tip}: offset {offset} of leader epoch {epoch} is not in the remote tier",
             )
         last_agreed = agreed_end(metadata.segment_leader_epochs, metadata.end_offset, lineage)
-        # A read from the segment's first offset needs no index: it starts at position 0.
-        position = (
-            0
-            if offset == metadata.start_offset
-            else await self.index_cache.lookup_offset(metadata, offset)
-        )
+        # A read from the segment's first offset, or where the last read of it ended,
+        # needs no index.
+        segment_id = metadata.segment_id.id
+        position = self._next_positions.pop((segment_id, offset), None)
+        if position is None:
+            position = (
+                0
+                if offset == metadata.start_offset
+                else await self.index_cache.lookup_offset(metadata, offset)
+            )
         # The chunks from here on start loading now, in parallel with those read first.
         self.chunks.prefetch(self._following(tip, metadata, position, lineage))
         reading = _Reading(self.chunks, self._object(metadata), position)
@@ -153,7 +167,7 @@ class RemoteLogReader:
             if batch.last_offset >= offset:
                 break
             start += batch.size_in_bytes
-        end = start
+        end, next_offset = start, offset
         while True:  # whole batches: at least one, then up to max_bytes and the lineage's end
             data = await reading.cover(end + BATCH_HEADER_SIZE)
             if len(data) < end + BATCH_HEADER_SIZE:
@@ -166,6 +180,11 @@ class RemoteLogReader:
             if len(data) < end + size:
                 break  # the segment ends inside the batch
             end += size
+            next_offset = batch.last_offset + 1
+        if next_offset <= min(metadata.end_offset, last_agreed):
+            self._next_positions[(segment_id, next_offset)] = position + end
+            if len(self._next_positions) > NEXT_POSITIONS:
+                self._next_positions.popitem(last=False)
         return data[start:end]  # a view: no copy on the event loop
 
     async def _fetch(

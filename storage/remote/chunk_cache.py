@@ -9,10 +9,12 @@ reader that stops waiting leaves the fetch running, so its retry finds the chunk
 failed fetch is forgotten: the next read fetches again.
 
 `prefetch` loads the chunks that follow a read, across objects (the caller names them
-in read order), up to `fetch.chunk.cache.prefetch.max.size` ahead, on fetch slots left
-free: of the `fetch_slots` concurrent fetches, one is always kept for chunks a reader
-waits on. A sequential reader so finds its next chunks loaded or in flight, and the
-store's latency is paid once per prefetch window, not once per chunk.
+in read order), up to `fetch.chunk.cache.prefetch.max.size` ahead. It starts a fetch only
+on a free slot of the `fetch_slots`, so it never queues ahead of a reader waiting for
+one, and only while the chunks prefetched and not yet read fill less than half the
+cache, so a slow reader's window cannot push out what others are about to read. A
+sequential reader so finds its next chunks loaded or in flight, and the store's latency
+is paid once per window, not once per chunk.
 
 Objects never change (a segment id is never reused), so a chunk is never stale. Safe to
 share between tasks of one event loop.
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 MIB = 1 << 20
 DEFAULT_CHUNK_BYTES = 4 * MIB
 DEFAULT_CACHE_BYTES = 256 * MIB
-DEFAULT_PREFETCH_BYTES = 16 * MIB
+DEFAULT_PREFETCH_BYTES = 64 * MIB
 ChunkKey = tuple[Hashable, int]  # (object id, chunk index)
 
 
@@ -227,6 +229,7 @@ class ChunkCache:
         self._slots = asyncio.Semaphore(fetch_slots)
         self._sizes: OrderedDict[ChunkKey, int] = OrderedDict()  # kept chunks, LRU first
         self._loading: dict[ChunkKey, asyncio.Task[bytes]] = {}
+        self._unread: set[ChunkKey] = set()  # prefetched, loaded or loading, not yet read
         self.held_bytes = 0
         self.fetches = 0
         self.fetched_bytes = 0
@@ -259,22 +262,28 @@ class ChunkCache:
 
     def prefetch(self, following: Iterable[tuple[RemoteObject, int]]) -> None:
         """Start loading the chunks from each (object, position) of `following`, in order,
-        up to the prefetch size, while a fetch slot beyond the reserved one is free."""
+        up to the prefetch size, on free fetch slots, while unread prefetches leave room."""
         left = self.config.prefetch_bytes
+        room = self.config.cache_bytes // 2 // self.chunk_bytes  # unread prefetched chunks
         for obj, position in following:
             for index in range(position // self.chunk_bytes, self._count(obj)):
-                if left <= 0 or len(self._loading) >= self.fetch_slots - 1:
+                if left <= 0 or len(self._loading) >= self.fetch_slots:
                     return
                 left -= self.chunk_bytes
                 key = (obj.id, index)
-                if key not in self._sizes and key not in self._loading:
-                    self._start(obj, index)
+                if key in self._sizes or key in self._loading:
+                    continue
+                if len(self._unread) >= room:
+                    return
+                self._unread.add(key)
+                self._start(obj, index)
 
     def _count(self, obj: RemoteObject) -> int:
         return -(-obj.size_bytes // self.chunk_bytes)
 
     async def _chunk(self, obj: RemoteObject, index: int) -> bytes:
         key = (obj.id, index)
+        self._unread.discard(key)
         if key in self._sizes:
             self._sizes.move_to_end(key)
             data = await self.store.get(key)
@@ -305,22 +314,23 @@ class ChunkCache:
 
     def _fetched(self, key: ChunkKey, task: asyncio.Task[bytes]) -> None:
         del self._loading[key]
-        if task.cancelled():
-            return
-        error = task.exception()  # retrieved here: a prefetch may have no reader
-        if error is not None:
-            log.debug("chunk %d of %s not fetched: %s", key[1], key[0], error)
+        if task.cancelled() or task.exception() is not None:  # retrieved: may have no reader
+            self._unread.discard(key)
+            if not task.cancelled():
+                log.debug("chunk %d of %s not fetched: %s", key[1], key[0], task.exception())
             return
         data = task.result()
-        # Larger than the whole cache: served to its readers, not kept.
-        if len(data) <= self.config.cache_bytes:
-            self.store.put(key, data)
-            self._sizes[key] = len(data)
-            self.held_bytes += len(data)
-            while self.held_bytes > self.config.cache_bytes:
-                self._forget(next(iter(self._sizes)))
+        if len(data) > self.config.cache_bytes:  # served to its readers, not kept
+            self._unread.discard(key)
+            return
+        self.store.put(key, data)
+        self._sizes[key] = len(data)
+        self.held_bytes += len(data)
+        while self.held_bytes > self.config.cache_bytes:
+            self._forget(next(iter(self._sizes)))
 
     def _forget(self, key: ChunkKey) -> None:
+        self._unread.discard(key)
         self.held_bytes -= self._sizes.pop(key)
         self.store.remove(key)
 

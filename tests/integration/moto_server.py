@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import http.client
+import re
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 import pytest
@@ -27,13 +30,19 @@ from botocore.exceptions import ClientError
 from tests.integration.broker_process import executable, free_port
 from tierbroker.storage.remote.s3 import S3RemoteStorageManager
 
+REPO = Path(__file__).resolve().parents[2]
+_REQUEST_LINE = re.compile(r"^moto-request ([A-Z]+) (\S+)$", re.MULTILINE)
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 REGION = "us-east-1"
 
 
 class MotoServer:
-    def __init__(self, port: int | None = None) -> None:
+    """`latency_ms` > 0: every request is answered that much later (an object store's
+    round trip; concurrent requests wait together, as they would on a real endpoint)."""
+
+    def __init__(self, port: int | None = None, latency_ms: int = 0) -> None:
         self.port = free_port() if port is None else port
+        self.latency_ms = latency_ms
         self.process: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
 
@@ -43,12 +52,14 @@ class MotoServer:
 
     def start(self, timeout_s: float = 20) -> MotoServer:
         """Start `moto_server` and wait until it answers HTTP."""
-        moto = executable("moto_server", 'pip install "moto[server]"')
+        executable("moto_server", 'pip install "moto[server]"')
+        command = [sys.executable, "-m", "tests.integration.moto_server", str(self.latency_ms)]
         self._stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [moto, "-H", "127.0.0.1", "-p", str(self.port)],
+            [*command, "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
+            cwd=REPO,
         )
         deadline = time.monotonic() + timeout_s
         while not self.answers():
@@ -70,6 +81,16 @@ class MotoServer:
             return False
         finally:
             connection.close()
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request the server has received (each logged before it
+        is answered), from the server's own log."""
+        if self._stderr is None:
+            return []
+        self._stderr.seek(0)
+        return [
+            (m.group(1), m.group(2)) for m in _REQUEST_LINE.finditer(self._stderr.read().decode())
+        ]
 
     def _output(self) -> str:
         if self._stderr is None:
@@ -250,3 +271,26 @@ class InstrumentedS3(S3RemoteStorageManager):
     async def raw_reader(self) -> Any:
         """The real client of the reader threads (for inspection, not recorded)."""
         return await super().reader()
+
+
+def serve(latency_ms: int, argv: list[str]) -> None:
+    """moto_server (`argv` its arguments) that logs each request to stderr as it comes
+    (werkzeug logs it only once answered) and answers it `latency_ms` later."""
+    from moto import server
+
+    dispatch = server.DomainDispatcherApplication.__call__
+
+    def logged(self: Any, environ: Any, start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if not path.startswith("/moto-api"):
+            sys.stderr.write(f"moto-request {environ['REQUEST_METHOD']} {path}\n")
+            sys.stderr.flush()
+            time.sleep(latency_ms / 1000)  # in the request's own thread
+        return dispatch(self, environ, start_response)
+
+    server.DomainDispatcherApplication.__call__ = logged  # type: ignore[method-assign]
+    server.main(argv)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), sys.argv[2:])

@@ -128,11 +128,11 @@ async def test_a_reader_that_stops_waiting_leaves_the_fetch_for_the_next() -> No
     assert len(store.reads) == 1
 
 
-async def test_prefetch_crosses_objects_up_to_its_size_and_keeps_a_slot_free() -> None:
+async def test_prefetch_crosses_objects_up_to_its_size_on_free_slots() -> None:
     store, chunks = Store(0.05), cache(prefetch_bytes=5 * CHUNK, slots=4)
     a, b = store.object("a", 2 * CHUNK + 1), store.object("b", 4 * CHUNK)
     chunks.prefetch([(a, CHUNK), (b, 0)])
-    assert chunks.loading == 3  # one of the four slots stays free for a reader
+    assert chunks.loading == 4  # as many as there are slots
     await idle(chunks)
     chunks.prefetch([(a, CHUNK), (b, 0)])  # the same window: the rest of it
     await idle(chunks)
@@ -144,16 +144,36 @@ async def test_prefetch_crosses_objects_up_to_its_size_and_keeps_a_slot_free() -
         ("b", CHUNK),
         ("b", 2 * CHUNK),
     ]
-    assert store.most_running == 3
+    assert store.most_running == 4
     misses = chunks.misses
     await chunks.read(b, 0, 3 * CHUNK)
     assert chunks.misses == misses  # found loaded
 
 
-async def test_no_prefetch_with_one_fetch_slot() -> None:
-    store, chunks = Store(), cache(prefetch_bytes=8 * CHUNK, slots=1)
-    chunks.prefetch([(store.object("a", 8 * CHUNK), 0)])
-    assert chunks.loading == 0
+async def test_prefetch_never_queues_ahead_of_a_reader() -> None:
+    store, chunks = Store(0.05), cache(prefetch_bytes=8 * CHUNK, slots=2)
+    obj = store.object("a", 16 * CHUNK)
+    chunks.prefetch([(obj, 0)])  # both slots
+    reading = asyncio.create_task(chunks.read(obj, 10 * CHUNK, 10 * CHUNK + 1))
+    await asyncio.sleep(0)
+    chunks.prefetch([(obj, 0)])  # no slot free, and the reader waits for the next
+    assert chunks.loading == 3
+    assert bytes(await reading) == expected(obj.size_bytes, 10 * CHUNK, 10 * CHUNK + 1)
+    assert store.most_running == 2
+    assert [start for _, start, _ in store.reads] == [0, CHUNK, 10 * CHUNK]
+
+
+async def test_unread_prefetches_take_at_most_half_the_cache() -> None:
+    store, chunks = Store(0), cache(cache_bytes=4 * CHUNK, prefetch_bytes=8 * CHUNK, slots=8)
+    obj = store.object("a", 8 * CHUNK)
+    chunks.prefetch([(obj, 0)])
+    assert chunks.loading == 2
+    await idle(chunks)
+    chunks.prefetch([(obj, 0)])
+    assert chunks.loading == 0  # both still unread
+    await chunks.read(obj, 0, 1)
+    chunks.prefetch([(obj, CHUNK)])
+    assert chunks.loading == 1  # one read: room for one more
 
 
 async def test_a_disk_store_serves_chunks_from_its_files_and_starts_empty(tmp_path: Path) -> None:
@@ -201,4 +221,4 @@ def test_settings_default_to_memory_with_a_prefetch_window() -> None:
         Path("d"),
         4 << 20,
     )
-    assert ChunkCacheConfig.from_configs({}, Path("d")).prefetch_bytes == 16 << 20
+    assert ChunkCacheConfig.from_configs({}, Path("d")).prefetch_bytes == 64 << 20

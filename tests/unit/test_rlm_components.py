@@ -614,14 +614,15 @@ async def test_a_sequential_reader_finds_each_chunk_loaded_across_segments(tmp_p
     ]
     assert sorted(rsm.reads) == expected
     assert len(copied) > 2
+    assert reader.index_cache.downloads == 0  # each read started where the one before ended
     await reader.close()
     lg.close()
 
 
-async def test_a_single_reader_thread_is_never_taken_by_a_prefetch(tmp_path: Path) -> None:
+async def test_without_prefetch_a_read_fetches_only_what_it_asks_for(tmp_path: Path) -> None:
     lg = build_log(tmp_path / "t-0")
     rsm = SlowLocalFs(tmp_path / "remote", 0.01)
-    reader, copied = await tiered_reader(tmp_path, lg, rsm, reader_threads=1)
+    reader, copied = await tiered_reader(tmp_path, lg, rsm, prefetch_bytes=0)
     offset, fetches = 0, 0
     while offset <= copied[-1].end_offset:
         got = await reader.read(TIP, offset, 5000, 5, LINEAGE)
