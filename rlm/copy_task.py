@@ -34,7 +34,11 @@ from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
 )
-from tierbroker.storage.remote.storage_manager import LogSegmentData, RemoteStorageManager
+from tierbroker.storage.remote.storage_manager import (
+    LogSegmentData,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
 from tierbroker.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -165,8 +169,7 @@ class CopyTask:
                 await self.rlmm.add_remote_log_segment_metadata(metadata)
             await self.limiter.acquire(segment.size)
             try:
-                async with asyncio.timeout(self.timeout_s):
-                    await self.rsm.copy_log_segment_data(metadata, data)
+                await self._upload(metadata, data)
             except Exception as e:  # reported once, with its back-off, by the copy pool
                 self.metrics.copy_errors.labels(p.topic).inc()
                 self.metrics.health.failed(e)
@@ -195,6 +198,19 @@ class CopyTask:
             end,
             segment.size,
         )
+
+    async def _upload(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
+        """The RSM's copy, cancelled past the call timeout: a hung upload never holds the
+        partition's copies (the plugin cleans up what a cancelled copy began)."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self.rsm.copy_log_segment_data(metadata, data)
+        except TimeoutError:
+            raise RemoteStorageError(
+                f"copying segment {metadata.start_offset}-{metadata.end_offset} "
+                f"({metadata.segment_id.id}) took over {self.timeout_s:g} s: cancelled",
+                retriable=True,
+            ) from None
 
     async def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Remove a failed copy's objects; if that fails too, expiration retries it later.
