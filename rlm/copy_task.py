@@ -1,14 +1,21 @@
 """`CopyTask`: copies a leader's rolled segments to the remote tier, oldest first (KIP-405).
 
-A segment is eligible once it is rolled (never the active one) and its last offset
-is below the last stable offset (so below the high watermark, and no transaction it
-holds is undecided). For each: COPY_SEGMENT_STARTED is recorded, the RSM uploads the
-segment, its indexes (the transaction index if it has aborted transactions, which its
-metadata says: `txn_index_empty`), producer snapshot and leader-epoch lineage, then
+A segment is eligible once it is rolled (never the active one), its last offset is
+below the last stable offset (so below the high watermark, and no transaction it
+holds is undecided), and it is past the topic's copy lag (KIP-1241's delayed upload,
+`remote.copy.lag.ms` / `.bytes`: old enough, or far enough behind the log end), so
+segments local retention keeps anyway are not uploaded early. Local retention deletes
+only what is copied, so a delayed segment stays local until its copy.
+
+For each: COPY_SEGMENT_STARTED is recorded, the RSM uploads the segment, its indexes
+(the transaction index if it has aborted transactions, which its metadata says:
+`txn_index_empty`), producer snapshot and leader-epoch lineage, then
 COPY_SEGMENT_FINISHED is recorded and only then does the partition's remote high
-offset move, which is what local retention waits for. A failed copy records DELETE_SEGMENT_STARTED,
-removes what it uploaded and DELETE_SEGMENT_FINISHED, then raises for back-off
-(the pool logs it). Each copy's outcome updates the store's health.
+offset move, which is what local retention waits for. A store call that fails or
+outlasts the remote call timeout (a hung upload: cancelled, and the plugin cleans up
+what it began) records DELETE_SEGMENT_STARTED, removes what was uploaded and
+DELETE_SEGMENT_FINISHED, then raises for back-off (the pool logs it and retries).
+Each copy's outcome updates the store's health.
 """
 
 from __future__ import annotations
@@ -27,7 +34,11 @@ from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
 )
-from tierbroker.storage.remote.storage_manager import LogSegmentData, RemoteStorageManager
+from tierbroker.storage.remote.storage_manager import (
+    LogSegmentData,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
 from tierbroker.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -43,6 +54,21 @@ def segment_epochs(
         if epoch_end >= start and epoch_start <= end:
             found.append((epoch, max(epoch_start, start)))
     return tuple(found) or ((0, start),)
+
+
+def past_copy_lag(age_ms: int, bytes_behind: int, lag_ms: int, lag_bytes: int) -> bool:
+    """Whether a rolled segment `age_ms` old (by its largest timestamp), with `bytes_behind`
+    bytes of log after it, may be copied under the effective copy lags (KIP-1241; the KIP is
+    Kafka 4.4's, after 4.3.1, and this follows its `RLMCopyTask.candidateLogSegments`).
+
+    A lag of 0 copies at once; a negative one (-1 with unlimited local retention) never
+    passes; when both are set, either one passing suffices. A timestamp in the future
+    counts as old enough, as in Kafka."""
+    if lag_ms == 0 or lag_bytes == 0:
+        return True
+    by_time = lag_ms > 0 and (age_ms < 0 or age_ms >= lag_ms)
+    by_size = lag_bytes > 0 and bytes_behind >= lag_bytes
+    return by_time or by_size
 
 
 class CopyTask:
@@ -65,16 +91,30 @@ class CopyTask:
         self.metrics = metrics
 
     def eligible_segments(self) -> list[LogSegment]:
+        """The rolled segments to copy now, oldest first; the first one the copy lag holds
+        back ends the list (Kafka's copy task stops there too)."""
         lg = self.partition.log
         copied = lg.highest_offset_in_remote_storage
-        return [
-            s
-            for s in lg.segments[:-1]
-            if s.next_offset - 1 > copied
+        lag_ms = lg.config.effective_remote_copy_lag_ms
+        lag_bytes = lg.config.effective_remote_copy_lag_bytes
+        now = now_ms()
+        behind = lg.size_in_bytes
+        eligible = []
+        for s in lg.segments[:-1]:
+            behind -= s.size
             # Below the LSO: no undecided transaction's data goes up (Kafka's copy task).
-            and s.next_offset <= lg.last_stable_offset
-            and s.next_offset - 1 >= lg.log_start_offset
-        ]
+            if s.next_offset > lg.last_stable_offset:
+                break
+            if s.next_offset - 1 <= copied or s.next_offset - 1 < lg.log_start_offset:
+                continue
+            try:
+                age_ms = now - s.largest_timestamp_ms()
+            except OSError:
+                age_ms = -1  # as Kafka: a timestamp that cannot be read does not hold it back
+            if not past_copy_lag(age_ms, behind, lag_ms, lag_bytes):
+                break
+            eligible.append(s)
+        return eligible
 
     async def run_once(self) -> None:
         lg = self.partition.log
@@ -129,8 +169,7 @@ class CopyTask:
                 await self.rlmm.add_remote_log_segment_metadata(metadata)
             await self.limiter.acquire(segment.size)
             try:
-                async with asyncio.timeout(self.timeout_s):
-                    await self.rsm.copy_log_segment_data(metadata, data)
+                await self._upload(metadata, data)
             except Exception as e:  # reported once, with its back-off, by the copy pool
                 self.metrics.copy_errors.labels(p.topic).inc()
                 self.metrics.health.failed(e)
@@ -159,6 +198,19 @@ class CopyTask:
             end,
             segment.size,
         )
+
+    async def _upload(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
+        """The RSM's copy, cancelled past the call timeout: a hung upload never holds the
+        partition's copies (the plugin cleans up what a cancelled copy began)."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self.rsm.copy_log_segment_data(metadata, data)
+        except TimeoutError:
+            raise RemoteStorageError(
+                f"copying segment {metadata.start_offset}-{metadata.end_offset} "
+                f"({metadata.segment_id.id}) took over {self.timeout_s:g} s: cancelled",
+                retriable=True,
+            ) from None
 
     async def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Remove a failed copy's objects; if that fails too, expiration retries it later.

@@ -32,10 +32,8 @@ from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
-    RemotePartitionDeleteState,
-    TopicIdPartition,
 )
-from tierbroker.storage.remote.storage_manager import RemoteStorageError, RemoteStorageManager
+from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -165,43 +163,3 @@ class ExpirationTask:
         )
         for segment in expired:
             await self.deleter.delete(segment)
-
-
-class PartitionDeleteTask:
-    """Removes every remote segment of a deleted partition, recording its delete states.
-
-    A copy still uploading (`copying`) cannot be recalled: the task backs off until it
-    has ended, so no object is written after the partition's data is gone.
-    """
-
-    def __init__(
-        self,
-        tip: TopicIdPartition,
-        copying: set[uuid.UUID],
-        rlmm: RemoteLogMetadataManager,
-        deleter: SegmentDeleter,
-        on_done: Callable[[TopicIdPartition], None],
-    ) -> None:
-        self.tip = tip
-        self.copying = copying
-        self.rlmm = rlmm
-        self.deleter = deleter
-        self.on_done = on_done
-
-    async def run_once(self) -> None:
-        if self.copying:
-            raise RemoteStorageError(f"{len(self.copying)} copies still in flight")
-        if self.rlmm.remote_partition_delete_state(self.tip) is None:
-            await self.rlmm.put_remote_partition_delete_metadata(
-                self.tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED
-            )
-        await self.rlmm.put_remote_partition_delete_metadata(
-            self.tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED
-        )
-        for segment in list(self.rlmm.list_remote_log_segments(self.tip)):
-            await self.deleter.delete(segment)
-        await self.rlmm.put_remote_partition_delete_metadata(
-            self.tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
-        )
-        log.info("%s: remote data deleted", self.tip)
-        self.on_done(self.tip)

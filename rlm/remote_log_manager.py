@@ -26,10 +26,11 @@ from prometheus_client import CollectorRegistry
 
 from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.copy_task import CopyTask
-from tierbroker.rlm.expiration_task import ExpirationTask, PartitionDeleteTask, SegmentDeleter
+from tierbroker.rlm.expiration_task import ExpirationTask, SegmentDeleter
 from tierbroker.rlm.follower_task import FollowerTask, highest_remote_offset
 from tierbroker.rlm.index_cache import RemoteIndexCache
 from tierbroker.rlm.metrics import RemoteStorageMetrics
+from tierbroker.rlm.partition_delete import PartitionDeleteTask, delete_lag_segments_gauge
 from tierbroker.rlm.quota import ByteRateLimiter
 from tierbroker.rlm.remote_reader import RemoteLogReader
 from tierbroker.rlm.remote_txn_index import RemoteTransactionIndex
@@ -62,6 +63,7 @@ class RemoteLogManager:
         self.rsm = rsm
         self.rlmm = rlmm
         self.metrics = RemoteStorageMetrics(registry)
+        self.delete_lag_segments = delete_lag_segments_gauge(registry)
         self.index_cache = RemoteIndexCache(log_dir, config.index_cache_bytes, rsm.fetch_index)
         chunk_config = chunk_config or ChunkCacheConfig()
         self.chunks = ChunkCache(
@@ -192,7 +194,10 @@ class RemoteLogManager:
     def _schedule_partition_delete(self, tip: TopicIdPartition, copying: set[uuid.UUID]) -> None:
         log.info("%s: scheduling deletion of its remote data", tip)
         self.expirer.schedule(
-            tip, PartitionDeleteTask(tip, copying, self.rlmm, self.deleter, self.expirer.cancel)
+            tip,
+            PartitionDeleteTask(
+                tip, copying, self.rlmm, self.deleter, self.delete_lag_segments, self.expirer.cancel
+            ),
         )
 
     def config_changed(self, tip: TopicIdPartition) -> None:

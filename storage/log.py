@@ -638,9 +638,11 @@ class Log:
         delete. Without a remote tier, `retention.*` apply and the log start offset moves
         to the first kept segment. With one, `local.retention.*` apply, only segments
         wholly in the remote tier go, and the log start offset stays where the remote
-        tier starts.
+        tier starts. With copies disabled (`remote.log.copy.disable`, KIP-950) nothing
+        more reaches the remote tier, so local retention is the topic's again, as in
+        Kafka (its local and total retention are then equal).
         """
-        remote = self.config.remote_storage_enable
+        remote = self.config.remote_storage_enable and not self.config.remote_log_copy_disable
         retention_ms = (
             self.config.effective_local_retention_ms if remote else self.config.retention_ms
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NoReturn
 
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records import Compression
@@ -56,6 +56,10 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     min_insync_replicas: int = 1
     preallocate: bool = False
+    # KIP-1241: a rolled segment is copied once this old or this far behind the log end;
+    # 0: at once, -1: the effective local.retention.* (see effective_remote_copy_lag_*).
+    remote_copy_lag_bytes: int = 0
+    remote_copy_lag_ms: int = 0
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
     remote_storage_enable: bool = False
@@ -86,6 +90,18 @@ class LogConfig:
         return (
             self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
         )
+
+    @property
+    def effective_remote_copy_lag_ms(self) -> int:
+        """Kafka's `remoteCopyLagMs()`: -1 stands for the effective local retention."""
+        lag = self.remote_copy_lag_ms
+        return self.effective_local_retention_ms if lag == -1 else lag
+
+    @property
+    def effective_remote_copy_lag_bytes(self) -> int:
+        """Kafka's `remoteCopyLagBytes()`: -1 stands for the effective local retention."""
+        lag = self.remote_copy_lag_bytes
+        return self.effective_local_retention_bytes if lag == -1 else lag
 
     @property
     def timestamp_before_max_ms(self) -> int:
@@ -134,19 +150,40 @@ class LogConfig:
             ("bytes", self.retention_bytes, self.local_retention_bytes),
             ("ms", self.retention_ms, self.local_retention_ms),
         ):
-            problem = None
-            if local == -2:
-                continue
             if total > -1 and local == -1:
-                problem = f"must not be -1 (unlimited) when retention.{kind}={total}"
-            elif total > -1 and local > total:
-                problem = f"must not be more than retention.{kind}={total}"
-            elif self.remote_log_copy_disable and local != total:
-                problem = f"must equal retention.{kind}={total} when remote.log.copy.disable=true"
-            if problem:
-                raise KafkaError(
-                    ErrorCode.invalid_config, f"local.retention.{kind}={local}: {problem}"
+                _invalid(
+                    f"local.retention.{kind}",
+                    local,
+                    f"Value must not be -1 as retention.{kind} value is set as {total}.",
                 )
+            if total > -1 and local != -2 and local > total:
+                _invalid(
+                    f"local.retention.{kind}",
+                    local,
+                    f"Value must not be more than retention.{kind} property value: {total}",
+                )
+        for kind, lag, local in (
+            ("ms", self.remote_copy_lag_ms, self.effective_local_retention_ms),
+            ("bytes", self.remote_copy_lag_bytes, self.effective_local_retention_bytes),
+        ):
+            if lag > 0 and local >= 0 and lag > local:  # KIP-1241
+                _invalid(
+                    f"remote.copy.lag.{kind}",
+                    lag,
+                    f"Value must not exceed local.retention.{kind} (effective value: {local})",
+                )
+        if self.remote_log_copy_disable:  # KIP-950, Kafka's words
+            for kind, total, local in (
+                ("bytes", self.retention_bytes, self.local_retention_bytes),
+                ("ms", self.retention_ms, self.local_retention_ms),
+            ):
+                if local not in (-2, total):
+                    raise KafkaError(
+                        ErrorCode.invalid_config,
+                        f"When `remote.log.copy.disable` is set to true, the `local.retention."
+                        f"{kind}` and `retention.{kind}` must be set to the identical value "
+                        "because there will be no more logs copied to the remote storage.",
+                    )
 
     @classmethod
     def from_configs(cls, values: Mapping[str, Any]) -> LogConfig:
@@ -155,3 +192,10 @@ class LogConfig:
         return cls(
             **{k.replace(".", "_"): v for k, v in values.items() if k.replace(".", "_") in names}
         )
+
+
+def _invalid(name: str, value: int, reason: str) -> NoReturn:
+    """INVALID_CONFIG in the words of Kafka's `ConfigException(name, value, message)`."""
+    raise KafkaError(
+        ErrorCode.invalid_config, f"Invalid value {value} for configuration {name}: {reason}"
+    )

@@ -4,8 +4,9 @@
 4.3 (3.9's deprecated `message.format.version` and
 `message.timestamp.difference.max.ms` included, so that clients written for either are
 accepted; `segment.bytes` keeps 3.9's lower bound, 14, so tests may roll small
-segments). Each config lists, as Kafka's `ServerTopicConfigSynonyms` does, the broker
-properties that supply its default, first one first, each with its unit. Values are
+segments), and Kafka 4.4's `remote.copy.lag.ms` / `remote.copy.lag.bytes` (KIP-1241,
+delayed upload, after 4.3.1). Each config lists, as Kafka's `ServerTopicConfigSynonyms`
+does, the broker properties that supply its default, first one first, each with its unit. Values are
 parsed as Kafka's `ConfigDef` parses them: trimmed, booleans in any case, integers
 within their Java type, lists split at commas.
 
@@ -185,6 +186,11 @@ _CONFIGS = (
               (_S("min.insync.replicas"),), applied=False),
     ConfigDef("preallocate", _T.BOOLEAN, False, *_BOOL, (_S("log.preallocate"),),
               applied=False),
+    # KIP-1241's delayed upload: Kafka 4.4's (trunk), not in 4.3.1; -1 follows local.retention.*.
+    ConfigDef("remote.copy.lag.bytes", _T.LONG, 0, _at_least(-1), ">= -1",
+              (_S("log.remote.copy.lag.bytes"),)),
+    ConfigDef("remote.copy.lag.ms", _T.LONG, 0, _at_least(-1), ">= -1",
+              (_S("log.remote.copy.lag.ms"),)),
     ConfigDef("remote.log.copy.disable", _T.BOOLEAN, False, *_BOOL),
     ConfigDef("remote.log.delete.on.disable", _T.BOOLEAN, False, *_BOOL),
     ConfigDef("remote.storage.enable", _T.BOOLEAN, False, *_BOOL),

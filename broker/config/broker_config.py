@@ -265,6 +265,11 @@ class BrokerConfig(BaseModel):
     remote_log_manager_stuck_copy_timeout_ms: int = Field(
         300_000, alias="remote.log.manager.stuck.copy.timeout.ms", ge=1
     )
+    # tierbroker's own: the bound on each call of the remote-log tasks to the storage and
+    # metadata plugins; a copy past it is cancelled, cleaned up and retried with back-off.
+    remote_log_manager_call_timeout_ms: int = Field(
+        60_000, alias="remote.log.manager.call.timeout.ms", ge=1
+    )
     remote_log_metadata_topic_replication_factor: int = Field(
         3, alias="remote.log.metadata.topic.replication.factor", ge=1
     )

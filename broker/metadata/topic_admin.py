@@ -331,20 +331,25 @@ class TopicAdmin:
         self._check_tiering(overrides, current)
 
     def _check_tiering(self, overrides: Mapping[str, Any], current: LogConfig | None) -> None:
-        """remote.storage.enable needs the broker's remote tier; turning it off needs
-        remote.log.delete.on.disable=true (KIP-950), since the remote data then goes."""
+        """Kafka's rules and words (LogConfig): remote.storage.enable needs the broker's
+        remote tier; turning it off needs remote.log.delete.on.disable=true (KIP-950), since
+        the remote data then goes; remote.log.copy.disable=true keeps it read-only instead."""
         wanted = overrides.get("remote.storage.enable", False)
         if wanted and not self.tiering_enabled:
             raise KafkaError(
                 ErrorCode.invalid_config,
-                "remote.storage.enable=true needs remote.log.storage.system.enable=true",
+                "Tiered Storage functionality is disabled in the broker. "
+                "Topic cannot be configured with remote log storage.",
             )
         if current is not None and current.remote_storage_enable and not wanted:
             if not overrides.get("remote.log.delete.on.disable", False):
                 raise KafkaError(
                     ErrorCode.invalid_config,
-                    "turning remote.storage.enable off deletes the remote data: "
-                    "set remote.log.delete.on.disable=true to confirm",
+                    "It is invalid to disable remote storage without deleting remote data. "
+                    "If you want to keep the remote data and turn to read only, please set "
+                    "`remote.storage.enable=true,remote.log.copy.disable=true`. If you want to "
+                    "disable remote storage and delete all remote data, please set "
+                    "`remote.storage.enable=false,remote.log.delete.on.disable=true`.",
                 )
 
     # Producer ids --------------------------------------------------------------------

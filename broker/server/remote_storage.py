@@ -175,4 +175,5 @@ def _rlm_config(c: BrokerConfig) -> RemoteLogManagerConfig:
         copy_max_bytes_per_second=c.remote_log_manager_copy_max_bytes_per_second,
         fetch_max_bytes_per_second=c.remote_log_manager_fetch_max_bytes_per_second,
         stuck_copy_timeout_ms=c.remote_log_manager_stuck_copy_timeout_ms,
+        remote_call_timeout_ms=c.remote_log_manager_call_timeout_ms,
     )

@@ -48,6 +48,10 @@ KAFKA_3_CONFIGS = (
     "message.downconversion.enable, message.timestamp.difference.max.ms), so that clients and "
     "scripts written for 3.9 still work (storage/topic_configs.py)"
 )
+KAFKA_4_4_CONFIGS = (
+    "tierbroker has Kafka 4.4's delayed upload (KIP-1241: remote.copy.lag.ms and "
+    "remote.copy.lag.bytes, default 0, copy at once), which Kafka 4.3.1 does not know"
+)
 CLUSTER_MIN_ISR = (
     "Apache Kafka 4 writes a cluster-wide min.insync.replicas default into its KRaft metadata "
     "when the log dir is formatted (source DYNAMIC_DEFAULT_BROKER_CONFIG); tierbroker, without "
@@ -58,8 +62,10 @@ CLUSTER_MIN_ISR = (
 def _topic_config_differences(scenario: str, prefix: str) -> dict[tuple[str, str], str]:
     removed = ("message.format.version", "message.downconversion.enable",
                "message.timestamp.difference.max.ms")  # fmt: skip
+    added = ("remote.copy.lag.ms", "remote.copy.lag.bytes")
     return {
         **{(scenario, f"{prefix}configs.{name}"): KAFKA_3_CONFIGS for name in removed},
+        **{(scenario, f"{prefix}configs.{name}"): KAFKA_4_4_CONFIGS for name in added},
         (scenario, f"{prefix}configs.min.insync.replicas.config_source"): CLUSTER_MIN_ISR,
     }
 

@@ -1,7 +1,7 @@
 """Every topic config Kafka defines, through confluent-kafka's AdminClient, and a topic's
 compression.type read back by every client.
 
-The list below is Kafka's (3.9 and 4.x: `TopicConfig`, `QuotaConfig`), written out
+The list below is Kafka's (3.9 to 4.4: `TopicConfig`, `QuotaConfig`), written out
 here rather than taken from the broker's own table, with Kafka's documented defaults.
 """
 
@@ -69,6 +69,8 @@ KAFKA_TOPIC_CONFIG_DEFAULTS = {
     "min.compaction.lag.ms": "0",
     "min.insync.replicas": "1",
     "preallocate": "false",
+    "remote.copy.lag.bytes": "0",  # 4.4 (KIP-1241)
+    "remote.copy.lag.ms": "0",  # 4.4 (KIP-1241)
     "remote.log.copy.disable": "false",
     "remote.log.delete.on.disable": "false",
     "remote.storage.enable": "false",

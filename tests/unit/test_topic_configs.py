@@ -126,11 +126,13 @@ def test_configs_without_effect_are_named() -> None:
         ),
         (
             {"remote.storage.enable": True, "retention.bytes": 100, "local.retention.bytes": 200},
-            "local.retention.bytes=200: must not be more than retention.bytes=100",
+            "Invalid value 200 for configuration local.retention.bytes: Value must not be more "
+            "than retention.bytes property value: 100",
         ),
         (
             {"remote.storage.enable": True, "retention.ms": 1000, "local.retention.ms": -1},
-            "local.retention.ms=-1: must not be -1 (unlimited) when retention.ms=1000",
+            "Invalid value -1 for configuration local.retention.ms: Value must not be -1 as "
+            "retention.ms value is set as 1000.",
         ),
         (
             {
@@ -139,11 +141,13 @@ def test_configs_without_effect_are_named() -> None:
                 "retention.ms": 1000,
                 "local.retention.ms": 500,
             },
-            "local.retention.ms=500: must equal retention.ms=1000",
+            "When `remote.log.copy.disable` is set to true, the `local.retention.ms` and "
+            "`retention.ms` must be set to the identical value",
         ),
     ],
 )
 def test_configs_are_checked_together(values: dict[str, object], message: str) -> None:
+    """In Kafka's words (LogConfig's checks), so its documentation and answers apply."""
     with pytest.raises(KafkaError) as refused:
         LogConfig.from_configs(values).check()
     assert refused.value.code == ErrorCode.invalid_config
