@@ -59,7 +59,7 @@ class RemoteLogManager:
         self.broker_id = broker_id
         self.rsm = rsm
         self.rlmm = rlmm
-        self.metrics = RemoteStorageMetrics(registry)
+        self.metrics = RemoteStorageMetrics(registry, rsm.meter)
         self.index_cache = RemoteIndexCache(log_dir, config.index_cache_bytes, rsm.fetch_index)
         self.reader = RemoteLogReader(config, rlmm, rsm, self.index_cache, self.metrics)
         self.txn_index = RemoteTransactionIndex(rlmm, rsm)
