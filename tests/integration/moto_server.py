@@ -2,7 +2,8 @@
 
 The tests talk HTTP to it, exactly as the broker talks to S3; nothing is patched
 in-process. `restart()` stops and starts it on the same port (an outage); moto
-keeps its state in memory, so buckets must then be created again.
+keeps its state in memory, so buckets must then be created again. `requests()` reads
+its request log: the access line its HTTP server writes on stderr for every request.
 
 Fixtures: `moto_endpoint` (one server per test module, its URL) and `moto` (a
 fresh `MotoServer` per test, for tests that stop or restart it). Import them into
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import http.client
+import re
 import subprocess
 import tempfile
 import time
@@ -26,6 +28,11 @@ from botocore.exceptions import ClientError
 
 from tests.integration.broker_process import executable, free_port
 from tierbroker.storage.remote.s3 import S3RemoteStorageManager
+
+# werkzeug's access line, e.g. `127.0.0.1 - - [date] "GET /b/k HTTP/1.1" 206 -`, in colours
+# for some statuses
+ACCESS_LINE = re.compile(r'"([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3}) ')
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 REGION = "us-east-1"
@@ -76,6 +83,15 @@ class MotoServer:
             return ""
         self._stderr.seek(0)
         return self._stderr.read()[-2000:].decode(errors="replace")
+
+    def requests(self) -> list[tuple[str, str, int]]:
+        """Every request served since the server started: (method, path with its query,
+        status), in the order they were answered."""
+        if self._stderr is None:
+            return []
+        self._stderr.seek(0)
+        text = ANSI_ESCAPE.sub("", self._stderr.read().decode(errors="replace"))
+        return [(m[1], m[2], int(m[3])) for m in ACCESS_LINE.finditer(text)]
 
     def stop(self) -> None:
         """Terminate the server (kill it if it lingers); its state is lost."""
