@@ -152,22 +152,26 @@ class Cost:
 
 def topic_cost(table: PriceTable, usage: Mapping[str, Any]) -> Cost:
     """What one topic's entry of `/tier/usage` (see `tier_usage`) costs at `table`."""
-    requests = usage["requests"]
     store_bytes = usage["object_store_bytes"]
     cross_rack = sum(tier["cross-rack"] for tier in usage["bytes_out"].values())
     return Cost(
-        requests=(
-            requests["put"] * table.put_per_1000
-            + requests["get"] * table.get_per_1000
-            + requests["list"] * table.list_per_1000
-            + requests["delete"] * table.delete_per_1000
-        )
-        / 1000,
-        transfer=(
-            cross_rack * table.cross_zone_per_gb
-            + store_bytes["upload"] * table.upload_per_gb
-            + store_bytes["download"] * table.download_per_gb
-        )
-        / GB,
+        requests=requests_cost(table, usage["requests"]),
+        transfer=cross_rack * table.cross_zone_per_gb / GB
+        + store_transfer_cost(table, store_bytes["upload"], store_bytes["download"]),
         storage_per_month=usage["remote_bytes"] * table.storage_per_gb_month / GB,
     )
+
+
+def requests_cost(table: PriceTable, requests: Mapping[str, int]) -> float:
+    """USD for requests by kind (`put`, `get`, `list`, `delete`; a kind left out: none)."""
+    return (
+        requests.get("put", 0) * table.put_per_1000
+        + requests.get("get", 0) * table.get_per_1000
+        + requests.get("list", 0) * table.list_per_1000
+        + requests.get("delete", 0) * table.delete_per_1000
+    ) / 1000
+
+
+def store_transfer_cost(table: PriceTable, upload_bytes: int, download_bytes: int) -> float:
+    """USD for bytes sent to and received from the store (S3 Express bills them)."""
+    return (upload_bytes * table.upload_per_gb + download_bytes * table.download_per_gb) / GB
