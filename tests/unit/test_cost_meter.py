@@ -8,6 +8,7 @@ import dataclasses
 import json
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -20,8 +21,18 @@ from tierbroker.broker.cli.prices import (
     select,
     topic_cost,
 )
+from tierbroker.broker.handlers import fetch
+from tierbroker.broker.metadata.zk_data import BrokerRegistration
 from tierbroker.broker.metrics.served_bytes import Direction, ServedBytesMeter, Tier, direction
 from tierbroker.broker.metrics.tier_usage import tier_usage
+from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
+from tierbroker.broker.replication.fetch_reader import (
+    FetchParams,
+    FetchRequestPartition,
+    FetchResultPartition,
+)
+from tierbroker.broker.replication.replica_selector import ClientMetadata
+from tierbroker.protocol.errors import ErrorCode
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.storage.remote.request_meter import (
     ObjectStoreMeter,
@@ -227,3 +238,54 @@ def test_a_bad_price_file_is_refused_saying_what_to_fix(
 def test_an_unknown_table_name_lists_the_known_ones() -> None:
     with pytest.raises(PriceTableError, match="gcs-standard, s3-express-one-zone, s3-standard"):
         select(price_tables(), "azure")
+
+
+@pytest.mark.parametrize(
+    ("replica_id", "client_rack", "expected"),
+    [
+        (-1, "az1", Direction.SAME_RACK),  # a consumer in this broker's rack
+        (-1, "", Direction.CROSS_RACK),  # a consumer that names no rack
+        (2, "", Direction.SAME_RACK),  # broker 2, registered in az1
+        (3, "", Direction.CROSS_RACK),  # broker 3, in az2
+        (4, "", Direction.CROSS_RACK),  # a follower the metadata does not know (yet)
+    ],
+)
+def test_a_fetch_counts_each_partition_by_tier_and_its_readers_rack(
+    replica_id: int, client_rack: str, expected: Direction
+) -> None:
+    registry = CollectorRegistry()
+    ctx = SimpleNamespace(
+        config=SimpleNamespace(broker_rack="az1"),
+        metadata=SimpleNamespace(
+            brokers={
+                2: BrokerRegistration(2, "h", 1, "az1"),
+                3: BrokerRegistration(3, "h", 1, "az2"),
+            }
+        ),
+        topic_metrics=BrokerTopicMetrics(registry),
+    )
+    params = FetchParams(
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        replica_id=replica_id,
+        client=ClientMetadata(client_rack, "c", "127.0.0.1") if replica_id < 0 else None,
+    )
+    requested = [FetchRequestPartition(TopicPartition("events", p), 0, 1 << 20) for p in range(3)]
+    results = [
+        FetchResultPartition(ErrorCode.none, records=memoryview(b"r" * 100)),  # remote
+        FetchResultPartition(ErrorCode.none),  # nothing read: not counted
+        FetchResultPartition(ErrorCode.none, records=memoryview(b"s" * 20)),
+    ]
+    fetch._count_bytes_out(ctx, params, requested, results)  # type: ignore[arg-type]
+    assert ctx.topic_metrics.served.usage() == {"events": {(Tier.REMOTE, expected): 120}}
+    consumer_bytes = metric_value(registry, "BytesOutPerSec_total")
+    assert consumer_bytes == (120 if replica_id < 0 else None)  # Kafka's meter: consumers only
+
+
+def metric_value(registry: CollectorRegistry, name: str) -> float | None:
+    for family in registry.collect():
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    return None
