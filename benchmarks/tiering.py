@@ -11,7 +11,9 @@ through the broker (a lean Fetch client from offset 0 to the local log start) vs
 reads of the same objects, each twice in turn, the faster pass counting; time to
 first byte of a cold remote fetch (after a restart empties the index cache), inside
 a segment (its offset index fetched first) and at a segment's first offset (no index
-needed).
+needed). Beside them, from the broker's cost meter (`/tier/usage`) for the tiered topic:
+object-store requests per GB copied and per GB read from the remote tier, and what each
+GB costs at the default price table (requests, and the bytes S3 Express bills).
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
 
 from benchmarks.targets import Broker, free_port, start_tierbroker, stop
+from tierbroker.broker.cli.prices import (
+    DEFAULT_TABLE,
+    DEFAULTS,
+    GB,
+    requests_cost,
+    store_transfer_cost,
+)
 from tierbroker.broker.server.memory import reuse_large_buffers
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import iter_batches
@@ -104,6 +113,31 @@ class Moto:
 def status(metrics_port: str, topic: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/tier/status", timeout=5) as r:
         return next((row for row in json.load(r) if row["topic"] == topic), {})
+
+
+def request_costs(metrics_port: str, topic: str) -> dict[str, float]:
+    """Object-store requests per GB written to and read from the remote tier, and USD per GB
+    at the default prices (storage, billed by time, left out)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/tier/usage", timeout=5) as r:
+        usage = json.load(r)["topics"][topic]
+    requests, store = usage["requests"], usage["object_store_bytes"]
+    written_gb = store["upload"] / GB
+    read_gb = sum(usage["bytes_out"]["remote"].values()) / GB
+    writes = {k: requests[k] for k in ("put", "list")}
+    table = DEFAULTS[DEFAULT_TABLE]
+    return {
+        "requests_per_gb_written": sum(writes.values()) / written_gb,
+        "requests_per_gb_read": requests["get"] / read_gb,
+        "usd_per_gb_written": (
+            requests_cost(table, writes) + store_transfer_cost(table, store["upload"], 0)
+        )
+        / written_gb,
+        "usd_per_gb_read": (
+            requests_cost(table, {"get": requests["get"]})
+            + store_transfer_cost(table, 0, store["download"])
+        )
+        / read_gb,
+    }
 
 
 def produce(bootstrap: str, topic: str, mib: int) -> float:
@@ -285,6 +319,8 @@ def run_tier(tier: str, mib: int) -> dict[str, Any]:
                 "remote.storage.enable": tiered,
                 "remote.log.copy.disable": paused,
             }
+            if paused == "true":  # as Kafka, copies off: local retention must be retention's
+                config["local.retention.bytes"] = "-2"
             admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
         # Half the MiB a phase, four times in the order plain, tiered, tiered, plain, so
         # that a drift in the machine's write speed weighs on both alike; the tiered
@@ -331,6 +367,7 @@ def run_tier(tier: str, mib: int) -> dict[str, Any]:
             remote_read = max(remote_read, read_bytes / 1e6 / read_s)
             direct_read = max(direct_read, raw_read(objects, moto))
         peak_rss, rss = broker.peak_rss_mib(), broker.rss_mib()
+        costs = request_costs(metrics, "tiered")
         recycle_page_cache(mib)
         direct_write = raw_write(objects, moto, workdir)
         # Each cold fetch after a restart (an empty index cache): at the first segment's
@@ -357,6 +394,7 @@ def run_tier(tier: str, mib: int) -> dict[str, Any]:
             "warm_fetch_ms": warm,
             "peak_rss_mib": peak_rss,
             "rss_mib": rss,
+            **costs,
         }
     finally:
         if broker is not None:
@@ -425,6 +463,11 @@ def main() -> None:
         )
         peak, after = r["peak_rss_mib"], r["rss_mib"]
         print(f"{tier:8} {'broker RSS MiB, peak (after)':34} {peak:>11.0f} {after:>9.0f}")
+        written, read = r["requests_per_gb_written"], r["requests_per_gb_read"]
+        print(f"{tier:8} {'store requests per GB written (read)':34} {written:>11.0f} {read:>9.0f}")
+        written, read = r["usd_per_gb_written"], r["usd_per_gb_read"]
+        label = f"USD/GB written (read), {DEFAULT_TABLE}"
+        print(f"{tier:8} {label:34} {written:>11.5f} {read:>9.5f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -3,20 +3,28 @@
 Names follow Kafka's (`RemoteCopyBytesPerSec`, `RemoteCopyLagBytes`, ...): counters
 for the *PerSec meters (Prometheus derives the rate), gauges for lags and sizes; and
 the store's health (`RemoteStorageHealthy`, see `storage_health`), which the same
-copies and reads update. A partition's gauges go when it leaves the broker, a topic's
+copies and reads update; and what the plugin asked of its store, read from its meter
+at each scrape (`ObjectStoreCollector`): `RemoteStorageRequestsPerSec` by topic and
+kind (put, get, list, delete) and `RemoteStorageBytesPerSec` by topic and direction
+(upload, download). A partition's gauges go when it leaves the broker, a topic's
 counters when it is deleted (`forget`), so the registry holds no series of partitions gone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from tierbroker.rlm.storage_health import RemoteStorageHealth
+from tierbroker.storage.remote.request_meter import ObjectStoreMeter
 from tierbroker.storage.topic_partition import TopicPartition
 
 
 class RemoteStorageMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, meter: ObjectStoreMeter) -> None:
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, ["topic"], registry=registry)
 
@@ -48,6 +56,8 @@ class RemoteStorageMetrics:
             "RemoteLogManagerPoolQueueSize", "Tasks waiting for a slot", ("pool",)
         )
         self.health = RemoteStorageHealth(registry)
+        self.meter = meter
+        registry.register(ObjectStoreCollector(meter))
         self._per_partition = (
             self.copy_lag_bytes,
             self.copy_lag_segments,
@@ -73,3 +83,30 @@ class RemoteStorageMetrics:
         if topic_deleted:
             for counter in self._per_topic:
                 counter.remove(tp.topic)
+            self.meter.forget(tp.topic)
+
+
+class ObjectStoreCollector(Collector):
+    """The counts of a plugin's `ObjectStoreMeter` as Prometheus counters."""
+
+    def __init__(self, meter: ObjectStoreMeter) -> None:
+        self.meter = meter
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        requests = CounterMetricFamily(
+            "RemoteStorageRequestsPerSec",
+            "Requests to the object store (each attempt), by billing class",
+            labels=["topic", "kind"],
+        )
+        transferred = CounterMetricFamily(
+            "RemoteStorageBytesPerSec",
+            "Bytes sent to (upload) and received from (download) the object store",
+            labels=["topic", "direction"],
+        )
+        for topic, usage in sorted(self.meter.usage().items()):
+            for kind, count in usage.requests.items():
+                requests.add_metric([topic, kind.value], count)
+            for direction, size in usage.bytes.items():
+                transferred.add_metric([topic, direction.value], size)
+        yield requests
+        yield transferred

@@ -62,7 +62,7 @@ class RemoteLogManager:
         self.broker_id = broker_id
         self.rsm = rsm
         self.rlmm = rlmm
-        self.metrics = RemoteStorageMetrics(registry)
+        self.metrics = RemoteStorageMetrics(registry, rsm.meter)
         self.delete_lag_segments = delete_lag_segments_gauge(registry)
         self.index_cache = RemoteIndexCache(log_dir, config.index_cache_bytes, rsm.fetch_index)
         chunk_config = chunk_config or ChunkCacheConfig()

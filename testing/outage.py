@@ -69,6 +69,7 @@ def drop_gate(name: str) -> None:
 
 class PausableRemoteStorageManager(RemoteStorageManager):
     def __init__(self) -> None:
+        super().__init__()
         self.delegate: RemoteStorageManager | None = None
         self.gate = OutageGate()
 
@@ -77,6 +78,7 @@ class PausableRemoteStorageManager(RemoteStorageManager):
         delegate = storage_manager_named(name, f"rsm.config.{DELEGATE}")()
         delegate.configure({k: v for k, v in configs.items() if k not in (DELEGATE, GATE)})
         self.delegate = delegate
+        self.meter = delegate.meter  # the requests are the delegate's
         if GATE in configs:
             self.gate = gate(configs[GATE])
 

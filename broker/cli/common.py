@@ -153,6 +153,15 @@ def print_table(
     console.print(table)
 
 
+def size_text(size_bytes: int) -> str:
+    """A byte count in three significant digits at most: 512B, 1.5K, 120M."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size_bytes >= scale:
+            size = size_bytes / scale
+            return f"{size:.0f}{unit}" if size >= 100 else f"{size:.1f}{unit}"
+    return f"{size_bytes}B"
+
+
 def records(count: int) -> str:
     """`count` records, in English: "1 record", "2 records"."""
     return f"{count} record" + ("" if count == 1 else "s")

@@ -1,5 +1,6 @@
 """`tierbroker tier status`: whether the broker's remote store works, and both tiers of
-every partition it hosts, from its metrics endpoint (`GET /tier/health`, `/tier/status`).
+every partition it hosts, from its metrics endpoint (`GET /tier/health`, `/tier/status`);
+with `--cost`, what each topic cost instead (`/tier/usage`, priced by `tier_cost`).
 
 The endpoint is found, first match wins: `--url`; the `metrics.port` of a properties
 file (`--config`/`--override`); else the broker at `--bootstrap-server` is asked for its
@@ -28,8 +29,11 @@ from tierbroker.broker.cli.common import (
     failing,
     print_json,
     print_table,
+    size_text,
 )
 from tierbroker.broker.cli.metrics_endpoint import get_json, metrics_url
+from tierbroker.broker.cli.prices import DEFAULT_TABLE, PriceTableError, price_tables, select
+from tierbroker.broker.cli.tier_cost import show_cost
 
 app = command_group("The remote tier of a running broker.")
 
@@ -49,12 +53,43 @@ def status(
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
     timeout: Timeout = 10.0,
     output: OutputOption = Output.table,
+    cost: Annotated[
+        bool,
+        typer.Option(
+            "--cost",
+            help="per topic: object-store requests and bytes, bytes fetched by tier and "
+            "rack, and their cost",
+        ),
+    ] = False,
+    prices: Annotated[
+        Path | None,
+        typer.Option(help="JSON price tables over the defaults: {name: {field: USD}}"),
+    ] = None,
+    price_table: Annotated[
+        str,
+        typer.Option(help="s3-standard, s3-express-one-zone, gcs-standard, or one of --prices"),
+    ] = DEFAULT_TABLE,
 ) -> None:
     """The remote store's health; per partition: both tiers' offsets, segments and bytes,
-    and the copy lag."""
+    and the copy lag. With --cost, per topic: its object-store requests and bytes, the
+    bytes fetched from each tier in and across racks, and their cost in USD."""
+    if not cost and (prices is not None or price_table != DEFAULT_TABLE):
+        fail("tier status: --prices and --price-table go with --cost", code=2)
+    try:
+        table = select(price_tables(prices), price_table) if cost else None
+    except PriceTableError as e:
+        fail(f"tier status: {e}", code=2)
     if url is None:
         url = _from_config(config, override) if config or override else _ask(bootstrap, timeout)
     health = _get(url, "/tier/health", timeout)
+    if table is not None:
+        usage = _get(url, "/tier/usage", timeout)
+        if topic is not None:
+            usage["topics"] = {t: u for t, u in usage["topics"].items() if t == topic}
+        if output is Output.table:
+            typer.echo(_health_line(health))
+        show_cost(usage, price_table, table, output is Output.json)
+        return
     rows = [r for r in _get(url, "/tier/status", timeout) if topic is None or r["topic"] == topic]
     if output is Output.json:
         print_json({"remote_storage": health, "partitions": rows})
@@ -126,12 +161,4 @@ def _ask(bootstrap: str, timeout: float) -> str:
 
 
 def _segments(count: int, size_bytes: int) -> str:
-    return f"{count}/{_size(size_bytes)}"
-
-
-def _size(size_bytes: int) -> str:
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if size_bytes >= scale:
-            size = size_bytes / scale
-            return f"{size:.0f}{unit}" if size >= 100 else f"{size:.1f}{unit}"
-    return f"{size_bytes}B"
+    return f"{count}/{size_text(size_bytes)}"

@@ -16,6 +16,7 @@ from tierbroker.broker.handlers.common import (
     make,
     response_module,
 )
+from tierbroker.broker.metrics.served_bytes import Tier, direction
 from tierbroker.broker.replication.fetch_reader import (
     FetchParams,
     FetchRequestPartition,
@@ -75,15 +76,7 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
         read_committed=field(body, "isolation_level", 0) == 1,
     )
     results = await ctx.replicas.fetch_messages(params, requested)
-    if not params.is_from_follower:
-        locality = _locality(ctx.config.broker_rack, client.rack_id if client else "")
-        for fetched, result in zip(requested, results, strict=True):
-            if result.size:
-                tp = fetched.topic_partition
-                ctx.topic_metrics.bytes_out.labels(tp.topic).inc(result.size)
-                ctx.topic_metrics.consumer_bytes_out.labels(
-                    tp.topic, str(tp.partition), locality
-                ).inc(result.size)
+    _count_bytes_out(ctx, params, requested, results)
     return make(
         m.FetchResponse,
         throttle_time=NO_THROTTLE,
@@ -112,6 +105,35 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
 
 
 _UNKNOWN = (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id)
+
+
+def _count_bytes_out(
+    ctx: BrokerContext,
+    params: FetchParams,
+    requested: list[FetchRequestPartition],
+    results: list[FetchResultPartition],
+) -> None:
+    """Every partition's bytes by tier and rack crossing (`served`); a consumer's also in
+    BytesOutPerSec and ConsumerBytesOut, which leave followers out, as Kafka's do."""
+    broker_rack = ctx.config.broker_rack
+    if params.is_from_follower:
+        follower = ctx.metadata.brokers.get(params.replica_id)
+        reader_rack = follower.rack if follower is not None else None
+    else:
+        reader_rack = params.client.rack_id if params.client is not None else None
+    to = direction(broker_rack, reader_rack)
+    locality = _locality(broker_rack, reader_rack or "")
+    metrics = ctx.topic_metrics
+    for fetched, result in zip(requested, results, strict=True):
+        size = result.size
+        if not size:
+            continue
+        tp = fetched.topic_partition
+        tier = Tier.REMOTE if isinstance(result.records, memoryview) else Tier.LOCAL
+        metrics.served.served(tp.topic, tier, to, size)
+        if not params.is_from_follower:
+            metrics.bytes_out.labels(tp.topic).inc(size)
+            metrics.consumer_bytes_out.labels(tp.topic, str(tp.partition), locality).inc(size)
 
 
 def _partition(m: Any, splicer: RecordsSplicer, index: int, result: FetchResultPartition) -> Any:

@@ -4,6 +4,9 @@
     GET /metrics         Prometheus text format (the remote-storage metrics, per topic);
                          gauges are refreshed first, so a scrape sees the state it asks for
     GET /tier/status     JSON: per partition, both tiers' offsets, sizes and copy lag
+    GET /tier/usage      JSON: per topic, this broker's object-store requests by kind and
+                         bytes, the bytes its fetches served by tier and rack crossing,
+                         and the remote tier's size (see `tier_usage`)
     GET /tier/health     JSON: whether the remote store works ("healthy", "unhealthy",
                          "not checked", "disabled"), the error if not, since when (ms)
     GET /cleaner/status  JSON: per compacted log hosted here, its dirty ratio (0 to 1),
@@ -43,6 +46,8 @@ class MetricsServer:
         tier_health: Callable[[], dict[str, Any]],
         cleaner_status: Callable[[], list[dict[str, Any]]],
         refresh: Callable[[], None] = lambda: None,
+        *,
+        tier_usage: Callable[[], dict[str, Any]] = lambda: {"topics": {}},
     ) -> None:
         """`refresh` sets the registry's gauges from current state before each scrape."""
         self.registry = registry
@@ -50,6 +55,7 @@ class MetricsServer:
         self.tier_health = tier_health
         self.cleaner_status = cleaner_status
         self.refresh = refresh
+        self.tier_usage = tier_usage
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -93,6 +99,9 @@ class MetricsServer:
             await _respond(writer, "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry))
         elif path.startswith("/tier/status"):
             body = json.dumps(self.tier_status()).encode()
+            await _respond(writer, "200 OK", "application/json", body)
+        elif path == "/tier/usage":
+            body = json.dumps(self.tier_usage()).encode()
             await _respond(writer, "200 OK", "application/json", body)
         elif path == "/tier/health":
             body = json.dumps(self.tier_health()).encode()

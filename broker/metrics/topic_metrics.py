@@ -6,6 +6,8 @@ counters labelled by topic, as Kafka's `BrokerTopicMetrics` meters are.
 `ConsumerBytesOut` splits those per partition by whether the consumer is in this
 broker's rack (`same-rack`, `cross-rack`, `unknown` when either names no rack): the
 traffic that fetching from the closest replica (KIP-392) keeps inside a zone.
+`served` (`ServedBytesMeter`) counts what consumers and followers fetch, by tier and
+rack crossing, for the cost meter.
 A partition's children go when it leaves the broker, a topic's when it is deleted
 (`forget`), so the registry holds no series of partitions gone.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
+from tierbroker.broker.metrics.served_bytes import ServedBytesMeter
 from tierbroker.storage.topic_partition import TopicPartition
 
 LOCALITIES = ("same-rack", "cross-rack", "unknown")  # of ConsumerBytesOut
@@ -33,6 +36,7 @@ class BrokerTopicMetrics:
             ["topic", "partition", "locality"],
             registry=registry,
         )
+        self.served = ServedBytesMeter(registry)
 
     def forget(self, tp: TopicPartition, topic_deleted: bool) -> None:
         """`tp` left this broker: drop its children, and its topic's if the topic was deleted."""
@@ -41,3 +45,4 @@ class BrokerTopicMetrics:
         if topic_deleted:
             self.bytes_in.remove(tp.topic)
             self.bytes_out.remove(tp.topic)
+            self.served.forget(tp.topic)

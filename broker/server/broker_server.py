@@ -74,6 +74,8 @@ from tierbroker.broker.metadata.zk_data import BrokerRegistration
 from tierbroker.broker.metrics.cleaner_metrics import CleanerMetrics
 from tierbroker.broker.metrics.metrics_server import MetricsServer
 from tierbroker.broker.metrics.replication_metrics import ReplicationMetrics
+from tierbroker.broker.metrics.served_bytes import ServedBytesMeter
+from tierbroker.broker.metrics.tier_usage import tier_usage
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.network.socket_server import SocketServer
@@ -176,6 +178,7 @@ class BrokerServer:
             self._tier_health,
             self.cleaner.status,
             self._refresh_remote_metrics,
+            tier_usage=lambda: self._tier_usage(topic_metrics.served),
         )
         self.scheduler = Scheduler()
         self.socket_server = self._socket_server(topic_metrics)
@@ -367,6 +370,13 @@ class BrokerServer:
 
     def _tier_status(self) -> list[dict[str, Any]]:
         return self.remote.status() if self.remote is not None else []
+
+    def _tier_usage(self, served: ServedBytesMeter) -> dict[str, Any]:
+        remote_bytes: dict[str, int] = {}
+        for row in self._tier_status():
+            remote_bytes[row["topic"]] = remote_bytes.get(row["topic"], 0) + row["remote_bytes"]
+        object_store = self.remote.rsm.meter.usage() if self.remote is not None else {}
+        return tier_usage(object_store, served.usage(), remote_bytes)
 
     def _tier_health(self) -> dict[str, Any]:
         if self.remote is None:

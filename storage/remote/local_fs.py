@@ -7,6 +7,10 @@ written around the page cache (O_DIRECT): what is tiered is cold, and a copy
 through the page cache would fill pages no one reads and evict the tail that
 consumers do. File work runs in the default executor, never on the event loop.
 `check()` creates the directory if it is missing and writes a file in it.
+
+Its `meter` counts the file operations as the requests an object store would see for
+them: an object written (log, indexes, manifest) is a PUT and its bytes an upload, a
+read a GET and a download, each object removed a DELETE.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import os
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tierbroker.storage.remote.index_bundle import index_from_bundle, read_index_bundle
 from tierbroker.storage.remote.key_layout import (
@@ -28,6 +32,7 @@ from tierbroker.storage.remote.key_layout import (
     ObjectKeyLayout,
     manifest_json,
 )
+from tierbroker.storage.remote.request_meter import RequestKind, Transfer
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from tierbroker.storage.remote.storage_manager import (
     IndexType,
@@ -45,6 +50,7 @@ DIRECT_ALIGNMENT = 4096  # the largest logical block size of common devices
 
 class LocalFsRemoteStorageManager(RemoteStorageManager):
     def __init__(self) -> None:
+        super().__init__()
         self.root = Path("remote")
         self.layout = ObjectKeyLayout()
 
@@ -97,18 +103,34 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
             raise
 
     def _copy(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
+        topic = _topic(metadata)
         sizes = {
-            LOG_SUFFIX: self._copy_file(
-                data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
+            LOG_SUFFIX: self._put(
+                topic,
+                self._copy_file,
+                data.log_segment,
+                self.layout.segment_key(metadata, LOG_SUFFIX),
             ),
-            INDEXES_SUFFIX: self._write(
-                self.layout.segment_key(metadata, INDEXES_SUFFIX), read_index_bundle(data)
+            INDEXES_SUFFIX: self._put(
+                topic,
+                self._write,
+                self.layout.segment_key(metadata, INDEXES_SUFFIX),
+                read_index_bundle(data),
             ),
         }
-        self._write(
+        self._put(
+            topic,
+            self._write,
             self.layout.segment_key(metadata, MANIFEST_SUFFIX),
             manifest_json(metadata, self.layout, sizes),
         )
+
+    def _put(self, topic: str, write: Callable[..., int], *args: Any) -> int:
+        """One object written by `write(*args)` (which returns its size), counted as a PUT."""
+        self.meter.request(topic, RequestKind.PUT)
+        size = write(*args)
+        self.meter.transferred(topic, Transfer.UPLOAD, size)
+        return size
 
     def _copy_file(self, source: Path, key: str) -> int:
         target = self._path(key)
@@ -143,22 +165,25 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
         start_position: int,
         end_position: int | None = None,
     ) -> bytes:
-        return await self._run(
-            self._read, self.layout.segment_key(metadata, LOG_SUFFIX), start_position, end_position
-        )
+        key = self.layout.segment_key(metadata, LOG_SUFFIX)
+        return await self._run(self._read, _topic(metadata), key, start_position, end_position)
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
-        return index_from_bundle(key, await self._run(self._read, key, 0, None), index_type)
+        bundle = await self._run(self._read, _topic(metadata), key, 0, None)
+        return index_from_bundle(key, bundle, index_type)
 
-    def _read(self, key: str, start: int, end: int | None) -> bytes:
+    def _read(self, topic: str, key: str, start: int, end: int | None) -> bytes:
+        self.meter.request(topic, RequestKind.GET)
         try:
             with open(self._path(key), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 stop = size if end is None else min(end + 1, size)
-                return os.pread(f.fileno(), max(stop - start, 0), start)
+                data = os.pread(f.fileno(), max(stop - start, 0), start)
         except FileNotFoundError:
             raise RemoteResourceNotFoundError(f"no remote object {key}") from None
+        self.meter.transferred(topic, Transfer.DOWNLOAD, len(data))
+        return data
 
     # Delete --------------------------------------------------------------------------
 
@@ -168,8 +193,13 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
     def _delete(self, metadata: RemoteLogSegmentMetadata) -> None:
         # The manifest goes first, so readers stop trusting the segment before its data goes.
         for key in reversed(self.layout.all_keys(metadata)):
+            self.meter.request(_topic(metadata), RequestKind.DELETE)
             for path in (self._path(key), self._path(key + ".tmp")):
                 path.unlink(missing_ok=True)
+
+
+def _topic(metadata: RemoteLogSegmentMetadata) -> str:
+    return metadata.topic_id_partition.topic_partition.topic
 
 
 def copy_around_page_cache(source: Path, target: Path) -> int:

@@ -42,6 +42,9 @@ without them the default AWS credential chain is used), `key.prefix`,
 `storage.s3.retry.max.attempts` (5), `storage.s3.retry.backoff.ms` (100),
 `storage.s3.retry.backoff.max.ms` (5000), `storage.s3.max.connections` (50).
 
+Every request is counted on the plugin's `meter` by topic and kind, each attempt (a
+retry is a request the endpoint sees), with the bytes of the bodies sent and received.
+
 The clients and the reader threads (at most `storage.s3.max.connections`) are
 created by `start()` (or on first use), in the running event loop, and closed by
 `close()`; one instance serves one event loop.
@@ -76,6 +79,7 @@ from tierbroker.storage.remote.key_layout import (
     ObjectKeyLayout,
     manifest_json,
 )
+from tierbroker.storage.remote.request_meter import RequestKind, Transfer
 from tierbroker.storage.remote.s3_errors import (
     ENDPOINT_PROPERTY,
     NOT_FOUND_CODES,
@@ -115,6 +119,7 @@ def backoff_s(attempt: int, base_s: float, max_s: float) -> float:
 
 class S3RemoteStorageManager(RemoteStorageManager):
     def __init__(self) -> None:
+        super().__init__()
         self.layout = ObjectKeyLayout()
         self.bucket = ""
         self.where = ""  # the bucket and where it is, for messages
@@ -284,11 +289,17 @@ class S3RemoteStorageManager(RemoteStorageManager):
             raise RemoteStorageError(f"{self.where}: {reason}", retriable=False) from e
         return True
 
-    def _request(self, method: str, **kwargs: Any) -> Operation[Any]:
-        """An operation calling aiobotocore client method `method` on this bucket."""
+    def _request(self, method: str, topic: str, kind: RequestKind, **kwargs: Any) -> Operation[Any]:
+        """An operation calling aiobotocore client method `method` on this bucket; each
+        attempt is counted as a `kind` request about `topic`, with its body's bytes."""
+        upload_bytes = _size(kwargs.get("Body"))
 
         async def call() -> Any:
-            return await getattr(await self.client(), method)(Bucket=self.bucket, **kwargs)
+            client = await self.client()
+            self.meter.request(topic, kind)
+            if upload_bytes:
+                self.meter.transferred(topic, Transfer.UPLOAD, upload_bytes)
+            return await getattr(client, method)(Bucket=self.bucket, **kwargs)
 
         return call
 
@@ -322,22 +333,30 @@ class S3RemoteStorageManager(RemoteStorageManager):
     ) -> None:
         # The log and the indexes go up together; a failure cancels the other before
         # clean-up starts, so nothing is written after it.
+        topic = _topic(metadata)
         log_key = self.layout.segment_key(metadata, LOG_SUFFIX)
         indexes_key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
         self._indexes_objects.pop(indexes_key, None)
         loop = asyncio.get_running_loop()
         async with asyncio.TaskGroup() as group:
-            log_size = group.create_task(self._upload_file(data.log_segment, log_key, uploads))
+            log_size = group.create_task(
+                self._upload_file(data.log_segment, topic, log_key, uploads)
+            )
             bundle = await loop.run_in_executor(None, read_index_bundle, data)
-            group.create_task(self._put(indexes_key, bundle))
+            group.create_task(self._put(topic, indexes_key, bundle))
         sizes = {LOG_SUFFIX: log_size.result(), INDEXES_SUFFIX: len(bundle)}
         manifest = manifest_json(metadata, self.layout, sizes)
-        await self._put(self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
+        await self._put(topic, self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
 
-    async def _put(self, key: str, body: bytes | HashedBody) -> None:
-        await self._call(f"PutObject {key}", self._request("put_object", Key=key, Body=body))
+    async def _put(self, topic: str, key: str, body: bytes | HashedBody) -> None:
+        await self._call(
+            f"PutObject {key}",
+            self._request("put_object", topic, RequestKind.PUT, Key=key, Body=body),
+        )
 
-    async def _upload_file(self, path: Path, key: str, uploads: dict[str, str | None]) -> int:
+    async def _upload_file(
+        self, path: Path, topic: str, key: str, uploads: dict[str, str | None]
+    ) -> int:
         loop = asyncio.get_running_loop()
         opening = loop.run_in_executor(None, _open, path)
         try:
@@ -348,22 +367,24 @@ class S3RemoteStorageManager(RemoteStorageManager):
             raise
         try:
             if size <= self.part_size:
-                await self._put(key, await loop.run_in_executor(None, read_hashed, fd, 0, size))
+                body = await loop.run_in_executor(None, read_hashed, fd, 0, size)
+                await self._put(topic, key, body)
             else:
-                await self._multipart_upload(fd, size, key, uploads)
+                await self._multipart_upload(fd, size, topic, key, uploads)
         finally:
             os.close(fd)
         return size
 
     async def _multipart_upload(
-        self, fd: int, size: int, key: str, uploads: dict[str, str | None]
+        self, fd: int, size: int, topic: str, key: str, uploads: dict[str, str | None]
     ) -> None:
         """Upload `size` bytes of `fd` a part at a time; `uploads[key]` is set until completed."""
         loop = asyncio.get_running_loop()
         part_size = max(self.part_size, math.ceil(size / MAX_PARTS))
         uploads[key] = None  # begun: if the answer is lost, clean-up finds it by listing
         created = await self._call(
-            f"CreateMultipartUpload {key}", self._request("create_multipart_upload", Key=key)
+            f"CreateMultipartUpload {key}",
+            self._request("create_multipart_upload", topic, RequestKind.PUT, Key=key),
         )
         upload_id: str = created["UploadId"]
         uploads[key] = upload_id
@@ -374,7 +395,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
             response = await self._call(
                 f"UploadPart {key} #{number}",
                 self._request(
-                    "upload_part", Key=key, UploadId=upload_id, PartNumber=number, Body=body
+                    "upload_part",
+                    topic,
+                    RequestKind.PUT,
+                    Key=key,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=body,
                 ),
             )
             del body  # at most one part in memory: freed before the next is read
@@ -383,6 +410,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
             f"CompleteMultipartUpload {key}",
             self._request(
                 "complete_multipart_upload",
+                topic,
+                RequestKind.PUT,
                 Key=key,
                 UploadId=upload_id,
                 MultipartUpload={"Parts": parts},
@@ -395,17 +424,18 @@ class S3RemoteStorageManager(RemoteStorageManager):
     ) -> None:
         """After a failed copy: abort its multipart uploads, delete its objects. Never raises."""
         for key, upload_id in uploads.items():
-            await self._abort_uploads(key, upload_id)
+            await self._abort_uploads(_topic(metadata), key, upload_id)
         try:
             await self.delete_log_segment_data(metadata)
         except Exception as e:
             log.debug("cleaning up segment %s failed: %s", metadata.segment_id.id, e)
 
-    async def _abort_uploads(self, key: str, upload_id: str | None) -> None:
+    async def _abort_uploads(self, topic: str, key: str, upload_id: str | None) -> None:
         """Abort every unfinished multipart upload of `key` (or at least `upload_id`)."""
         try:
             listed = await self._call(
-                f"ListMultipartUploads {key}", self._request("list_multipart_uploads", Prefix=key)
+                f"ListMultipartUploads {key}",
+                self._request("list_multipart_uploads", topic, RequestKind.LIST, Prefix=key),
             )
             ids = {u["UploadId"] for u in listed.get("Uploads", []) if u.get("Key") == key}
         except RemoteStorageError as e:
@@ -417,7 +447,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
             try:
                 await self._call(
                     f"AbortMultipartUpload {key}",
-                    self._request("abort_multipart_upload", Key=key, UploadId=uid),
+                    self._request(
+                        "abort_multipart_upload", topic, RequestKind.DELETE, Key=key, UploadId=uid
+                    ),
                 )
             except RemoteResourceNotFoundError:
                 pass
@@ -444,19 +476,19 @@ class S3RemoteStorageManager(RemoteStorageManager):
             return b""  # S3 would ignore such a Range and send the whole object
         end = "" if end_position is None else str(end_position)
         key = self.layout.segment_key(metadata, LOG_SUFFIX)
-        return await self._get(key, f"bytes={start_position}-{end}")
+        return await self._get(_topic(metadata), key, f"bytes={start_position}-{end}")
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
-        return index_from_bundle(key, await self._indexes_object(key), index_type)
+        return index_from_bundle(key, await self._indexes_object(_topic(metadata), key), index_type)
 
-    async def _indexes_object(self, key: str) -> bytes:
+    async def _indexes_object(self, topic: str, key: str) -> bytes:
         """The indexes object at `key`, from one GET for all its indexes: a lookup by
         timestamp asks for the time index, then for the offset index. A failed GET is
         forgotten; one a fetch stopped waiting for goes on and is kept."""
         getting = self._indexes_objects.get(key)
         if getting is None:
-            getting = asyncio.get_running_loop().create_task(self._get(key, None))
+            getting = asyncio.get_running_loop().create_task(self._get(topic, key, None))
             getting.add_done_callback(functools.partial(self._indexes_object_done, key))
             self._indexes_objects[key] = getting
             while len(self._indexes_objects) > INDEXES_OBJECTS_KEPT:
@@ -470,7 +502,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             if self._indexes_objects.get(key) is getting:
                 del self._indexes_objects[key]
 
-    async def _get(self, key: str, byte_range: str | None) -> bytes:
+    async def _get(self, topic: str, key: str, byte_range: str | None) -> bytes:
         args = {"Bucket": self.bucket, "Key": key}
         if byte_range is not None:
             args["Range"] = byte_range
@@ -478,7 +510,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
         async def get() -> bytes:
             reader = await self.reader()
-            return await loop.run_in_executor(self._reader_threads, _get_object, reader, args)
+            self.meter.request(topic, RequestKind.GET)
+            body = await loop.run_in_executor(self._reader_threads, _get_object, reader, args)
+            self.meter.transferred(topic, Transfer.DOWNLOAD, len(body))
+            return body
 
         return await self._call(f"GetObject {key} {byte_range or ''}".rstrip(), get)
 
@@ -486,11 +521,18 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         self._indexes_objects.pop(self.layout.segment_key(metadata, INDEXES_SUFFIX), None)
+        topic = _topic(metadata)
         *rest, manifest = self.layout.all_keys(metadata)
         # The manifest first: readers stop trusting the segment before its data goes.
-        await self._call(f"DeleteObject {manifest}", self._request("delete_object", Key=manifest))
+        await self._call(
+            f"DeleteObject {manifest}",
+            self._request("delete_object", topic, RequestKind.DELETE, Key=manifest),
+        )
         request = self._request(
-            "delete_objects", Delete={"Objects": [{"Key": k} for k in rest], "Quiet": True}
+            "delete_objects",
+            topic,
+            RequestKind.DELETE,
+            Delete={"Objects": [{"Key": k} for k in rest], "Quiet": True},
         )
 
         async def delete() -> None:
@@ -538,6 +580,20 @@ def _reader_session() -> botocore.session.Session:
     session = botocore.session.get_session()
     session.register_component("data_loader", _session().get_component("data_loader"))
     return session
+
+
+def _topic(metadata: RemoteLogSegmentMetadata) -> str:
+    return metadata.topic_id_partition.topic_partition.topic
+
+
+def _size(body: bytes | HashedBody | None) -> int:
+    """The bytes a request body sends."""
+    if body is None:
+        return 0
+    if isinstance(body, HashedBody):
+        with body.getbuffer() as view:
+            return view.nbytes
+    return len(body)
 
 
 def _get_object(s3: Any, args: dict[str, str]) -> bytes:

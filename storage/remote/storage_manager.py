@@ -6,6 +6,11 @@ overwrites it, deleting a missing one succeeds. A copy that fails must remove
 what it uploaded. The plugin writes a small manifest (see `ObjectKeyLayout`)
 after all other objects of a segment: readers outside the broker trust a segment
 only once its manifest exists.
+
+A plugin counts every request it makes to its store, and the bytes each carries, on
+its `meter` (`ObjectStoreMeter`, made by `__init__`: a plugin's own `__init__` calls
+it), by topic and billing class; the broker shows them per topic on Prometheus and in
+`tierbroker tier status --cost`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierbroker.storage.remote.request_meter import ObjectStoreMeter
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 
 
@@ -66,6 +72,9 @@ class RemoteResourceNotFoundError(RemoteStorageError):
 
 
 class RemoteStorageManager(abc.ABC):
+    def __init__(self) -> None:
+        self.meter = ObjectStoreMeter()
+
     @abc.abstractmethod
     def configure(self, configs: Mapping[str, str]) -> None:
         """Receive the `rsm.config.` properties (prefix removed) and broker ids."""

@@ -2,7 +2,8 @@
 
 The tests talk HTTP to it, exactly as the broker talks to S3; nothing is patched
 in-process. `restart()` stops and starts it on the same port (an outage); moto
-keeps its state in memory, so buckets must then be created again.
+keeps its state in memory, so buckets must then be created again. `requests()` reads
+its request log: the access line its HTTP server writes on stderr for every request.
 
 Fixtures: `moto_endpoint` (one server per test module, its URL) and `moto` (a
 fresh `MotoServer` per test, for tests that stop or restart it). Import them into
@@ -83,8 +84,8 @@ class MotoServer:
             connection.close()
 
     def requests(self) -> list[tuple[str, str]]:
-        """(method, path) of every request the server has received (each logged before it
-        is answered), from the server's own log."""
+        """(method, path with its query) of every request the server has received, in
+        order, from its own log (each request logged as it arrives, before its answer)."""
         if self._stderr is None:
             return []
         self._stderr.seek(0)
@@ -283,7 +284,9 @@ def serve(latency_ms: int, argv: list[str]) -> None:
     def logged(self: Any, environ: Any, start_response: Any) -> Any:
         path = environ.get("PATH_INFO", "")
         if not path.startswith("/moto-api"):
-            sys.stderr.write(f"moto-request {environ['REQUEST_METHOD']} {path}\n")
+            query = environ.get("QUERY_STRING", "")
+            target = f"{path}?{query}" if query else path
+            sys.stderr.write(f"moto-request {environ['REQUEST_METHOD']} {target}\n")
             sys.stderr.flush()
             time.sleep(latency_ms / 1000)  # in the request's own thread
         return dispatch(self, environ, start_response)

@@ -35,6 +35,7 @@ from tierbroker.storage.remote.key_layout import (
     ObjectKeyLayout,
 )
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
+from tierbroker.storage.remote.request_meter import RequestKind, Transfer
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -249,6 +250,29 @@ async def test_manifest_lists_every_object_with_its_size_and_is_written_last(
         manifest_key: stored[manifest_key]
     }
     assert await backend.written_last(manifest_key)
+
+
+async def test_the_meter_counts_each_request_and_its_bytes_by_topic(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
+) -> None:
+    data, metadata = segment
+    rsm = await backend.make({})
+    await rsm.copy_log_segment_data(metadata, data)
+    stored = await backend.objects()
+    copied = rsm.meter.usage()
+    assert copied.keys() == {TIP.topic_partition.topic}
+    # A segment of one part: log, indexes and manifest, a PUT each.
+    assert copied[TIP.topic_partition.topic].requests == {RequestKind.PUT: 3}
+    assert copied[TIP.topic_partition.topic].bytes == {Transfer.UPLOAD: sum(stored.values())}
+
+    first = await rsm.fetch_log_segment(metadata, 100, 4099)
+    whole = await rsm.fetch_log_segment(metadata, 0)
+    usage = rsm.meter.usage()[TIP.topic_partition.topic]
+    assert usage.requests == {RequestKind.PUT: 3, RequestKind.GET: 2}
+    assert usage.bytes[Transfer.DOWNLOAD] == len(first) + len(whole) == 4000 + len(whole)
+
+    rsm.meter.forget(TIP.topic_partition.topic)
+    assert rsm.meter.usage() == {}
 
 
 async def test_copy_again_overwrites(

@@ -36,6 +36,7 @@ from tierbroker.storage.remote.lineage import (
     in_lineage,
 )
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
+from tierbroker.storage.remote.request_meter import ObjectStoreMeter
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -287,7 +288,7 @@ async def test_size_retention_right_after_an_unclean_failover_uses_the_new_leade
         config,
         rlmm,
         SegmentDeleter(config, rsm, rlmm, lambda _: None),
-        RemoteStorageMetrics(CollectorRegistry()),
+        RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
     ).run_once()
     left = {m.segment_id for m in rlmm.readable_segments(TIP)}
     assert left == {m.segment_id for m in copied[-keep:]} | {dead.segment_id}

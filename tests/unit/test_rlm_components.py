@@ -34,6 +34,7 @@ from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, MemoryChunkStore
 from tierbroker.storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
+from tierbroker.storage.remote.request_meter import ObjectStoreMeter
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -266,7 +267,7 @@ def test_copies_stuck_in_copy_segment_started_are_cleaned_up_and_never_counted(
             config,
             rlmm,
             deleter,
-            RemoteStorageMetrics(CollectorRegistry()),
+            RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
         )
         await task.run_once()
         assert deleted == [stuck.segment_id.id]  # the fresh copy may still be in progress
@@ -458,7 +459,7 @@ def new_reader(
         rsm,
         RemoteIndexCache(tmp_path / "logdir", 1 << 20, rsm.fetch_index),
         chunks,
-        RemoteStorageMetrics(CollectorRegistry()),
+        RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
     )
 
 
@@ -1047,7 +1048,7 @@ def copy_task(
         rsm,
         rlmm,
         ByteRateLimiter(UNLIMITED),
-        RemoteStorageMetrics(CollectorRegistry()),
+        RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
     )
 
 
@@ -1119,7 +1120,11 @@ async def test_a_failed_copy_whose_clean_up_fails_is_finished_by_expiration(tmp_
     config = RemoteLogManagerConfig()
     deleter = SegmentDeleter(config, rsm, rlmm, lambda _: None)
     await ExpirationTask(
-        partition, config, rlmm, deleter, RemoteStorageMetrics(CollectorRegistry())
+        partition,
+        config,
+        rlmm,
+        deleter,
+        RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
     ).run_once()
     assert list(rlmm.list_remote_log_segments(TIP)) == []
     assert remote_files(tmp_path / "remote") == []
@@ -1209,7 +1214,11 @@ async def test_expiration_removes_stuck_copies_with_their_objects_and_never_coun
     config = RemoteLogManagerConfig(stuck_copy_timeout_ms=5_000)
     deleter = SegmentDeleter(config, rsm, rlmm, lambda _: None)
     task = ExpirationTask(
-        partition, config, rlmm, deleter, RemoteStorageMetrics(CollectorRegistry())
+        partition,
+        config,
+        rlmm,
+        deleter,
+        RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
     )
     await task.run_once()
     left = {m.segment_id.id for m in rlmm.list_remote_log_segments(TIP)}
@@ -1244,7 +1253,11 @@ async def test_expiration_deletes_superseded_copies_and_their_objects_only(tmp_p
     config = RemoteLogManagerConfig()
     deleter = SegmentDeleter(config, rsm, rlmm, lambda _: None)
     await ExpirationTask(
-        partition, config, rlmm, deleter, RemoteStorageMetrics(CollectorRegistry())
+        partition,
+        config,
+        rlmm,
+        deleter,
+        RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
     ).run_once()
     assert [m.segment_id for m in rlmm.readable_segments(TIP)] == [m.segment_id for m in copied]
     assert rlmm.superseded_segments(TIP) == []
@@ -1271,7 +1284,11 @@ async def test_remote_retention_by_bytes_deletes_the_oldest_and_moves_the_log_st
     config = RemoteLogManagerConfig()
     deleter = SegmentDeleter(config, rsm, rlmm, lambda _: None)
     await ExpirationTask(
-        partition, config, rlmm, deleter, RemoteStorageMetrics(CollectorRegistry())
+        partition,
+        config,
+        rlmm,
+        deleter,
+        RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
     ).run_once()
     left = rlmm.readable_segments(TIP)
     assert [m.segment_id for m in left] == [m.segment_id for m in copied[-keep:]]

@@ -23,6 +23,7 @@ from tierbroker.storage.log import EARLIEST_LOCAL_TIMESTAMP, Log, LogStartOffset
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.producer_state import ProducerStateManager
+from tierbroker.storage.remote.request_meter import ObjectStoreMeter
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -129,7 +130,7 @@ class Remote:
         self.lineage = lineage
         self.rsm = local_fs(tmp_path / "remote")
         self.rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
-        self.metrics = RemoteStorageMetrics(CollectorRegistry())
+        self.metrics = RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter())
         self.machine = TierStateMachine(self.rlmm, self.rsm, self.metrics, 5_000)
 
     async def add(
