@@ -40,6 +40,7 @@ from tierbroker.storage.remote.key_layout import (
     ObjectKeyLayout,
 )
 from tierbroker.storage.remote.lineage import agreed_end, latest_lineage
+from tierbroker.storage.remote.segment_codec import PLAIN, StoredFormat
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class RemoteSegment:
     indexes_key: str | None  # every index in one object (`storage.remote.index_bundle`)
     manifest_key: str
     txn_index_empty: bool = False  # no aborted transaction's marker (KIP-1058)
+    log_format: StoredFormat = PLAIN  # how the log and indexes are stored
 
     @property
     def leader_epoch(self) -> int:
@@ -97,6 +99,8 @@ def parse_manifest(cluster: str, manifest_key: str, document: bytes) -> RemoteSe
         return str(entry["key"]) if entry else None
 
     log_entry = objects.get(LOG_SUFFIX) or {"key": base + LOG_SUFFIX, "size": 0}
+    log_format = StoredFormat.from_json(log_entry)
+    stored_size = int(log_entry["size"]) if log_format.plain else 0
     return RemoteSegment(
         cluster=cluster,
         topic=tip.topic_partition.topic,
@@ -108,11 +112,12 @@ def parse_manifest(cluster: str, manifest_key: str, document: bytes) -> RemoteSe
         max_timestamp_ms=metadata.max_timestamp_ms,
         leader_epochs=metadata.segment_leader_epochs,
         event_timestamp_ms=metadata.event_timestamp_ms,
-        size=int(log_entry["size"]) or metadata.segment_size_bytes,
+        size=stored_size or metadata.segment_size_bytes,  # of the plain log
         log_key=str(log_entry["key"]),
         indexes_key=key(INDEXES_SUFFIX),
         manifest_key=manifest_key,
         txn_index_empty=metadata.txn_index_empty,
+        log_format=log_format,
     )
 
 

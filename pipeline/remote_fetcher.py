@@ -42,6 +42,7 @@ from tierbroker.pipeline.segments import (
     checked_batches,
     first_batch_size,
     parse_batch,
+    read_log,
     start_position,
     whole_batches_end,
 )
@@ -275,7 +276,7 @@ class RemoteFetcher:
 
     def _object(self, segment: RemoteSegment) -> RemoteObject:
         async def read(start: int, end: int) -> bytes:
-            data: bytes = await self._run(self.store.get, segment.log_key, start, end)
+            data: bytes = await self._run(read_log, self.store, segment, start, end)
             return data
 
         return RemoteObject(id=segment.segment_id, size_bytes=segment.size, read=read)

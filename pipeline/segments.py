@@ -15,6 +15,7 @@ Every batch is CRC-checked before its records are used, as Kafka's consumers do.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -24,6 +25,11 @@ from tierbroker.pipeline.storage import ObjectStore
 from tierbroker.protocol.records import BATCH_HEADER_SIZE, BatchView
 from tierbroker.storage.indexes import OffsetEntries, TimeEntries
 from tierbroker.storage.remote.index_bundle import unpack_indexes
+from tierbroker.storage.remote.segment_codec import (
+    SegmentTransform,
+    decode_indexes,
+    decode_range,
+)
 from tierbroker.storage.remote.storage_manager import IndexType
 
 log = logging.getLogger(__name__)
@@ -49,18 +55,37 @@ def parse_batch(batch: BatchView) -> DefaultRecordBatch:
     return DefaultRecordBatch(bytes(batch.payload()))
 
 
+def read_log(store: ObjectStore, segment: RemoteSegment, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a segment's plain log (fewer at its end): one ranged GET, of the
+    stored chunks holding them if the segment is stored transformed, decoded."""
+    stored = segment.log_format
+    if stored.plain:
+        return store.get(segment.log_key, start, end)
+    end = min(end, segment.size)
+    if start >= end:
+        return b""
+    first, last = start // stored.chunk_bytes, (end - 1) // stored.chunk_bytes
+    stored_start, stored_end = stored.stored_range(first, last)
+    data = store.get(segment.log_key, stored_start, stored_end)
+    return decode_range(_transform(store, segment), stored, start, end, data)
+
+
+def _transform(store: ObjectStore, segment: RemoteSegment) -> SegmentTransform:
+    return SegmentTransform.for_read(uuid.UUID(segment.segment_id), segment.log_format, store.keys)
+
+
 def read_chunk(
-    store: ObjectStore, key: str, position: int, max_bytes: int = DEFAULT_CHUNK_BYTES
+    store: ObjectStore, segment: RemoteSegment, position: int, max_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> tuple[list[BatchView], int]:
     """The whole, CRC-checked batches of about `max_bytes` from `position`, and the next position.
 
-    At least one batch however large, unless the object ends; no batches and the
-    same position at the end of the object (or at a torn tail).
+    At least one batch however large, unless the log ends; no batches and the same
+    position at its end (or at a torn tail).
     """
-    data = store.get(key, position, position + max_bytes)
+    data = read_log(store, segment, position, position + max_bytes)
     size = first_batch_size(data)
     if size > len(data):  # one batch larger than a chunk
-        data = store.get(key, position, position + size)
+        data = read_log(store, segment, position, position + size)
     return checked_batches(data), position + whole_batches_end(data)
 
 
@@ -87,17 +112,17 @@ def checked_batches(data: bytes | memoryview) -> list[BatchView]:
 
 def iter_batches_from(
     store: ObjectStore,
-    key: str,
+    segment: RemoteSegment,
     start: int,
     end: int | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> Iterator[BatchView]:
-    """Every batch that starts in bytes [start, end) of an object (end None: to its end)."""
+    """Every batch that starts in bytes [start, end) of a segment's log (end None: to its end)."""
     position = start
     while end is None or position < end:
         # Up to `end` only: a batch straddling it is then read whole, by itself.
         want = chunk_bytes if end is None else max(min(chunk_bytes, end - position), LOG_OVERHEAD)
-        batches, next_position = read_chunk(store, key, position, want)
+        batches, next_position = read_chunk(store, segment, position, want)
         if not batches:
             return
         for batch in batches:
@@ -116,7 +141,10 @@ def load_indexes(store: ObjectStore, segment: RemoteSegment) -> dict[IndexType, 
     if segment.indexes_key is None:
         return {}
     try:
-        return unpack_indexes(store.get(segment.indexes_key))
+        stored = store.get(segment.indexes_key)
+        if not segment.log_format.plain:  # stored as the log is
+            stored = decode_indexes(_transform(store, segment), stored)
+        return unpack_indexes(stored)
     except ValueError as e:
         log.warning("%s: %s; reading the segment without its indexes", segment.indexes_key, e)
         return {}
@@ -168,7 +196,7 @@ def offset_for_timestamp(
                 lower = max(lower, entries.value(i) + 1)
         index = offset_index(indexes, segment)
         position = 0 if index is None else index.position_for(lower)
-        for batch in iter_batches_from(store, segment.log_key, position, None, chunk_bytes):
+        for batch in iter_batches_from(store, segment, position, None, chunk_bytes):
             if batch.base_offset > range_.last_offset:
                 break
             if batch.last_offset < lower or batch.is_control or batch.max_timestamp < timestamp_ms:

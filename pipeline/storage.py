@@ -14,9 +14,11 @@ and read a byte range of one object. Two backends, chosen by URL:
 Options use the RSM's own names (the `rsm.config.` prefix removed), so one set of
 settings serves the broker and its readers: `storage.s3.endpoint.url`,
 `storage.s3.region`, `storage.s3.path.style.access.enabled`,
-`storage.aws.access.key.id`, `storage.aws.secret.access.key`, `key.prefix`. Query
-parameters of the URL are shorthands for the first three. Without keys, botocore's
-default credential chain applies (environment, shared config, instance role).
+`storage.aws.access.key.id`, `storage.aws.secret.access.key`, `key.prefix`, and the
+key-encryption keys encrypted segments are read with (`encryption.keys`,
+`encryption.keys.<id>.file` or `.env`; see `storage.remote.segment_codec`). Query
+parameters of the URL are shorthands for the first three. Without credentials,
+botocore's default credential chain applies (environment, shared config, instance role).
 
 The interface is synchronous: Spark executors call it directly, the asyncio
 consumer in a thread pool. A store is safe to use from several threads.
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from tierbroker.storage.remote.segment_codec import KeyRing
+
 TMP_SUFFIX = ".tmp"
 
 
@@ -46,10 +50,12 @@ class ObjectInfo:
 
 
 class ObjectStore(abc.ABC):
-    """The few read operations discovery and segment reads need, over one store."""
+    """The few read operations discovery and segment reads need, over one store, and the
+    keys its encrypted segments are read with."""
 
     url: str
     key_prefix: str
+    keys: KeyRing = KeyRing({})
 
     @abc.abstractmethod
     def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -211,6 +217,12 @@ def _flag(text: str | None, name: str) -> bool:
 def open_store(url: str, options: Mapping[str, str] | None = None) -> ObjectStore:
     """The object store a URL names (`file:///dir` or `s3://bucket/prefix?...`), see above."""
     options = dict(options or {})
+    store = _open_store(url, options)
+    store.keys = KeyRing.from_configs(options)
+    return store
+
+
+def _open_store(url: str, options: dict[str, str]) -> ObjectStore:
     parsed = urlparse(url)
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
     if parsed.scheme == "file":

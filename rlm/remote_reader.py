@@ -6,19 +6,19 @@ the segment holding the offset in the offset's epoch there (RLMM, as Kafka's
 offset index (`RemoteIndexCache`), and reads only from there: whole batches, at least
 one, never more than the fetch's byte limit, and none past the last offset where the
 segment and the lineage agree (a segment of a diverged lineage serves only its common
-part). At most `remote.log.reader.max.pending.tasks` reads wait at once.
+part). At most `remote.log.reader.max.pending.tasks` reads are in progress at once; a
+read whose fetch stopped waiting (`remote.fetch.max.wait.ms`) goes on, so that what it
+loads serves the client's retry.
 
-Consumers read sequentially, so a read remembers where the batch after it starts
-(a bounded LRU): the next fetch of that segment goes straight there,
-without its offset index, and a consumer reading history from a segment's start
-downloads no index at all.
+Consumers read sequentially, so a read remembers where the batch after it starts (a
+bounded LRU): the next fetch of that segment goes straight there, without its offset
+index, and a consumer reading history from a segment's start downloads no index at all.
 
 Bytes come from the `ChunkCache`: each chunk of a segment is fetched once however many
-consumers read it, by at most `remote.log.reader.threads` fetches at a time, and a fetch
-that stops waiting (`remote.fetch.max.wait.ms`) leaves its chunks loading, so the
-client's retry finds them. A served read prefetches the chunks after it, into the
-lineage's next segments, so a consumer reading history sequentially is fed by parallel
-ranged reads. Each chunk fetch updates the store's health.
+consumers read it, by at most `remote.log.reader.threads` fetches at a time. Each read
+first prefetches the chunks from its position on, into the lineage's next segments, so
+a consumer reading history sequentially is fed by parallel ranged reads. Each chunk
+fetch updates the store's health.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class RemoteLogReader:
         self.chunks = chunks
         self.metrics = metrics
         self.limiter = ByteRateLimiter(config.fetch_max_bytes_per_second)
-        self.pending = 0
+        self._reads: set[asyncio.Task[memoryview]] = set()
         # (segment id, offset) -> the byte position of the batch holding it, where a read ended
         self._next_positions: OrderedDict[tuple[uuid.UUID, int], int] = OrderedDict()
 
@@ -78,24 +78,38 @@ class RemoteLogReader:
     ) -> memoryview:
         """Batches from `offset` of the log whose leader-epoch entries are `lineage`, a view
         into the chunks read (not a copy, unless the batches cross chunks); raises
-        TimeoutError if not read within `timeout_s` (the chunks go on loading)."""
+        TimeoutError if not read within `timeout_s`: the read goes on, so that what it
+        loads (the index, the chunks) is cached for the client's retry."""
         if self.pending >= self.config.reader_max_pending_tasks:
             raise KafkaError(ErrorCode.request_timed_out, "remote read queue is full")
         topic = tip.topic_partition.topic
-        self.pending += 1
+        task = asyncio.get_running_loop().create_task(
+            self._read_batches(tip, offset, max_bytes, lineage)
+        )
+        self._reads.add(task)
+        task.add_done_callback(self._read_done)
         try:
             async with asyncio.timeout(timeout_s):
-                data = await self._read_batches(tip, offset, max_bytes, lineage)
+                data = await asyncio.shield(task)
         except TimeoutError:
-            raise  # the fetch stopped waiting; its chunks are still on their way
+            raise
         except Exception:
             self.metrics.fetch_errors.labels(topic).inc()
             raise
-        finally:
-            self.pending -= 1
         self.metrics.fetch_requests.labels(topic).inc()
         self.metrics.fetch_bytes.labels(topic).inc(len(data))
         return data
+
+    @property
+    def pending(self) -> int:
+        """Reads in progress, their fetch waiting or not."""
+        return len(self._reads)
+
+    def _read_done(self, task: asyncio.Task[memoryview]) -> None:
+        self._reads.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Seen by its fetch, or by none if the fetch stopped waiting: the retry reads again.
+            log.debug("remote read failed: %s", task.exception())
 
     def _object(self, metadata: RemoteLogSegmentMetadata) -> RemoteObject:
         async def read(start: int, end: int) -> bytes:
@@ -239,6 +253,10 @@ class RemoteLogReader:
             position += at
 
     async def close(self) -> None:
+        reads = list(self._reads)
+        for task in reads:
+            task.cancel()
+        await asyncio.gather(*reads, return_exceptions=True)
         await self.chunks.close()
         await self.index_cache.close()
 

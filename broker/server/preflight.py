@@ -29,13 +29,17 @@ from tierbroker.broker.server.remote_storage import (
     metadata_manager_class,
     storage_manager_class,
 )
+from tierbroker.storage.remote.segment_codec import TransformConfig
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 from tierbroker.storage.topic_partition import TopicPartition
 
 # The built-in plugins' settings that have no default (the `rsm.config.` prefix removed).
 REQUIRED_SETTINGS = {"s3": ("storage.s3.bucket.name",)}
 # The S3 plugin's settings, to give its messages their full property names.
-_S3_SETTING = re.compile(r"(?<![\w.])((?:storage|key)\.[a-z0-9.]*[a-z0-9])")
+# A plugin's setting named in its message, to be shown with its `rsm.config.` prefix.
+_RSM_SETTING = re.compile(
+    r"(?<![\w.])((?:storage|key|encryption|compression|chunk|fetch|segment)\.[a-z0-9.]*[a-z0-9])"
+)
 
 
 @dataclass(slots=True)
@@ -142,6 +146,10 @@ def check_remote_tier(config: BrokerConfig) -> None:
     rsm_class = storage_manager_class(config)
     metadata_manager_class(config)
     chunk_cache_config(config)
+    try:  # the built-in plugins' compression and encryption, and any reader's keys
+        TransformConfig.from_configs(config.rsm_configs)
+    except ValueError as e:
+        raise ConfigError(_RSM_SETTING.sub(r"rsm.config.\1", str(e))) from None
     builtin = _builtin_base(rsm_class)
     name = config.remote_log_storage_manager_class_name
     for setting in REQUIRED_SETTINGS.get(builtin or "", ()):
@@ -157,7 +165,7 @@ def check_remote_tier(config: BrokerConfig) -> None:
         try:  # the S3 plugin's configure() only reads its settings (a subclass's may not)
             rsm_class().configure(config.rsm_configs)
         except ValueError as e:
-            message = _S3_SETTING.sub(r"rsm.config.\1", str(e))
+            message = _RSM_SETTING.sub(r"rsm.config.\1", str(e))
             raise ConfigError(f"remote.log.storage.manager.class.name={name}: {message}") from None
 
 

@@ -64,6 +64,7 @@ STRATEGIES = ("subscribe", "subscribepattern", "assign")
 KNOWN = (
     "storage",
     "storage.*",
+    "encryption.*",
     "key.prefix",
     "cluster",
     "key.prefix.entropy.bits",
@@ -93,7 +94,7 @@ KNOWN = (
     "segments",
 )
 _KNOWN_LOWER = {k.lower() for k in KNOWN if not k.endswith("*")}
-_PREFIXES = ("storage.", "kafka.")
+_PREFIXES = ("storage.", "encryption.", "kafka.")
 
 # Kafka consumer settings the source decides itself (Spark refuses the same ones).
 _REFUSED_KAFKA = {
@@ -266,7 +267,9 @@ class ReadOptions:
             pattern=None if pattern is None else pattern.strip(),
             assign=assign,
             store_options={
-                k: v for k, v in options.items() if k.startswith("storage.") or k == "key.prefix"
+                k: v
+                for k, v in options.items()
+                if k.startswith(("storage.", "encryption.")) or k == "key.prefix"
             },
             cluster=options.get("cluster") or None,
             entropy_bits=_number(options, "key.prefix.entropy.bits")

@@ -92,9 +92,7 @@ def _remote(task: Task, piece: RemoteSlice, columns: Columns) -> Iterator[None]:
     try:
         position = start_position(store, piece.range, piece.first_offset) if piece.seek else 0
         position = max(position, piece.byte_start)
-        for batch in iter_batches_from(
-            store, segment.log_key, position, piece.byte_end, CHUNK_BYTES
-        ):
+        for batch in iter_batches_from(store, segment, position, piece.byte_end, CHUNK_BYTES):
             if batch.base_offset > piece.last_offset:
                 break
             if batch.last_offset < piece.first_offset or batch.is_control:

@@ -63,24 +63,24 @@ class ChunkCacheConfig:
         if cache_class == "disk" and path is None:
             raise ValueError("fetch.chunk.cache.path is required by fetch.chunk.cache.class=disk")
         return cls(
-            chunk_bytes=_size(configs, "chunk.size", DEFAULT_CHUNK_BYTES, 4096),
+            chunk_bytes=config_int(configs, "chunk.size", DEFAULT_CHUNK_BYTES, 4096),
             cache_class=cache_class,
-            cache_bytes=_size(configs, "fetch.chunk.cache.size", DEFAULT_CACHE_BYTES, 0),
+            cache_bytes=config_int(configs, "fetch.chunk.cache.size", DEFAULT_CACHE_BYTES, 0),
             cache_path=None if path is None else Path(path),
-            prefetch_bytes=_size(
+            prefetch_bytes=config_int(
                 configs, "fetch.chunk.cache.prefetch.max.size", DEFAULT_PREFETCH_BYTES, 0
             ),
         )
 
 
-def _size(configs: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+def config_int(configs: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     text = configs.get(name)
     if text is None:
         return default
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"{name} must be a number of bytes, not {text!r}") from None
+        raise ValueError(f"{name} must be a whole number, not {text!r}") from None
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, not {value}")
     return value

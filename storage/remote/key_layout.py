@@ -10,9 +10,11 @@ the first N bits of MD5("<cluster>/<topic>/<partition>") as hex followed by `/`,
 so the request load of many partitions spreads over 2^N key prefixes (the
 Pinterest layout); every reader must use the same N.
 
-The manifest is a small JSON document: the segment's metadata and the keys and
-sizes of its objects. A plugin writes it after every other object of the
-segment; a segment without a manifest is incomplete and is ignored by readers.
+The manifest is a small JSON document: the segment's metadata and, per object, its
+key, its size and CRC32C as stored, and how it is stored (`segment_codec.StoredFormat`:
+as written, or in compressed and encrypted chunks). A plugin writes it after every
+other object of the segment; a segment without a manifest is incomplete and is
+ignored by readers.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata,
 MANIFEST_SUFFIX = "manifest.json"
 LOG_SUFFIX = "log"
 INDEXES_SUFFIX = "indexes"
-MANIFEST_VERSION = 2  # 2: the indexes in one object
+MANIFEST_VERSION = 3  # 2: the indexes in one object; 3: CRC32C and stored formats
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +71,16 @@ class ObjectKeyLayout:
 
 
 def manifest_json(
-    metadata: RemoteLogSegmentMetadata, layout: ObjectKeyLayout, sizes: dict[str, int]
+    metadata: RemoteLogSegmentMetadata, layout: ObjectKeyLayout, entries: dict[str, dict[str, Any]]
 ) -> bytes:
-    """The manifest of a copied segment: its metadata and the size of each object."""
+    """The manifest of a copied segment: its metadata and each object's entry (its size,
+    CRC32C and stored format), keyed by suffix."""
     document: dict[str, Any] = {
         "version": MANIFEST_VERSION,
         "segment": metadata.to_json(),
         "objects": {
-            suffix: {"key": layout.segment_key(metadata, suffix), "size": size}
-            for suffix, size in sizes.items()
+            suffix: {"key": layout.segment_key(metadata, suffix), **entry}
+            for suffix, entry in entries.items()
         },
     }
     return json.dumps(document, sort_keys=True).encode()

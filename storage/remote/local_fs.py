@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import crc32c
+
 from tierbroker.storage.remote.index_bundle import index_from_bundle, read_index_bundle
 from tierbroker.storage.remote.key_layout import (
     INDEXES_SUFFIX,
@@ -32,7 +34,22 @@ from tierbroker.storage.remote.key_layout import (
     ObjectKeyLayout,
     manifest_json,
 )
+from tierbroker.storage.remote.manifest_cache import (
+    ManifestCache,
+    StoredSegment,
+    manifest_cache_size,
+)
 from tierbroker.storage.remote.request_meter import RequestKind, Transfer
+from tierbroker.storage.remote.segment_codec import (
+    ObjectEncoder,
+    SegmentTransform,
+    StoredFormat,
+    TransformConfig,
+    compressible,
+    decode_indexes,
+    decode_range,
+    encode_indexes,
+)
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from tierbroker.storage.remote.storage_manager import (
     IndexType,
@@ -53,6 +70,8 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
         super().__init__()
         self.root = Path("remote")
         self.layout = ObjectKeyLayout()
+        self.transforms = TransformConfig()
+        self.manifests = ManifestCache(self.transforms.keys, self._read_manifest)
 
     def configure(self, configs: Mapping[str, str]) -> None:
         self.root = Path(configs["dir"])
@@ -60,6 +79,10 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
             prefix=configs.get("key.prefix", ""),
             entropy_bits=int(configs.get("key.prefix.entropy.bits", "0")),
             cluster=configs.get("cluster.id", "cluster"),
+        )
+        self.transforms = TransformConfig.from_configs(configs)
+        self.manifests = ManifestCache(
+            self.transforms.keys, self._read_manifest, manifest_cache_size(configs)
         )
 
     @staticmethod
@@ -97,56 +120,70 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
     ) -> None:
         try:
-            await self._run(self._copy, metadata, data)
+            stored = await self._run(self._copy, metadata, data)
         except OSError:
             await self.delete_log_segment_data(metadata)
             raise
+        self.manifests.put(metadata.segment_id.id, stored)
 
-    def _copy(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
+    def _copy(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> StoredSegment:
         topic = _topic(metadata)
-        sizes = {
-            LOG_SUFFIX: self._put(
-                topic,
-                self._copy_file,
-                data.log_segment,
-                self.layout.segment_key(metadata, LOG_SUFFIX),
-            ),
-            INDEXES_SUFFIX: self._put(
-                topic,
-                self._write,
-                self.layout.segment_key(metadata, INDEXES_SUFFIX),
-                read_index_bundle(data),
-            ),
-        }
-        self._put(
-            topic,
-            self._write,
-            self.layout.segment_key(metadata, MANIFEST_SUFFIX),
-            manifest_json(metadata, self.layout, sizes),
-        )
+        log_key = self.layout.segment_key(metadata, LOG_SUFFIX)
+        fd = os.open(data.log_segment, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            transform = SegmentTransform.for_upload(
+                metadata.segment_id.id,
+                self.transforms,
+                self.transforms.compression and compressible(fd, size),
+            )
+            if transform is None:
+                log_entry = self._put(topic, self._copy_file, fd, log_key)
+            else:
+                encoder = ObjectEncoder(fd, size, transform, self.transforms.chunk_bytes)
+                log_entry = self._put(topic, self._write_encoded, encoder, log_key)
+        finally:
+            os.close(fd)
+        indexes, indexes_entry = encode_indexes(transform, read_index_bundle(data))
+        self._put(topic, self._write, self.layout.segment_key(metadata, INDEXES_SUFFIX), indexes)
+        entries = {LOG_SUFFIX: log_entry, INDEXES_SUFFIX: indexes_entry}
+        manifest = manifest_json(metadata, self.layout, entries)
+        self._put(topic, self._write, self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
+        return StoredSegment(StoredFormat.from_json(log_entry), transform)
 
-    def _put(self, topic: str, write: Callable[..., int], *args: Any) -> int:
-        """One object written by `write(*args)` (which returns its size), counted as a PUT."""
+    def _put(self, topic: str, write: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+        """One object written by `write(*args)` (which returns its manifest entry), counted
+        as a PUT."""
         self.meter.request(topic, RequestKind.PUT)
-        size = write(*args)
-        self.meter.transferred(topic, Transfer.UPLOAD, size)
-        return size
+        entry = write(*args)
+        self.meter.transferred(topic, Transfer.UPLOAD, entry["size"])
+        return entry
 
-    def _copy_file(self, source: Path, key: str) -> int:
+    def _copy_file(self, source: int, key: str) -> dict[str, Any]:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".tmp")
-        size = copy_around_page_cache(source, tmp)
+        size, crc = copy_around_page_cache(source, tmp)
         self._sync_and_rename(tmp, target)
-        return size
+        return {"size": size, "crc32c": crc}
 
-    def _write(self, key: str, data: bytes) -> int:
+    def _write_encoded(self, encoder: ObjectEncoder, key: str) -> dict[str, Any]:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        with open(tmp, "wb") as f:
+            while not encoder.done:
+                f.write(encoder.read(COPY_CHUNK))
+        self._sync_and_rename(tmp, target)
+        return encoder.entry()
+
+    def _write(self, key: str, data: bytes) -> dict[str, Any]:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".tmp")
         tmp.write_bytes(data)
         self._sync_and_rename(tmp, target)
-        return len(data)
+        return {"size": len(data)}
 
     @staticmethod
     def _sync_and_rename(tmp: Path, target: Path) -> None:
@@ -166,12 +203,31 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
         end_position: int | None = None,
     ) -> bytes:
         key = self.layout.segment_key(metadata, LOG_SUFFIX)
-        return await self._run(self._read, _topic(metadata), key, start_position, end_position)
+        topic = _topic(metadata)
+        stored = await self.manifests.get(metadata)
+        if stored.transform is None:
+            return await self._run(self._read, topic, key, start_position, end_position)
+        size = metadata.segment_size_bytes
+        stop = size if end_position is None else min(end_position + 1, size)
+        if start_position >= stop:
+            return b""
+        first, last = start_position // stored.log.chunk_bytes, (stop - 1) // stored.log.chunk_bytes
+        start, end = stored.log.stored_range(first, last)
+        data = await self._run(self._read, topic, key, start, end - 1)
+        return await self._run(
+            decode_range, stored.transform, stored.log, start_position, stop, data
+        )
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
+        stored = await self.manifests.get(metadata)
         bundle = await self._run(self._read, _topic(metadata), key, 0, None)
+        bundle = await self._run(decode_indexes, stored.transform, bundle)
         return index_from_bundle(key, bundle, index_type)
+
+    async def _read_manifest(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        key = self.layout.segment_key(metadata, MANIFEST_SUFFIX)
+        return await self._run(self._read, _topic(metadata), key, 0, None)
 
     def _read(self, topic: str, key: str, start: int, end: int | None) -> bytes:
         self.meter.request(topic, RequestKind.GET)
@@ -188,6 +244,7 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
     # Delete --------------------------------------------------------------------------
 
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self.manifests.remove(metadata.segment_id.id)
         await self._run(self._delete, metadata)
 
     def _delete(self, metadata: RemoteLogSegmentMetadata) -> None:
@@ -202,32 +259,31 @@ def _topic(metadata: RemoteLogSegmentMetadata) -> str:
     return metadata.topic_id_partition.topic_partition.topic
 
 
-def copy_around_page_cache(source: Path, target: Path) -> int:
-    """Copy `source` to a new file `target` with O_DIRECT writes; its size in bytes.
+def copy_around_page_cache(src: int, target: Path) -> tuple[int, int]:
+    """Copy file `src` from its start to a new file `target` with O_DIRECT writes; its size
+    in bytes and CRC32C.
 
     Where the file system refuses O_DIRECT, the same writes go through the page cache.
     """
     view = memoryview(mmap.mmap(-1, COPY_CHUNK))  # page-aligned, as O_DIRECT needs
-    src = os.open(source, os.O_RDONLY)
+    os.lseek(src, 0, os.SEEK_SET)
+    dst = _open_direct(target)
     try:
-        dst = _open_direct(target)
-        try:
-            size = 0
-            while got := _fill(src, view):
-                # Every write is whole blocks from a block-aligned offset; the last one's
-                # padding is cut off below.
-                length = -(-got // DIRECT_ALIGNMENT) * DIRECT_ALIGNMENT
-                if os.write(dst, view[:length]) != length:
-                    raise OSError(errno.EIO, f"short write to {target}")
-                size += got
-                if got < COPY_CHUNK:
-                    break
-            os.ftruncate(dst, size)
-            return size
-        finally:
-            os.close(dst)
+        size, crc = 0, 0
+        while got := _fill(src, view):
+            # Every write is whole blocks from a block-aligned offset; the last one's
+            # padding is cut off below.
+            length = -(-got // DIRECT_ALIGNMENT) * DIRECT_ALIGNMENT
+            if os.write(dst, view[:length]) != length:
+                raise OSError(errno.EIO, f"short write to {target}")
+            size += got
+            crc = crc32c.crc32c(view[:got], crc)
+            if got < COPY_CHUNK:
+                break
+        os.ftruncate(dst, size)
+        return size, crc
     finally:
-        os.close(src)
+        os.close(dst)
 
 
 def _open_direct(path: Path) -> int:

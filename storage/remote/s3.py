@@ -79,6 +79,11 @@ from tierbroker.storage.remote.key_layout import (
     ObjectKeyLayout,
     manifest_json,
 )
+from tierbroker.storage.remote.manifest_cache import (
+    ManifestCache,
+    StoredSegment,
+    manifest_cache_size,
+)
 from tierbroker.storage.remote.request_meter import RequestKind, Transfer
 from tierbroker.storage.remote.s3_errors import (
     ENDPOINT_PROPERTY,
@@ -89,7 +94,17 @@ from tierbroker.storage.remote.s3_errors import (
     explain_client_error,
     is_retriable,
 )
-from tierbroker.storage.remote.s3_payload import HashedBody, read_hashed, sign_prehashed_payloads
+from tierbroker.storage.remote.s3_payload import HashedBody, sign_prehashed_payloads
+from tierbroker.storage.remote.segment_codec import (
+    ObjectEncoder,
+    SegmentTransform,
+    StoredFormat,
+    TransformConfig,
+    compressible,
+    decode_indexes,
+    decode_range,
+    encode_indexes,
+)
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 from tierbroker.storage.remote.storage_manager import (
     IndexType,
@@ -138,6 +153,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._client_lock: asyncio.Lock | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
         self._indexes_objects: OrderedDict[str, asyncio.Task[bytes]] = OrderedDict()
+        self.transforms = TransformConfig()
+        self.manifests = ManifestCache(self.transforms.keys, self._read_manifest)
 
     def configure(self, configs: Mapping[str, str]) -> None:
         bucket = configs.get("storage.s3.bucket.name", "")
@@ -159,6 +176,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
             prefix=configs.get("key.prefix", ""),
             entropy_bits=_int(configs, "key.prefix.entropy.bits", 0, 0, 32),
             cluster=configs.get("cluster.id", "cluster"),
+        )
+        self.transforms = TransformConfig.from_configs(configs)
+        self.manifests = ManifestCache(
+            self.transforms.keys, self._read_manifest, manifest_cache_size(configs)
         )
         key_id = configs.get("storage.aws.access.key.id") or None
         secret = configs.get("storage.aws.secret.access.key") or None
@@ -310,7 +331,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
     ) -> None:
         uploads: dict[str, str | None] = {}  # multipart uploads begun and not completed
         try:
-            await self._copy(metadata, data, uploads)
+            self.manifests.put(metadata.segment_id.id, await self._copy(metadata, data, uploads))
         except asyncio.CancelledError:
             self._in_background(self._clean_up(metadata, uploads))
             raise
@@ -330,35 +351,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
         metadata: RemoteLogSegmentMetadata,
         data: LogSegmentData,
         uploads: dict[str, str | None],
-    ) -> None:
-        # The log and the indexes go up together; a failure cancels the other before
-        # clean-up starts, so nothing is written after it.
+    ) -> StoredSegment:
         topic = _topic(metadata)
         log_key = self.layout.segment_key(metadata, LOG_SUFFIX)
         indexes_key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
         self._indexes_objects.pop(indexes_key, None)
         loop = asyncio.get_running_loop()
-        async with asyncio.TaskGroup() as group:
-            log_size = group.create_task(
-                self._upload_file(data.log_segment, topic, log_key, uploads)
-            )
-            bundle = await loop.run_in_executor(None, read_index_bundle, data)
-            group.create_task(self._put(topic, indexes_key, bundle))
-        sizes = {LOG_SUFFIX: log_size.result(), INDEXES_SUFFIX: len(bundle)}
-        manifest = manifest_json(metadata, self.layout, sizes)
-        await self._put(topic, self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
-
-    async def _put(self, topic: str, key: str, body: bytes | HashedBody) -> None:
-        await self._call(
-            f"PutObject {key}",
-            self._request("put_object", topic, RequestKind.PUT, Key=key, Body=body),
-        )
-
-    async def _upload_file(
-        self, path: Path, topic: str, key: str, uploads: dict[str, str | None]
-    ) -> int:
-        loop = asyncio.get_running_loop()
-        opening = loop.run_in_executor(None, _open, path)
+        opening = loop.run_in_executor(None, _open, data.log_segment)
         try:
             fd, size = await asyncio.shield(opening)
         except asyncio.CancelledError:
@@ -366,21 +365,46 @@ class S3RemoteStorageManager(RemoteStorageManager):
             opening.add_done_callback(_close_opened)
             raise
         try:
-            if size <= self.part_size:
-                body = await loop.run_in_executor(None, read_hashed, fd, 0, size)
-                await self._put(topic, key, body)
-            else:
-                await self._multipart_upload(fd, size, topic, key, uploads)
+            compress = self.transforms.compression and await loop.run_in_executor(
+                None, compressible, fd, size
+            )
+            transform = SegmentTransform.for_upload(
+                metadata.segment_id.id, self.transforms, compress
+            )
+            encoder = ObjectEncoder(fd, size, transform, self.transforms.chunk_bytes)
+            # The log and the indexes go up together; a failure cancels the other before
+            # clean-up starts, so nothing is written after it.
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._upload(encoder, topic, log_key, uploads))
+                bundle = await loop.run_in_executor(None, read_index_bundle, data)
+                indexes, indexes_entry = await loop.run_in_executor(
+                    None, encode_indexes, transform, bundle
+                )
+                group.create_task(self._put(topic, indexes_key, indexes))
         finally:
             os.close(fd)
-        return size
+        entries = {LOG_SUFFIX: encoder.entry(), INDEXES_SUFFIX: indexes_entry}
+        manifest = manifest_json(metadata, self.layout, entries)
+        await self._put(topic, self.layout.segment_key(metadata, MANIFEST_SUFFIX), manifest)
+        return StoredSegment(StoredFormat.from_json(entries[LOG_SUFFIX]), transform)
 
-    async def _multipart_upload(
-        self, fd: int, size: int, topic: str, key: str, uploads: dict[str, str | None]
+    async def _put(self, topic: str, key: str, body: bytes | HashedBody) -> None:
+        await self._call(
+            f"PutObject {key}",
+            self._request("put_object", topic, RequestKind.PUT, Key=key, Body=body),
+        )
+
+    async def _upload(
+        self, encoder: ObjectEncoder, topic: str, key: str, uploads: dict[str, str | None]
     ) -> None:
-        """Upload `size` bytes of `fd` a part at a time; `uploads[key]` is set until completed."""
+        """The encoder's bytes as one object: one PUT, or a part at a time above the part
+        size (at most one part in memory)."""
         loop = asyncio.get_running_loop()
-        part_size = max(self.part_size, math.ceil(size / MAX_PARTS))
+        part_size = max(self.part_size, math.ceil(encoder.size / MAX_PARTS))
+        body = await loop.run_in_executor(None, _read_part, encoder, part_size)
+        if encoder.done:
+            await self._put(topic, key, body)
+            return
         uploads[key] = None  # begun: if the answer is lost, clean-up finds it by listing
         created = await self._call(
             f"CreateMultipartUpload {key}",
@@ -389,9 +413,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
         upload_id: str = created["UploadId"]
         uploads[key] = upload_id
         parts: list[dict[str, Any]] = []
-        for number, start in enumerate(range(0, size, part_size), start=1):
-            length = min(part_size, size - start)
-            body = await loop.run_in_executor(None, read_hashed, fd, start, length)
+        while True:
+            number = len(parts) + 1
             response = await self._call(
                 f"UploadPart {key} #{number}",
                 self._request(
@@ -404,8 +427,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     Body=body,
                 ),
             )
-            del body  # at most one part in memory: freed before the next is read
             parts.append({"ETag": response["ETag"], "PartNumber": number})
+            if encoder.done:
+                break
+            del body  # at most one part in memory: freed before the next is read
+            body = await loop.run_in_executor(None, _read_part, encoder, part_size)
         await self._call(
             f"CompleteMultipartUpload {key}",
             self._request(
@@ -474,13 +500,42 @@ class S3RemoteStorageManager(RemoteStorageManager):
             raise ValueError(f"negative start position {start_position}")
         if end_position is not None and end_position < start_position:
             return b""  # S3 would ignore such a Range and send the whole object
-        end = "" if end_position is None else str(end_position)
         key = self.layout.segment_key(metadata, LOG_SUFFIX)
-        return await self._get(_topic(metadata), key, f"bytes={start_position}-{end}")
+        topic = _topic(metadata)
+        stored = await self.manifests.get(metadata)
+        if stored.transform is None:
+            end = "" if end_position is None else str(end_position)
+            return await self._get(topic, key, f"bytes={start_position}-{end}")
+        size = metadata.segment_size_bytes
+        stop = size if end_position is None else min(end_position + 1, size)
+        if start_position >= stop:
+            return b""
+        first, last = start_position // stored.log.chunk_bytes, (stop - 1) // stored.log.chunk_bytes
+        start, end_ = stored.log.stored_range(first, last)
+        data = await self._get(topic, key, f"bytes={start}-{end_ - 1}")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._reader_threads,
+            decode_range,
+            stored.transform,
+            stored.log,
+            start_position,
+            stop,
+            data,
+        )
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self.layout.segment_key(metadata, INDEXES_SUFFIX)
-        return index_from_bundle(key, await self._indexes_object(_topic(metadata), key), index_type)
+        stored = await self.manifests.get(metadata)
+        bundle = await self._indexes_object(_topic(metadata), key)
+        if stored.transform is not None:
+            bundle = await asyncio.get_running_loop().run_in_executor(
+                self._reader_threads, decode_indexes, stored.transform, bundle
+            )
+        return index_from_bundle(key, bundle, index_type)
+
+    async def _read_manifest(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        key = self.layout.segment_key(metadata, MANIFEST_SUFFIX)
+        return await self._get(_topic(metadata), key, None)
 
     async def _indexes_object(self, topic: str, key: str) -> bytes:
         """The indexes object at `key`, from one GET for all its indexes: a lookup by
@@ -521,6 +576,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         self._indexes_objects.pop(self.layout.segment_key(metadata, INDEXES_SUFFIX), None)
+        self.manifests.remove(metadata.segment_id.id)
         topic = _topic(metadata)
         *rest, manifest = self.layout.all_keys(metadata)
         # The manifest first: readers stop trusting the segment before its data goes.
@@ -594,6 +650,11 @@ def _size(body: bytes | HashedBody | None) -> int:
         with body.getbuffer() as view:
             return view.nbytes
     return len(body)
+
+
+def _read_part(encoder: ObjectEncoder, part_size: int) -> HashedBody:
+    """The next part of an upload, hashed for its signature (in an executor thread)."""
+    return HashedBody(encoder.read(part_size))
 
 
 def _get_object(s3: Any, args: dict[str, str]) -> bytes:

@@ -3,8 +3,8 @@
 botocore signs an S3 body with its SHA-256, always over plain HTTP and over HTTPS
 whenever no checksum header goes with it (the plugin sends none; see its checksum
 setting). It hashes on the event loop, about 5 ms per 8 MiB here, while produce
-and fetch wait. The plugin reads every log body in an executor thread anyway:
-`read_hashed` hashes it there too (hashlib releases the GIL), and the signer that
+and fetch wait. The plugin reads (and encodes) every log body in an executor thread
+anyway: `HashedBody` hashes it there too (hashlib releases the GIL), and the signer that
 `sign_prehashed_payloads` selects for PutObject and UploadPart takes that hash
 instead of computing it again. The request on the wire is the same.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 from typing import Any
 
 import botocore.auth
@@ -34,17 +33,6 @@ class HashedBody(io.BytesIO):
     def __init__(self, data: bytes) -> None:
         super().__init__(data)
         self.sha256 = hashlib.sha256(data).hexdigest()
-
-
-def read_hashed(fd: int, position: int, length: int) -> HashedBody:
-    """Exactly `length` bytes of `fd` at `position`, hashed."""
-    data = os.pread(fd, length, position)
-    while len(data) < length:  # a short read: rare, but allowed
-        more = os.pread(fd, length - len(data), position + len(data))
-        if not more:
-            raise OSError(f"file ended at {position + len(data)}, expected {position + length}")
-        data += more
-    return HashedBody(data)
 
 
 class PrehashedS3SigV4Auth(S3SigV4Auth):  # type: ignore[misc]  # botocore is untyped

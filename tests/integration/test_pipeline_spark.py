@@ -119,6 +119,51 @@ def s3_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def sealed_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
+    """A broker storing its segments compressed and encrypted (key `k1` from a file) in
+    moto's S3; readers get the key file through their storage options."""
+    keys = tmp_path_factory.mktemp("keys")
+    (keys / "k1.key").write_bytes(os.urandom(32))
+    key_options = {"encryption.keys": "k1", "encryption.keys.k1.file": str(keys / "k1.key")}
+    server = MotoServer().start()
+    try:
+        server.create_bucket("sealed")
+        overrides = {
+            **BROKER_OVERRIDES,
+            **server.rsm_overrides("sealed"),
+            **{f"rsm.config.{k}": v for k, v in key_options.items()},
+            "rsm.config.encryption.enabled": "true",
+            "rsm.config.encryption.key.id": "k1",
+            "rsm.config.compression.enabled": "true",
+            "rsm.config.chunk.size": "65536",
+        }
+        broker = BrokerProcess(tmp_path_factory.mktemp("sealed-tier"), overrides).start()
+        try:
+            status = tiered_topic_on(broker, "sealed", 2, 20_000)
+            ends = {p: r["log_end_offset"] for p, r in status.items()}
+            remote_ends = {p: r["remote_log_end_offset"] + 1 for p, r in status.items()}
+            rows = read_with_confluent(broker.bootstrap, "sealed", ends)  # decoded by the broker
+            yield Tier(
+                broker,
+                "sealed",
+                f"s3://sealed/?endpoint={server.endpoint}&path_style=true",
+                rows,
+                ends,
+                remote_ends,
+                256 * 1024,
+                {
+                    "storage.aws.access.key.id": CREDENTIALS["aws_access_key_id"],
+                    "storage.aws.secret.access.key": CREDENTIALS["aws_secret_access_key"],
+                    **key_options,
+                },
+            )
+        finally:
+            broker.stop()
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module", params=["local", "s3"])
 def tier(request: pytest.FixtureRequest) -> Tier:
     found: Tier = request.getfixturevalue(f"{request.param}_tier")
@@ -465,3 +510,53 @@ async def test_s3_readme_example_and_a_bounded_tiered_consumer(
         assert consumer.stats.broker_records == {}
     finally:
         await consumer.stop()
+
+
+async def test_compressed_and_encrypted_segments_read_back_and_a_wrong_key_is_refused(
+    spark: Any, sealed_tier: Tier, tmp_path: Path
+) -> None:
+    """Spark and a TieredConsumer read the sealed tier's segments exactly as the broker
+    serves them; the stored bytes hold no record in the clear; a wrong key fails both
+    with one clear error, never other rows."""
+    from tierbroker.pipeline import TieredConsumer
+    from tierbroker.storage.remote.segment_codec import SegmentDecodeError
+
+    tier = sealed_tier
+    expected = tier.remote_rows()
+    assert_same_rows(spark, load(spark, tier, includeHeaders="true"), expected)
+    store = open_store(tier.storage, tier.store_options)
+    logs = [o for o in store.list_objects("") if o.key.endswith(".log")]
+    some_value = next(r[3] for r in expected if r[3])
+    assert logs and all(some_value not in store.get(o.key) for o in logs[:3])
+    manifests = [o.key for o in store.list_objects("") if o.key.endswith(".manifest.json")]
+    entries = [json.loads(store.get(key))["objects"]["log"] for key in manifests]
+    assert entries and all(e["encryption"]["key_id"] == "k1" for e in entries)
+
+    async def tiered_read(options: dict[str, str]) -> list[tuple[int, int]]:
+        consumer = TieredConsumer(
+            tier.topic,
+            mode="REMOTE_ONLY",
+            bounded=True,
+            bootstrap_servers=tier.broker.bootstrap,
+            group_id=f"sealed-{uuid.uuid4()}",
+            auto_offset_reset="earliest",
+            storage=tier.storage,
+            storage_options=options,
+        )
+        await consumer.start()
+        try:
+            return sorted([(record.partition, record.offset) async for record in consumer])
+        finally:
+            await consumer.stop()
+
+    assert await tiered_read(tier.store_options) == [r[:2] for r in expected]
+    (tmp_path / "other.key").write_bytes(os.urandom(32))
+    wrong = {**tier.store_options, "encryption.keys.k1.file": str(tmp_path / "other.key")}
+    with pytest.raises(SegmentDecodeError, match="key 'k1' does not open its data key"):
+        await tiered_read(wrong)
+    message = error_of(
+        lambda: (
+            spark.read.format("tierbroker").options(**{**tier.options(), **wrong}).load().count()
+        )
+    )
+    assert "key 'k1' does not open its data key" in message

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 
 from tests.integration.moto_server import (
@@ -36,6 +37,7 @@ from tierbroker.storage.remote.key_layout import (
 )
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
 from tierbroker.storage.remote.request_meter import RequestKind, Transfer
+from tierbroker.storage.remote.segment_codec import SegmentDecodeError
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -197,16 +199,59 @@ def expected_indexes(data: LogSegmentData) -> dict[IndexType, bytes]:
     }
 
 
+def key_configs(directory: Path, *key_ids: str, active: str | None = None) -> dict[str, str]:
+    """Settings naming key files (made here, random) for `key_ids`, encrypting with `active`."""
+    configs = {"encryption.keys": ",".join(key_ids)}
+    for key_id in key_ids:
+        path = directory / f"{key_id}.key"
+        if not path.exists():
+            path.write_bytes(os.urandom(32))
+        configs[f"encryption.keys.{key_id}.file"] = str(path)
+    if active is not None:
+        configs |= {"encryption.enabled": "true", "encryption.key.id": active}
+    return configs
+
+
+TRANSFORMS = {
+    "as written": {},
+    "compressed": {"compression.enabled": "true", "chunk.size": "65536"},
+    "encrypted": {"chunk.size": "65536"},
+    "compressed and encrypted": {"compression.enabled": "true", "chunk.size": "100000"},
+}
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
 async def test_copy_then_fetch_the_whole_segment_ranges_and_indexes(
-    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
+    backend: Backend,
+    segment: tuple[LogSegmentData, RemoteLogSegmentMetadata],
+    tmp_path: Path,
+    transform: str,
 ) -> None:
     data, metadata = segment
     content = data.log_segment.read_bytes()
-    size = len(content)
     assert data.producer_snapshot_index is not None  # every index the copy task sends but txn
-    rsm = await backend.make({})
-    await rsm.copy_log_segment_data(metadata, data)
+    configs = dict(TRANSFORMS[transform])
+    if "encrypted" in transform:
+        configs |= key_configs(tmp_path, "k1", active="k1")
+    copier = await backend.make(configs)
+    await copier.copy_log_segment_data(metadata, data)
+    if transform != "as written":
+        stored = await backend.read(
+            ObjectKeyLayout(cluster=CLUSTER).segment_key(metadata, LOG_SUFFIX)
+        )
+        assert content[:4000] not in stored  # each chunk compressed or encrypted
+    # A plugin that did not copy it reads its manifest first.
+    for rsm in (copier, await backend.make(configs)):
+        await check_reads(rsm, data, metadata, content)
 
+
+async def check_reads(
+    rsm: RemoteStorageManager,
+    data: LogSegmentData,
+    metadata: RemoteLogSegmentMetadata,
+    content: bytes,
+) -> None:
+    size = len(content)
     assert await rsm.fetch_log_segment(metadata, 0) == content
     ranges = [(0, 0), (0, size - 1), (100, 5_099), (size - 10, None), (size - 1, size - 1)]
     for start, end in ranges:
@@ -223,6 +268,27 @@ async def test_copy_then_fetch_the_whole_segment_ranges_and_indexes(
         await rsm.fetch_index(metadata, IndexType.TRANSACTION)  # not copied: none was given
 
 
+async def test_a_missing_or_wrong_key_fails_the_read_and_says_which(
+    backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata], tmp_path: Path
+) -> None:
+    data, metadata = segment
+    rotated = tmp_path / "rotated"
+    rotated.mkdir()
+    copier = await backend.make(key_configs(tmp_path, "k1", active="k1"))
+    await copier.copy_log_segment_data(metadata, data)
+    # A second key made active later: the segment is still read with the key it names.
+    rotation = await backend.make(key_configs(tmp_path, "k1", "k2", active="k2"))
+    assert await rotation.fetch_log_segment(metadata, 0) == data.log_segment.read_bytes()
+    without = await backend.make(key_configs(tmp_path, "k2"))
+    with pytest.raises(
+        SegmentDecodeError, match="encrypted with key 'k1', which is not configured"
+    ):
+        await without.fetch_log_segment(metadata, 0)
+    wrong = await backend.make(key_configs(rotated, "k1"))  # other bytes under the same id
+    with pytest.raises(SegmentDecodeError, match="key 'k1' does not open its data key"):
+        await wrong.fetch_index(metadata, IndexType.OFFSET)
+
+
 async def test_manifest_lists_every_object_with_its_size_and_is_written_last(
     backend: Backend, segment: tuple[LogSegmentData, RemoteLogSegmentMetadata]
 ) -> None:
@@ -235,15 +301,17 @@ async def test_manifest_lists_every_object_with_its_size_and_is_written_last(
     stored = await backend.objects()
     assert manifest_key in stored
     document = json.loads(await backend.read(manifest_key))
-    assert document["version"] == 2
+    assert document["version"] == 3
     assert RemoteLogSegmentMetadata.from_json(document["segment"]) == metadata
-    expected_sizes = {
-        LOG_SUFFIX: data.log_segment.stat().st_size,
-        INDEXES_SUFFIX: len(pack_indexes(expected_indexes(data))),
-    }
+    log_bytes = data.log_segment.read_bytes()
+    indexes = pack_indexes(expected_indexes(data))
     assert document["objects"] == {
-        suffix: {"key": layout.segment_key(metadata, suffix), "size": size}
-        for suffix, size in expected_sizes.items()
+        suffix: {
+            "key": layout.segment_key(metadata, suffix),
+            "size": len(content),
+            "crc32c": crc32c.crc32c(content),
+        }
+        for suffix, content in {LOG_SUFFIX: log_bytes, INDEXES_SUFFIX: indexes}.items()
     }
     # Exactly the objects the manifest names, plus the manifest, with the sizes it says.
     assert stored == {o["key"]: o["size"] for o in document["objects"].values()} | {

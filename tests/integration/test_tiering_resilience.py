@@ -114,15 +114,14 @@ class FlakyLocalFs(LocalFsRemoteStorageManager):
         if self.copy_failures > 0:
             self.copy_failures -= 1
             # What a dropped connection leaves: part of the segment uploaded, then an error.
-            await self._run(
-                self._copy_file, data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
-            )
+            log = data.log_segment.read_bytes()
+            await self._run(self._write, self.layout.segment_key(metadata, LOG_SUFFIX), log)
             self._note("copy-fail", metadata)
             raise RemoteStorageError("injected copy failure")
         await super().copy_log_segment_data(metadata, data)
         self._note("copy-done", metadata)
 
-    def _write(self, key: str, data: bytes) -> int:  # in the executor
+    def _write(self, key: str, data: bytes) -> dict[str, Any]:  # in the executor
         if key.endswith(MANIFEST_SUFFIX) and self.manifest_pause_s:
             time.sleep(self.manifest_pause_s)
         return super()._write(key, data)

@@ -205,7 +205,7 @@ async def test_a_disk_store_serves_chunks_from_its_files_and_starts_empty(tmp_pa
     ("configs", "message"),
     [
         ({"chunk.size": "1000"}, "chunk.size must be at least 4096"),
-        ({"fetch.chunk.cache.size": "big"}, "fetch.chunk.cache.size must be a number of bytes"),
+        ({"fetch.chunk.cache.size": "big"}, "fetch.chunk.cache.size must be a whole number"),
         ({"fetch.chunk.cache.class": "redis"}, "fetch.chunk.cache.class must be memory or disk"),
     ],
 )

@@ -141,16 +141,18 @@ def test_all_keys_log_and_indexes_first_then_the_manifest_last() -> None:
 def test_manifest_json_holds_the_metadata_and_every_object() -> None:
     layout = ObjectKeyLayout(prefix="t/", entropy_bits=4, cluster="c1")
     m = metadata()
-    sizes = {LOG_SUFFIX: 4096, INDEXES_SUFFIX: 240}
-    raw = manifest_json(m, layout, sizes)
+    entries = {
+        LOG_SUFFIX: {"size": 4096, "crc32c": 7, "chunk_size": 4096, "chunks": [4096]},
+        INDEXES_SUFFIX: {"size": 240, "crc32c": 9},
+    }
+    raw = manifest_json(m, layout, entries)
     document = json.loads(raw)
-    assert document["version"] == MANIFEST_VERSION == 2
+    assert document["version"] == MANIFEST_VERSION == 3
     assert RemoteLogSegmentMetadata.from_json(document["segment"]) == m
     assert document["segment"]["segment_leader_epochs"] == [[0, 0], [3, 1200]]
     assert document["objects"] == {
-        suffix: {"key": layout.segment_key(m, suffix), "size": size}
-        for suffix, size in sizes.items()
+        suffix: {"key": layout.segment_key(m, suffix), **entry} for suffix, entry in entries.items()
     }
     assert MANIFEST_SUFFIX not in document["objects"]  # it does not list itself
-    # Deterministic bytes (sorted keys), whatever the order sizes were given in.
-    assert manifest_json(m, layout, dict(reversed(sizes.items()))) == raw
+    # Deterministic bytes (sorted keys), whatever the order entries were given in.
+    assert manifest_json(m, layout, dict(reversed(entries.items()))) == raw

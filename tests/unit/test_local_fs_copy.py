@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from tierbroker.storage.remote.local_fs import COPY_CHUNK, DIRECT_ALIGNMENT, copy_around_page_cache
+
+
+@contextmanager
+def opened(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
 
 SIZES = [
     0,
@@ -26,7 +39,8 @@ SIZES = [
 def test_the_copy_has_the_source_bytes_and_size(tmp_path: Path, size: int) -> None:
     data = os.urandom(size)
     (tmp_path / "source").write_bytes(data)
-    assert copy_around_page_cache(tmp_path / "source", tmp_path / "target") == size
+    with opened(tmp_path / "source") as fd:
+        assert copy_around_page_cache(fd, tmp_path / "target") == (size, crc32c.crc32c(data))
     assert (tmp_path / "target").read_bytes() == data
 
 
@@ -45,15 +59,16 @@ def test_a_file_system_refusing_o_direct_gets_the_same_copy_through_the_page_cac
     monkeypatch.setattr(os, "open", no_direct)
     data = os.urandom(2 * COPY_CHUNK + 5)
     (tmp_path / "source").write_bytes(data)
-    assert copy_around_page_cache(tmp_path / "source", tmp_path / "target") == len(data)
+    with opened(tmp_path / "source") as fd:
+        assert copy_around_page_cache(fd, tmp_path / "target")[0] == len(data)
     assert (tmp_path / "target").read_bytes() == data
     assert refused == [tmp_path / "target"]
 
 
 def test_a_copy_into_a_missing_directory_fails(tmp_path: Path) -> None:
     (tmp_path / "source").write_bytes(b"x")
-    with pytest.raises(FileNotFoundError):
-        copy_around_page_cache(tmp_path / "source", tmp_path / "missing" / "target")
+    with opened(tmp_path / "source") as fd, pytest.raises(FileNotFoundError):
+        copy_around_page_cache(fd, tmp_path / "missing" / "target")
 
 
 def test_a_short_write_fails_the_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,5 +79,5 @@ def test_a_short_write_fails_the_copy(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(os, "write", one_block)
     (tmp_path / "source").write_bytes(os.urandom(COPY_CHUNK))
-    with pytest.raises(OSError, match="short write"):
-        copy_around_page_cache(tmp_path / "source", tmp_path / "target")
+    with opened(tmp_path / "source") as fd, pytest.raises(OSError, match="short write"):
+        copy_around_page_cache(fd, tmp_path / "target")

@@ -239,7 +239,7 @@ async def test_range_reads_indexes_and_timestamps(tmp_path: Path) -> None:
     ranges = SegmentDiscovery(store).ranges(TOPIC, 0)
     second = ranges[1]
     position = start_position(store, second, 175)
-    batches, _ = read_chunk(store, second.segment.log_key, position, 64)
+    batches, _ = read_chunk(store, second.segment, position, 64)
     assert len(batches) == 1 and batches[0].base_offset == 170  # the batch holding 175
     assert offset_for_timestamp(store, ranges, record_ts(0)) == 0
     assert offset_for_timestamp(store, ranges, record_ts(123) - 5) == 123

@@ -1024,9 +1024,8 @@ class PartialCopyThenFail(LocalFsRemoteStorageManager):
         if not self.fail:
             await super().copy_log_segment_data(metadata, data)
             return
-        await self._run(
-            self._copy_file, data.log_segment, self.layout.segment_key(metadata, LOG_SUFFIX)
-        )
+        log = data.log_segment.read_bytes()
+        await self._run(self._write, self.layout.segment_key(metadata, LOG_SUFFIX), log)
         await self._run(self._write, self.layout.segment_key(metadata, INDEXES_SUFFIX), b"partial")
         raise RemoteStorageError("injected: connection reset mid-copy")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
 
 import pytest
 from botocore.auth import UNSIGNED_PAYLOAD, S3SigV4Auth
@@ -12,24 +11,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from tierbroker.storage.remote.s3_payload import HashedBody, PrehashedS3SigV4Auth, read_hashed
+from tierbroker.storage.remote.s3_payload import HashedBody, PrehashedS3SigV4Auth
 
 CREDENTIALS = Credentials("key", "secret")
-
-
-def test_read_hashed_reads_exactly_the_range_and_hashes_it(tmp_path: Path) -> None:
-    path = tmp_path / "segment.log"
-    content = os.urandom(300_000)
-    path.write_bytes(content)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        body = read_hashed(fd, 1000, 200_000)
-        with pytest.raises(OSError, match="file ended at 300000, expected 300001"):
-            read_hashed(fd, 1, 300_000)
-    finally:
-        os.close(fd)
-    assert body.getvalue() == content[1000:201_000]
-    assert body.sha256 == hashlib.sha256(content[1000:201_000]).hexdigest()
 
 
 def put(url: str, body: bytes | HashedBody, **s3_config: bool) -> AWSRequest:
