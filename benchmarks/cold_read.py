@@ -18,7 +18,8 @@ Every timed read follows a restart with the index cache removed, so nothing is c
 - first byte: a Fetch in the middle of each segment (its offset index fetched first), last
   segment first, so that no fetch finds what an earlier one prefetched; p50 and p99;
 - ten consumers reading from offset 0 at once: their MB/s together, and the GETs of the
-  segments' data per chunk, from the endpoint's own request log (1.00: each chunk once).
+  segments' data per chunk, from the endpoint's own request log (1.00: each chunk once);
+- the requests one consumer's read cost the store, per GB read (the endpoint's log).
 
 Rounds alternate the broker and the sweeps; the best of each counts.
 """
@@ -115,12 +116,14 @@ def run_latency(latency_ms: int, mib: int, rounds: int, settings: dict[str, str]
         starts = sorted(int(Path(key).name[:20]) for key, _ in objects)
         remote_bytes = sum(size for _, size in objects)
 
-        through, sweep, whole = 0.0, 0.0, 0.0
+        through, sweep, whole, requests_per_gb = 0.0, 0.0, 0.0, 0.0
         for _ in range(rounds):
             stop(broker)
             broker = start(workdir, overrides)
+            asked = len(moto.requests())
             seconds, read = read_through_broker(broker.port, TOPIC, remote_end, MIB)
             through = max(through, read / 1e6 / seconds)
+            requests_per_gb = (len(moto.requests()) - asked) / (read / 1e9)
             sweep = max(sweep, raw_sweep(s3, objects, READERS))
             whole = max(whole, whole_objects(s3, objects))
 
@@ -160,6 +163,7 @@ def run_latency(latency_ms: int, mib: int, rounds: int, settings: dict[str, str]
             "first_byte_samples": len(first_bytes),
             "ten_consumers_mb_s": together,
             "gets_per_chunk": gets / chunks,
+            "requests_per_gb_read": requests_per_gb,
         }
     finally:
         stop(broker)
@@ -187,14 +191,16 @@ def main() -> None:
     ]
     print(
         f"{'latency':>8} {'broker MB/s':>12} {'sweep MB/s':>11} {'ratio':>6} {'whole MB/s':>11} "
-        f"{'first byte p50/p99 ms':>22} {'10 consumers MB/s':>18} {'GETs/chunk':>11}"
+        f"{'first byte p50/p99 ms':>22} {'10 consumers MB/s':>18} {'GETs/chunk':>11} "
+        f"{'requests/GB':>12}"
     )
     for r in results:
         print(
             f"{r['latency_ms']:>6}ms {r['broker_mb_s']:>12.0f} {r['sweep_mb_s']:>11.0f} "
             f"{r['broker_mb_s'] / r['sweep_mb_s']:>6.2f} {r['whole_objects_mb_s']:>11.0f} "
             f"{r['first_byte_p50_ms']:>10.0f} / {r['first_byte_p99_ms']:<9.0f} "
-            f"{r['ten_consumers_mb_s']:>18.0f} {r['gets_per_chunk']:>11.2f}"
+            f"{r['ten_consumers_mb_s']:>18.0f} {r['gets_per_chunk']:>11.2f} "
+            f"{r['requests_per_gb_read']:>12.0f}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -20,6 +20,9 @@ key-encryption keys encrypted segments are read with (`encryption.keys`,
 parameters of the URL are shorthands for the first three. Without credentials,
 botocore's default credential chain applies (environment, shared config, instance role).
 
+One writing operation, `delete`, serves `tierbroker remote verify --delete-orphans`
+alone; readers never call it.
+
 The interface is synchronous: Spark executors call it directly, the asyncio
 consumer in a thread pool. A store is safe to use from several threads.
 """
@@ -47,6 +50,7 @@ class ObjectNotFoundError(Exception):
 class ObjectInfo:
     key: str
     size: int
+    last_modified_ms: int  # when it was written (its file's mtime, S3's LastModified)
 
 
 class ObjectStore(abc.ABC):
@@ -71,6 +75,10 @@ class ObjectStore(abc.ABC):
 
         Raises `ObjectNotFoundError` if the object does not exist.
         """
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove one object; succeeds if it is already gone."""
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release connections."""
@@ -104,10 +112,10 @@ class LocalObjectStore(ObjectStore):
                 yield from self.list_objects(key + "/")
             else:
                 try:
-                    size = entry.stat().st_size
+                    stat = entry.stat()
                 except FileNotFoundError:  # deleted while listing
                     continue
-                yield ObjectInfo(key, size)
+                yield ObjectInfo(key, stat.st_size, stat.st_mtime_ns // 1_000_000)
 
     def list_prefixes(self, prefix: str) -> list[str]:
         directory, start = self._split(prefix)
@@ -126,6 +134,9 @@ class LocalObjectStore(ObjectStore):
                 return os.pread(f.fileno(), max(stop - start, 0), start)
         except (FileNotFoundError, IsADirectoryError):
             raise ObjectNotFoundError(f"{self.url}: no object {key}") from None
+
+    def delete(self, key: str) -> None:
+        (self.root / key).unlink(missing_ok=True)
 
 
 class S3ObjectStore(ObjectStore):
@@ -169,7 +180,8 @@ class S3ObjectStore(ObjectStore):
         paginator = self._client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
             for item in page.get("Contents", []):
-                yield ObjectInfo(item["Key"], int(item["Size"]))
+                modified_ms = int(item["LastModified"].timestamp() * 1000)
+                yield ObjectInfo(item["Key"], int(item["Size"]), modified_ms)
 
     def list_prefixes(self, prefix: str) -> list[str]:
         paginator = self._client.get_paginator("list_objects_v2")
@@ -202,6 +214,9 @@ class S3ObjectStore(ObjectStore):
         finally:
             body.close()
         return data
+
+    def delete(self, key: str) -> None:
+        self._client.delete_object(Bucket=self.bucket, Key=key)
 
     def close(self) -> None:
         self._client.close()

@@ -15,7 +15,9 @@ offset move, which is what local retention waits for. A store call that fails or
 outlasts the remote call timeout (a hung upload: cancelled, and the plugin cleans up
 what it began) records DELETE_SEGMENT_STARTED, removes what was uploaded and
 DELETE_SEGMENT_FINISHED, then raises for back-off (the pool logs it and retries).
-Each copy's outcome updates the store's health.
+Each copy's outcome updates the store's health. After the copies, the partition's
+index in the remote tier is brought up to date (`PartitionIndexWriter`: a write only
+when it changed).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 
 from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.metrics import RemoteStorageMetrics
+from tierbroker.rlm.partition_index_writer import PartitionIndexWriter
 from tierbroker.rlm.quota import ByteRateLimiter
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.log import now_ms
@@ -81,6 +84,7 @@ class CopyTask:
         rlmm: RemoteLogMetadataManager,
         limiter: ByteRateLimiter,
         metrics: RemoteStorageMetrics,
+        index_writer: PartitionIndexWriter,
     ) -> None:
         self.partition = partition
         self.broker_id = broker_id
@@ -89,6 +93,7 @@ class CopyTask:
         self.rlmm = rlmm
         self.limiter = limiter
         self.metrics = metrics
+        self.index_writer = index_writer
 
     def eligible_segments(self) -> list[LogSegment]:
         """The rolled segments to copy now, oldest first; the first one the copy lag holds
@@ -122,18 +127,16 @@ class CopyTask:
             if not lg.config.remote_storage_enable:
                 return  # nothing remote to restore, nothing to copy
             self.rlmm.require_ready(self.partition.tip)
-            self.partition.restore()
+            await self.partition.restore()
             self.partition.restore = None
-        if (
-            not self.partition.leader
-            or not lg.config.remote_storage_enable
-            or lg.config.remote_log_copy_disable
-        ):
+        if not self.partition.leader or not lg.config.remote_storage_enable:
             return
-        for segment in self.eligible_segments():
-            if not self.partition.leader:
-                return
-            await self.copy(segment)
+        if not lg.config.remote_log_copy_disable:
+            for segment in self.eligible_segments():
+                if not self.partition.leader:
+                    return
+                await self.copy(segment)
+        await self.index_writer.maybe_write(self.partition)
 
     async def copy(self, segment: LogSegment) -> None:
         p, lg = self.partition, self.partition.log

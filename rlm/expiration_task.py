@@ -32,6 +32,7 @@ from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
+    TopicIdPartition,
 )
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 
@@ -71,6 +72,10 @@ class SegmentDeleter:
         async with asyncio.timeout(self.timeout_s):
             await self.rlmm.update_remote_log_segment_metadata(done)
         self.forget_indexes(metadata.segment_id.id)
+
+    async def delete_partition_index(self, tip: TopicIdPartition) -> None:
+        async with asyncio.timeout(self.timeout_s):
+            await self.rsm.delete_partition_index(tip)
 
 
 class ExpirationTask:
@@ -154,12 +159,21 @@ class ExpirationTask:
                 segment.state.name,
             )
         expired, kept = self.expired_segments()
-        if not expired:
-            return
-        # As Kafka does, the log start moves first: no reader is sent to a segment being deleted.
-        new_start = kept[0].start_offset if kept else lg.local_log_start_offset
-        lg.maybe_increment_log_start_offset(
-            min(new_start, lg.high_watermark), LogStartOffsetIncrementReason.SEGMENT_DELETION
-        )
-        for segment in expired:
-            await self.deleter.delete(segment)
+        if expired:
+            # As Kafka does, the log start moves first: no reader is sent to a segment
+            # being deleted.
+            new_start = kept[0].start_offset if kept else lg.local_log_start_offset
+            lg.maybe_increment_log_start_offset(
+                min(new_start, lg.high_watermark), LogStartOffsetIncrementReason.SEGMENT_DELETION
+            )
+            for segment in expired:
+                await self.deleter.delete(segment)
+        cfg = lg.config
+        if (
+            not cfg.remote_storage_enable
+            and cfg.remote_log_delete_on_disable
+            and not p.index_deleted
+            and not self.rlmm.readable_segments(p.tip)
+        ):  # tiering turned off and its data deleted: the index goes last, as it names none
+            await self.deleter.delete_partition_index(p.tip)
+            p.index_written, p.index_deleted = None, True

@@ -5,7 +5,8 @@ The partition's delete states (DELETE_PARTITION_MARKED -> STARTED -> FINISHED, K
 in the remote metadata, so the work survives a restart: a broker that starts with remote
 metadata of a partition whose topic is gone schedules this task again, and it deletes
 what is left (a repeated state is a no-op). The metadata manager forgets the partition
-at DELETE_PARTITION_FINISHED, so a finished deletion is never scheduled again.
+at DELETE_PARTITION_FINISHED, so a finished deletion is never scheduled again. The
+partition's index in the remote tier (`PartitionIndex`) goes after its segments.
 
 Progress: one log line when a pass starts (segments left), one per
 `PROGRESS_EVERY_SEGMENTS` deleted and one at the end; the gauge
@@ -84,6 +85,7 @@ class PartitionDeleteTask:
             self.lag.set(total - done)
             if done % PROGRESS_EVERY_SEGMENTS == 0 and done < total:
                 log.info("%s: %d of %d remote segments deleted", self.tip, done, total)
+        await self.deleter.delete_partition_index(self.tip)  # last: the index names none
         await self._put_state(RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
         tp = self.tip.topic_partition
         self.lag_segments.remove(tp.topic, str(tp.partition))

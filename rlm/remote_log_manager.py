@@ -31,14 +31,16 @@ from tierbroker.rlm.follower_task import FollowerTask, highest_remote_offset
 from tierbroker.rlm.index_cache import RemoteIndexCache
 from tierbroker.rlm.metrics import RemoteStorageMetrics
 from tierbroker.rlm.partition_delete import PartitionDeleteTask, delete_lag_segments_gauge
+from tierbroker.rlm.partition_index_writer import DescribeTopic, PartitionIndexWriter
 from tierbroker.rlm.quota import ByteRateLimiter
+from tierbroker.rlm.remote_log_aux_state import fetch_remote_log_aux_state
 from tierbroker.rlm.remote_reader import RemoteLogReader
 from tierbroker.rlm.remote_txn_index import RemoteTransactionIndex
 from tierbroker.rlm.task_pool import TaskPool
 from tierbroker.rlm.tiered_partition import TieredPartition
 from tierbroker.storage.log import Log, LogStartOffsetIncrementReason
 from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, chunk_store
-from tierbroker.storage.remote.lineage import lineage_segments
+from tierbroker.storage.remote.lineage import latest_lineage, lineage_segments
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
@@ -57,6 +59,7 @@ class RemoteLogManager:
         log_dir: Path,
         registry: CollectorRegistry,
         chunk_config: ChunkCacheConfig | None = None,
+        describe_topic: DescribeTopic = lambda _topic: None,
     ) -> None:
         self.config = config
         self.broker_id = broker_id
@@ -78,6 +81,9 @@ class RemoteLogManager:
         self.txn_index = RemoteTransactionIndex(rlmm, rsm)
         self.deleter = SegmentDeleter(config, rsm, rlmm, self.index_cache.remove)
         self.copy_limiter = ByteRateLimiter(config.copy_max_bytes_per_second)
+        self.index_writer = PartitionIndexWriter(
+            rsm, describe_topic, broker_id, config.remote_call_timeout_ms / 1000
+        )
         c = config
         self.copier = TaskPool(
             "copy",
@@ -141,16 +147,56 @@ class RemoteLogManager:
                 self.rlmm,
                 self.copy_limiter,
                 self.metrics,
+                self.index_writer,
             ),
         )
         self.expirer.schedule(
             tip, ExpirationTask(partition, self.config, self.rlmm, self.deleter, self.metrics)
         )
 
-    def _restore(self, tip: TopicIdPartition, lg: Log) -> None:
+    async def _restore(self, tip: TopicIdPartition, lg: Log) -> None:
         """Once the partition's remote metadata is caught up: what the remote tier holds."""
+        if lg.config.remote_storage_enable and lg.log_end_offset == 0:
+            await self._maybe_start_after_remote_tier(tip, lg)
         lg.update_highest_offset_in_remote_storage(highest_remote_offset(self.rlmm, tip, lg))
         self._restore_log_start_offset(tip, lg)
+
+    async def _maybe_start_after_remote_tier(self, tip: TopicIdPartition, lg: Log) -> None:
+        """An empty log led here while the remote tier holds the partition's history (a
+        topic restored from its bucket, or a leader elected with an emptied disk) starts
+        after it, as a follower rebuilt from the remote tier does: at the end of the
+        latest lineage's last segment, with its leader epochs and producer snapshot.
+
+        Only a leader epoch above every epoch of that lineage continues it (a restored
+        topic's first epoch is set so); otherwise the log is left empty, with a warning."""
+        readable = self.rlmm.readable_segments(tip)
+        if not readable:
+            return
+        lineage = latest_lineage((s.segment_leader_epochs, s.end_offset) for s in readable)
+        last_epoch = lineage[-1][0]
+        leader_epoch = lg.leader_epoch_cache.latest_epoch
+        if leader_epoch <= last_epoch:
+            log.warning(
+                "%s: the log is empty and the remote tier holds offsets up to leader epoch %d, "
+                "not below this leader's epoch %d: the log is not rebuilt from it",
+                tip,
+                last_epoch,
+                leader_epoch,
+            )
+            return
+        end = self.rlmm.highest_offset_for_epoch(tip, last_epoch)
+        last = None if end is None else self.rlmm.remote_log_segment_metadata(tip, last_epoch, end)
+        if last is None:
+            return
+        earliest = lineage_segments(readable, lineage)[0].start_offset
+        state = await fetch_remote_log_aux_state(
+            self.rsm, last, earliest, self.config.remote_call_timeout_ms / 1000
+        )
+        if lg.log_end_offset != 0:
+            return  # appended to meanwhile: the log is no longer empty
+        state.apply(lg)
+        # This leader's epoch starts after the restored history, as its appends will.
+        lg.leader_epoch_cache.assign(leader_epoch, lg.log_end_offset)
 
     def _restore_log_start_offset(self, tip: TopicIdPartition, lg: Log) -> None:
         """As Kafka's leader does: the log starts no lower than the remote tier's earliest

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping
 
 from tierbroker.broker.server.remote_storage import storage_manager_named
-from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
@@ -106,6 +106,12 @@ class PausableRemoteStorageManager(RemoteStorageManager):
 
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         await self._rsm.delete_log_segment_data(metadata)
+
+    async def write_partition_index(self, tip: TopicIdPartition, document: bytes) -> bool:
+        return await self._rsm.write_partition_index(tip, document)
+
+    async def delete_partition_index(self, tip: TopicIdPartition) -> None:
+        await self._rsm.delete_partition_index(tip)
 
     async def check(self, timeout_s: float) -> bool:
         return await self._rsm.check(timeout_s)

@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from tierbroker.broker.cli import clients, cluster, groups, partitions, tier, topics, transactions
+from tierbroker.broker.cli import (
+    clients,
+    cluster,
+    groups,
+    partitions,
+    remote,
+    tier,
+    topics,
+    transactions,
+)
 from tierbroker.broker.cli.common import command_group
 from tierbroker.broker.network.request_log import REQUEST_LOGGER
 
@@ -211,6 +220,7 @@ app.add_typer(cluster.app, name="cluster")
 app.add_typer(partitions.app, name="partition")
 app.add_typer(tier.app, name="tier")
 app.add_typer(transactions.app, name="txn")
+app.add_typer(remote.app, name="remote")
 
 
 @app.command()

@@ -107,7 +107,8 @@ class PartitionStateMachine:
 
     async def create(self, tps: list[TopicPartition]) -> set[str]:
         """First states of new partitions: the first live replica leads, live replicas are the
-        ISR (Kafka's NewPartition -> OnlinePartition). Returns the topics to read again: a
+        ISR (Kafka's NewPartition -> OnlinePartition), in the topic's first leader epoch (0
+        but for a restored topic). Returns the topics to read again: a
         state was created meanwhile by an earlier controller, or the topic was deleted."""
         ctl = self.controller
         reread: set[str] = set()
@@ -116,8 +117,10 @@ class PartitionStateMachine:
             created: dict[TopicPartition, PartitionState] = {}
             for tp in tps[start : start + OPS_PER_MULTI // 3]:
                 live = [b for b in ctl.replicas(tp) if ctl.is_eligible(b)]
+                topic = ctl.assignments.get(tp.topic)
+                first_epoch = topic.first_leader_epoch if topic else 0
                 state = PartitionState(
-                    live[0] if live else zk.NO_LEADER, 0, tuple(live), ctl.epoch, 0
+                    live[0] if live else zk.NO_LEADER, first_epoch, tuple(live), ctl.epoch, 0
                 )
                 if not await ctl.store.exists(zk.partitions_path(tp.topic)):
                     try:

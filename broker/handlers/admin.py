@@ -15,6 +15,7 @@ from tierbroker.broker.handlers.common import (
     response_module,
 )
 from tierbroker.broker.handlers.configs import topic_configs
+from tierbroker.broker.metadata.create_options import split_create_options
 from tierbroker.broker.metadata.topic_admin import check_request_size
 from tierbroker.broker.metadata.zk_data import TopicAssignment
 from tierbroker.protocol.codec import Request
@@ -54,9 +55,10 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
             continue
         answered.add(t.name)
         topic: TopicAssignment | None = None
-        overrides = {c.name: c.value for c in t.configs}
+        overrides: dict[str, str] = {}
         error, message = ErrorCode.none, None
         try:
+            overrides, options = split_create_options({c.name: c.value for c in t.configs})
             if counts[t.name] > 1:
                 raise KafkaError(
                     ErrorCode.invalid_request, f"topic {t.name!r} is given more than once"
@@ -77,6 +79,7 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
                 assignment={a.partition_index: a.broker_ids for a in t.assignments},
                 validate_only=request.body.validate_only,
                 timeout_s=request.body.timeout.total_seconds(),
+                options=options,
             )
         except KafkaError as e:
             log.info("CreateTopics %r refused: %s", t.name, e)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.create_options import NO_OPTIONS, CreateOptions
 from tierbroker.broker.metadata.inprocess_store import StorageUnavailable
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.placement import assign_replicas
@@ -128,14 +129,18 @@ class TopicAdmin:
         validate_only: bool = False,
         timeout_s: float = 30.0,
         max_replication_factor: int | None = None,
+        options: CreateOptions = NO_OPTIONS,
     ) -> TopicAssignment:
         """Create a topic (-1: the broker default), or raise with Kafka's error code.
 
         `max_replication_factor` caps the factor at the live brokers instead of refusing
-        it (internal topics, as Kafka creates `__consumer_offsets`)."""
+        it (internal topics, as Kafka creates `__consumer_offsets`). `options`: a given
+        topic id and first leader epoch (`create_options`, a restore's)."""
         validate_topic_name(name)
         if name in self.cache.topics:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        if options.topic_id is not None:
+            self._check_id_unused(options.topic_id)
         racks = {b: r.rack for b, r in self.cache.brokers.items()}
         if assignment:
             replicas = self._checked_assignment(assignment, racks)
@@ -157,7 +162,11 @@ class TopicAdmin:
                 )
             replicas = assign_replicas(racks, partitions, replication_factor)
         self._check_configs(configs, None)
-        topic = TopicAssignment(uuid.uuid4(), replicas)
+        topic = TopicAssignment(
+            options.topic_id or uuid.uuid4(),
+            replicas,
+            first_leader_epoch=options.first_leader_epoch,
+        )
         if validate_only:
             return topic
         action = f"creating topic {name}"
@@ -186,6 +195,15 @@ class TopicAdmin:
             lambda: self._created(name, topic.topic_id), timeout_s, f"topic {name!r} created"
         )
         return topic
+
+    def _check_id_unused(self, topic_id: uuid.UUID) -> None:
+        """A topic id names one topic: its remote data and metadata are keyed by it."""
+        for name, topic in self.cache.topics.items():
+            if topic.topic_id == topic_id:
+                raise KafkaError(
+                    ErrorCode.topic_already_exists,
+                    f"topic id {kafka_uuid(topic_id)} is already topic {name!r}'s",
+                )
 
     def _created(self, name: str, topic_id: uuid.UUID) -> bool:
         current = self.cache.topics.get(name)

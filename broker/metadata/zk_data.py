@@ -138,28 +138,37 @@ class BrokerRegistration:
         return cls(broker_id, value["host"], int(value["port"]), value.get("rack"), epoch)
 
 
+FIRST_LEADER_EPOCH_FIELD = "tierbroker_first_leader_epoch"
+
+
 @dataclass(frozen=True, slots=True)
 class TopicAssignment:
-    """A topic's id and, per partition, its replicas in preference order."""
+    """A topic's id and, per partition, its replicas in preference order.
+
+    `first_leader_epoch`: the epoch the controller elects the partitions' first leaders
+    in, above 0 only for a topic restored from its remote tier (`create_options`); the
+    znode carries it (tierbroker's own field) only then."""
 
     topic_id: uuid.UUID
     partitions: dict[int, tuple[int, ...]]
     adding_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
     removing_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    first_leader_epoch: int = 0
 
     def encode(self) -> bytes:
         def replicas(of: dict[int, tuple[int, ...]]) -> dict[str, list[int]]:
             return {str(p): list(r) for p, r in sorted(of.items())}
 
-        return _dumps(
-            {
-                "version": 3,
-                "topic_id": kafka_uuid(self.topic_id),
-                "partitions": replicas(self.partitions),
-                "adding_replicas": replicas(self.adding_replicas),
-                "removing_replicas": replicas(self.removing_replicas),
-            }
-        )
+        value: dict[str, object] = {
+            "version": 3,
+            "topic_id": kafka_uuid(self.topic_id),
+            "partitions": replicas(self.partitions),
+            "adding_replicas": replicas(self.adding_replicas),
+            "removing_replicas": replicas(self.removing_replicas),
+        }
+        if self.first_leader_epoch:
+            value[FIRST_LEADER_EPOCH_FIELD] = self.first_leader_epoch
+        return _dumps(value)
 
     @classmethod
     def decode(cls, data: bytes) -> TopicAssignment:
@@ -173,6 +182,7 @@ class TopicAssignment:
             replicas("partitions"),
             replicas("adding_replicas"),
             replicas("removing_replicas"),
+            int(value.get(FIRST_LEADER_EPOCH_FIELD, 0)),
         )
 
 

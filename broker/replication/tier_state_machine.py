@@ -11,7 +11,8 @@ below would have given it, read from the remote tier (Kafka's `TierStateMachine`
 3. the remote segment holding L - 1 in that epoch, from the metadata manager; none yet
    (this broker's metadata has not caught up) is an error the fetcher retries;
 4. that segment's leader-epoch checkpoint (the lineage from the log's start up to the
-   segment's end) and producer snapshot, from the RemoteStorageManager.
+   segment's end) and producer snapshot, from the RemoteStorageManager
+   (`rlm.remote_log_aux_state`, which a leader restoring its log shares).
 
 All of it is fetched before the log changes (`RemoteLogAuxState.apply`, synchronous):
 a remote failure leaves the log as it was. The log then starts at the segment's end + 1
@@ -22,58 +23,19 @@ partition between calls.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass
 
 from tierbroker.broker.replication.leader_endpoint import LeaderEndpoint
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.protocol.errors import KafkaError
 from tierbroker.rlm.metrics import RemoteStorageMetrics
-from tierbroker.storage.checkpoints import parse_epoch_entries
-from tierbroker.storage.leader_epoch import check_increasing
-from tierbroker.storage.log import EARLIEST_LOCAL_TIMESTAMP, Log
+from tierbroker.rlm.remote_log_aux_state import RemoteLogAuxState, fetch_remote_log_aux_state
+from tierbroker.storage.log import EARLIEST_LOCAL_TIMESTAMP
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
-from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
-from tierbroker.storage.remote.storage_manager import (
-    IndexType,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
-    RemoteStorageManager,
-)
+from tierbroker.storage.remote.segment_metadata import TopicIdPartition
+from tierbroker.storage.remote.storage_manager import RemoteStorageError, RemoteStorageManager
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteLogAuxState:
-    """What a follower's log needs to start after `segment`, fetched from the remote tier."""
-
-    segment: RemoteLogSegmentMetadata
-    leader_log_start_offset: int
-    epochs: list[tuple[int, int]]  # (epoch, start offset) up to the segment's end
-    producer_snapshot: bytes | None  # None: the segment was uploaded without one
-
-    @property
-    def next_offset(self) -> int:
-        return self.segment.end_offset + 1
-
-    def apply(self, lg: Log) -> None:
-        """Empty `lg` and start it at the segment's end + 1 with this state."""
-        lg.truncate_fully_and_start_at(self.next_offset, self.leader_log_start_offset)
-        lg.leader_epoch_cache.restore(self.epochs)
-        if self.producer_snapshot is not None:
-            lg.load_producer_snapshot(self.producer_snapshot)
-        log.info(
-            "%s: log rebuilt from the remote tier: starts at %d (log start %d), %d leader "
-            "epochs, %d producers, from remote segment %s",
-            lg.topic_partition,
-            self.next_offset,
-            lg.log_start_offset,
-            len(self.epochs),
-            len(lg.producer_state.producers),
-            self.segment.segment_id.id,
-        )
 
 
 class TierStateMachine:
@@ -125,26 +87,6 @@ class TierStateMachine:
                 f"{tp}: no remote segment holds offset {target} in leader epoch {target_epoch} "
                 f"(leader's local log start {local_start}, log start {leader_log_start_offset})"
             )
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                checkpoint = await self.rsm.fetch_index(segment, IndexType.LEADER_EPOCH)
-                snapshot = await self._producer_snapshot(segment)
-        except TimeoutError:
-            raise RemoteStorageError(
-                f"{tp}: indexes of remote segment {segment.segment_id.id} not fetched within "
-                f"{self.timeout_s} s"
-            ) from None
-        source = f"leader-epoch checkpoint of remote segment {segment.segment_id.id}"
-        try:
-            lineage = parse_epoch_entries(checkpoint.decode(), source)
-            epochs = [(e, start) for e, start in lineage if start <= segment.end_offset]
-            check_increasing(epochs, source)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise RemoteStorageError(f"{tp}: {e}", retriable=False) from None
-        return RemoteLogAuxState(segment, leader_log_start_offset, epochs, snapshot)
-
-    async def _producer_snapshot(self, segment: RemoteLogSegmentMetadata) -> bytes | None:
-        try:
-            return await self.rsm.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT)
-        except RemoteResourceNotFoundError:
-            return None
+        return await fetch_remote_log_aux_state(
+            self.rsm, segment, leader_log_start_offset, self.timeout_s
+        )

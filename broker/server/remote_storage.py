@@ -30,6 +30,7 @@ from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.remote_log_manager import RemoteLogManager
 from tierbroker.storage.remote.chunk_cache import ChunkCacheConfig
 from tierbroker.storage.remote.metadata_manager import RemoteLogMetadataManager
+from tierbroker.storage.remote.partition_index import TopicDescription
 from tierbroker.storage.remote.storage_manager import RemoteStorageManager
 from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 
@@ -131,6 +132,18 @@ def build_remote_log_manager(
         log_dir,
         registry,
         chunk_cache_config(config),
+        describe_topic=lambda topic: _describe_topic(admin, topic),
+    )
+
+
+def _describe_topic(admin: TopicAdmin, topic: str) -> TopicDescription | None:
+    """A topic's partition count and config overrides, as this broker's metadata has them."""
+    assignment = admin.cache.topics.get(topic)
+    if assignment is None:
+        return None
+    return TopicDescription(
+        partition_count=len(assignment.partitions),
+        configs=dict(admin.cache.configs.get(topic, {})),
     )
 
 

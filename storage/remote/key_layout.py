@@ -4,6 +4,9 @@
 
 (the start offset in 20 digits, ids in Kafka's base64url form)
 
+Beside the segments, each partition's prefix holds one `partition.json`, its
+`PartitionIndex` (`partition_index`).
+
 Suffixes: `log`, `indexes` (every index of the segment in one object, see
 `index_bundle`), and `manifest.json` last. With `entropy_bits` N > 0, `<entropy>` is
 the first N bits of MD5("<cluster>/<topic>/<partition>") as hex followed by `/`,
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierbroker.storage.checkpoints import kafka_uuid
+from tierbroker.storage.remote.partition_index import PARTITION_INDEX_NAME
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 MANIFEST_SUFFIX = "manifest.json"
@@ -56,6 +60,9 @@ class ObjectKeyLayout:
             f"{self.prefix}{self.entropy(tp.topic, tp.partition)}{self.cluster}/"
             f"{tp.topic}-{kafka_uuid(tip.topic_id)}/{tp.partition}/"
         )
+
+    def partition_index_key(self, tip: TopicIdPartition) -> str:
+        return self.partition_prefix(tip) + PARTITION_INDEX_NAME
 
     def segment_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         segment = metadata.segment_id

@@ -50,7 +50,7 @@ from tierbroker.storage.remote.segment_codec import (
     decode_range,
     encode_indexes,
 )
-from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
@@ -253,6 +253,21 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
             self.meter.request(_topic(metadata), RequestKind.DELETE)
             for path in (self._path(key), self._path(key + ".tmp")):
                 path.unlink(missing_ok=True)
+
+    # Partition index ------------------------------------------------------------------
+
+    async def write_partition_index(self, tip: TopicIdPartition, document: bytes) -> bool:
+        """A temporary file, fsynced and renamed over the index: one PUT."""
+        key = self.layout.partition_index_key(tip)
+        await self._run(self._put, tip.topic_partition.topic, self._write, key, document)
+        return True
+
+    async def delete_partition_index(self, tip: TopicIdPartition) -> None:
+        await self._run(self._delete_index, tip)
+
+    def _delete_index(self, tip: TopicIdPartition) -> None:
+        self.meter.request(tip.topic_partition.topic, RequestKind.DELETE)
+        self._path(self.layout.partition_index_key(tip)).unlink(missing_ok=True)
 
 
 def _topic(metadata: RemoteLogSegmentMetadata) -> str:

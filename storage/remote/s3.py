@@ -105,7 +105,7 @@ from tierbroker.storage.remote.segment_codec import (
     decode_range,
     encode_indexes,
 )
-from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import (
     IndexType,
     LogSegmentData,
@@ -598,6 +598,20 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 raise ClientError({"Error": errors[0]}, "DeleteObjects")
 
         await self._call(f"DeleteObjects {len(rest)} objects of {manifest}", delete)
+
+    # Partition index ------------------------------------------------------------------
+
+    async def write_partition_index(self, tip: TopicIdPartition, document: bytes) -> bool:
+        """One PutObject: S3 replaces an object whole."""
+        await self._put(tip.topic_partition.topic, self.layout.partition_index_key(tip), document)
+        return True
+
+    async def delete_partition_index(self, tip: TopicIdPartition) -> None:
+        key = self.layout.partition_index_key(tip)
+        await self._call(
+            f"DeleteObject {key}",
+            self._request("delete_object", tip.topic_partition.topic, RequestKind.DELETE, Key=key),
+        )
 
     async def close(self) -> None:
         """Let background clean-ups finish (within the call timeout), then close the client."""

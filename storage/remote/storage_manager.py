@@ -7,6 +7,10 @@ what it uploaded. The plugin writes a small manifest (see `ObjectKeyLayout`)
 after all other objects of a segment: readers outside the broker trust a segment
 only once its manifest exists.
 
+A plugin may also keep each partition's `PartitionIndex` beside its segments
+(`write_partition_index`, `delete_partition_index`): the built-in ones do, so a
+topic can be restored from the bucket alone.
+
 A plugin counts every request it makes to its store, and the bytes each carries, on
 its `meter` (`ObjectStoreMeter`, made by `__init__`: a plugin's own `__init__` calls
 it), by topic and billing class; the broker shows them per topic on Prometheus and in
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierbroker.storage.remote.request_meter import ObjectStoreMeter
-from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
+from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 
 
 class IndexType(enum.Enum):
@@ -101,6 +105,15 @@ class RemoteStorageManager(abc.ABC):
     @abc.abstractmethod
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Remove every object of the segment; succeeds if they are already gone."""
+
+    async def write_partition_index(self, tip: TopicIdPartition, document: bytes) -> bool:
+        """Replace the partition's index (`storage.remote.partition_index`) atomically: a
+        reader finds the old document or the new one, whole. False: this plugin keeps no
+        index (the default), and the broker stops asking."""
+        return False
+
+    async def delete_partition_index(self, tip: TopicIdPartition) -> None:  # noqa: B027
+        """Remove the partition's index (its remote data is gone); succeeds if it is absent."""
 
     async def check(self, timeout_s: float) -> bool:
         """Try the store once, as copies will use it (it exists, takes these credentials,

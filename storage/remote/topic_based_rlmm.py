@@ -234,15 +234,16 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     # Writes --------------------------------------------------------------------------
 
     def _partition_of(self, tip: TopicIdPartition) -> int:
-        key = f"{tip.topic_id}:{tip.topic_partition.partition}".encode()
-        return zlib.crc32(key) % self.topic.num_partitions
+        return metadata_partition(tip, self.topic.num_partitions)
 
     async def _publish(self, tip: TopicIdPartition, event: dict[str, Any]) -> None:
         """Append the event, then read the partition up to it (from the local replica, else
         once from its leader): events other brokers wrote before it are applied first. If
         neither reached it yet, it is applied now and skipped when it is read."""
         partition = self._partition_of(tip)
-        offset = await self.topic.append(partition, str(tip).encode(), json.dumps(event).encode())
+        offset = await self.topic.append(
+            partition, metadata_record_key(tip), json.dumps(event).encode()
+        )
         self.catch_up(partition)
         if self.next_offsets.get(partition, 0) <= offset:
             try:
@@ -267,9 +268,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     async def _publish_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         # A refused event never reaches the topic, so replay cannot trip over it.
         self._check(metadata)
-        await self._publish(
-            metadata.topic_id_partition, {"type": "segment", "metadata": metadata.to_json()}
-        )
+        await self._publish(metadata.topic_id_partition, segment_event(metadata))
 
     async def put_remote_partition_delete_metadata(
         self, tip: TopicIdPartition, state: RemotePartitionDeleteState
@@ -389,6 +388,21 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         await self.topic.close()
         if self._writing is not None:  # written whole (renamed into place) or not at all
             await asyncio.wait([self._writing])
+
+
+def metadata_partition(tip: TopicIdPartition, num_partitions: int) -> int:
+    """The partition of `__remote_log_metadata` that holds `tip`'s events."""
+    key = f"{tip.topic_id}:{tip.topic_partition.partition}".encode()
+    return zlib.crc32(key) % num_partitions
+
+
+def metadata_record_key(tip: TopicIdPartition) -> bytes:
+    return str(tip).encode()
+
+
+def segment_event(metadata: RemoteLogSegmentMetadata) -> dict[str, Any]:
+    """The event recording a segment's state (the record's value is its JSON)."""
+    return {"type": "segment", "metadata": metadata.to_json()}
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

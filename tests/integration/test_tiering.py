@@ -178,7 +178,9 @@ def test_remote_objects_match_the_tier_status(env: Env) -> None:
     manifests = [k for k in everything if k.endswith(".manifest.json")]
     assert len(manifests) == len(logs)  # every segment complete, none half-written
     assert sum(1 for k in everything if k.endswith(".indexes")) == len(logs)
-    assert len(everything) == 3 * len(logs)  # log, indexes, manifest: nothing else
+    # Log, indexes, manifest, and the partition's index: nothing else.
+    assert sum(1 for k in everything if k.endswith("/partition.json")) == 1
+    assert len(everything) == 3 * len(logs) + 1
 
     # Gauges are refreshed every task interval: poll until they show the settled state.
     def gauges_current() -> str | None:

@@ -125,7 +125,7 @@ TIP = TopicIdPartition(uuid.uuid4(), TopicPartition("lagged", 0))
 
 def copy_task(lg: Log) -> CopyTask:
     partition = TieredPartition(TIP, lg)
-    return CopyTask(partition, 0, RemoteLogManagerConfig(), None, None, None, None)  # type: ignore[arg-type]
+    return CopyTask(partition, 0, RemoteLogManagerConfig(), None, None, None, None, None)  # type: ignore[arg-type]
 
 
 def with_lag(lg: Log, **lags: int) -> None:

@@ -25,6 +25,7 @@ from tierbroker.rlm.copy_task import CopyTask
 from tierbroker.rlm.expiration_task import ExpirationTask, SegmentDeleter
 from tierbroker.rlm.index_cache import CACHE_DIR, RemoteIndexCache, parse_index
 from tierbroker.rlm.metrics import RemoteStorageMetrics
+from tierbroker.rlm.partition_index_writer import PartitionIndexWriter
 from tierbroker.rlm.quota import ByteRateLimiter
 from tierbroker.rlm.remote_reader import RemoteLogReader
 from tierbroker.rlm.task_pool import TaskPool
@@ -1048,6 +1049,7 @@ def copy_task(
         rlmm,
         ByteRateLimiter(UNLIMITED),
         RemoteStorageMetrics(CollectorRegistry(), ObjectStoreMeter()),
+        PartitionIndexWriter(rsm, lambda _topic: None, 0, 60.0),
     )
 
 
