@@ -61,7 +61,8 @@ def uploads(root: Path) -> tuple[dict[int, list[str]], list[str]]:
     and the files of segments without a manifest (orphans)."""
     files: dict[str, list[Path]] = defaultdict(list)
     for path in root.rglob(f"{TOPIC}-*/0/*"):
-        files[path.name.split(".", 1)[0]].append(path)
+        if path.name != "partition.json":  # the partition's index, not a segment's object
+            files[path.name.split(".", 1)[0]].append(path)
     by_start: dict[int, list[str]] = defaultdict(list)
     orphans = []
     for name, paths in files.items():

@@ -118,7 +118,7 @@ class Bucket:
             o["Key"]
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
             for o in page.get("Contents", [])
-            if f"/{TOPIC}-" in o["Key"]
+            if f"/{TOPIC}-" in o["Key"] and not o["Key"].endswith("/partition.json")
         ]
         by_segment: dict[str, list[str]] = defaultdict(list)
         for key in keys:
