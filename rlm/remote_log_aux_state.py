@@ -28,21 +28,19 @@ from tierbroker.storage.remote.storage_manager import (
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RemoteLogAuxState:
-    """What a log needs to start after `segment`, fetched from the remote tier."""
+    """What a log needs to start at `next_offset`, fetched from the remote tier
+    (`segment`, the one ending just below; None: nothing below is readable)."""
 
-    segment: RemoteLogSegmentMetadata
+    segment: RemoteLogSegmentMetadata | None
+    next_offset: int
     leader_log_start_offset: int
     epochs: list[tuple[int, int]]  # (epoch, start offset) up to the segment's end
-    producer_snapshot: bytes | None  # None: the segment was uploaded without one
-
-    @property
-    def next_offset(self) -> int:
-        return self.segment.end_offset + 1
+    producer_snapshot: bytes | None  # None: none, or the segment was uploaded without one
 
     def apply(self, lg: Log) -> None:
-        """Empty `lg` and start it at the segment's end + 1 with this state."""
+        """Empty `lg` and start it at `next_offset` with this state."""
         lg.truncate_fully_and_start_at(self.next_offset, self.leader_log_start_offset)
         lg.leader_epoch_cache.restore(self.epochs)
         if self.producer_snapshot is not None:
@@ -55,7 +53,7 @@ class RemoteLogAuxState:
             lg.log_start_offset,
             len(self.epochs),
             len(lg.producer_state.producers),
-            self.segment.segment_id.id,
+            "none" if self.segment is None else self.segment.segment_id.id,
         )
 
 
@@ -85,7 +83,13 @@ async def fetch_remote_log_aux_state(
         check_increasing(epochs, source)
     except (ValueError, UnicodeDecodeError) as e:
         raise RemoteStorageError(f"{tp}: {e}", retriable=False) from None
-    return RemoteLogAuxState(segment, log_start_offset, epochs, snapshot)
+    return RemoteLogAuxState(
+        segment=segment,
+        next_offset=segment.end_offset + 1,
+        leader_log_start_offset=log_start_offset,
+        epochs=epochs,
+        producer_snapshot=snapshot,
+    )
 
 
 async def _producer_snapshot(

@@ -500,7 +500,7 @@ class Log:
             EARLIEST_LOCAL_TIMESTAMP: self.local_log_start_offset,
             LATEST_TIERED_TIMESTAMP: remote_end if tiered else -1,
             EARLIEST_PENDING_UPLOAD_TIMESTAMP: (
-                max(remote_end + 1, self.local_log_start_offset) if tiered else -1
+                self._earliest_pending_upload_offset() if tiered else -1
             ),
         }
         if timestamp_ms not in offsets and timestamp_ms != MAX_TIMESTAMP:
@@ -509,6 +509,17 @@ class Log:
                 ErrorCode.unsupported_version, f"unknown ListOffsets timestamp {timestamp_ms}"
             )
         return offsets.get(timestamp_ms)
+
+    def _earliest_pending_upload_offset(self) -> int:
+        """The first offset not yet in the remote tier, as Kafka's UnifiedLog answers -6
+        (KIP-1023); -1 when the remote high offset is not known (a new leader before its
+        restore) while offsets below the local log may be tiered: a follower asks again."""
+        remote_end = self.highest_offset_in_remote_storage
+        if remote_end >= 0:
+            return max(remote_end + 1, self.log_start_offset)
+        if self.local_log_start_offset == self.log_start_offset:
+            return self.log_start_offset  # nothing uploaded yet
+        return -1
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) for ListOffsets, or None if no batch matches."""

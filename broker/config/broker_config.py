@@ -291,6 +291,13 @@ class BrokerConfig(BaseModel):
     )
     replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms", ge=0)
     replica_socket_timeout_ms: int = Field(30_000, alias="replica.socket.timeout.ms", ge=1)
+    # KIP-1023: an empty follower of a tiered partition starts at its leader's earliest
+    # offset pending upload, not at its local log start: it replicates only what the remote
+    # tier lacks. On, unlike Kafka (default false); static here, dynamic in Kafka, as
+    # tierbroker's dynamic broker configs are the topic defaults only.
+    follower_fetch_last_tiered_offset_enable: KafkaBool = Field(
+        True, alias="follower.fetch.last.tiered.offset.enable"
+    )
     controlled_shutdown_enable: KafkaBool = Field(True, alias="controlled.shutdown.enable")
     controlled_shutdown_max_retries: int = Field(3, alias="controlled.shutdown.max.retries", ge=1)
     controlled_shutdown_retry_backoff_ms: int = Field(

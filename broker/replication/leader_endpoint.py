@@ -1,21 +1,23 @@
 """`LeaderEndpoint`: what a follower asks its leader besides Fetch, over the wire.
 
-As Kafka's `RemoteLeaderEndPoint`: ListOffsets with this broker's id as `ReplicaId` (so
-the leader answers up to its log end, and names its local log start for
-EARLIEST_LOCAL_TIMESTAMP), and OffsetsForLeaderEpoch. Each call names the partition's
-current leader epoch, so a leader that moved on answers FENCED_LEADER_EPOCH; an error
-in the answer, or a leader that cannot be reached (LEADER_NOT_AVAILABLE), is raised as
-`KafkaError`. Shares its `BrokerClient` with the fetcher that owns it.
+As Kafka's `RemoteLeaderEndPoint`: ListOffsets v11 (the version that knows every special
+offset, EARLIEST_PENDING_UPLOAD_TIMESTAMP of KIP-1023 the last) with this broker's id as
+`ReplicaId`, so the leader answers up to its log end; and OffsetsForLeaderEpoch. Each call
+names the partition's current leader epoch, so a leader that moved on answers
+FENCED_LEADER_EPOCH; an error in the answer, or a leader that cannot be reached
+(LEADER_NOT_AVAILABLE), is raised as `KafkaError`. Shares its `BrokerClient` with the
+fetcher that owns it.
 """
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
-from kio.schema.list_offsets.v8 import request as list_offsets_request
+from kio.schema.list_offsets.v11 import request as list_offsets_request
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_request
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i32, i64
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
 from tierbroker.broker.replication.partition import Partition
@@ -45,6 +47,9 @@ class LeaderEndpoint:
                         ),
                     ),
                 ),
+            ),
+            timeout=i32Timedelta.parse(
+                datetime.timedelta(milliseconds=self.client.request_timeout_ms)
             ),
         )
         answer = (await self._send(request)).topics[0].partitions[0]

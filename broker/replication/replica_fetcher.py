@@ -10,11 +10,14 @@ offset and last fetched epoch. Per partition of the answer:
 - a diverging epoch truncates the log where it left the leader's (`truncation`), and
   the next fetch goes on from there;
 - OFFSET_OUT_OF_RANGE: the leader's log end is below ours (an unclean election):
-  truncate to it; or ours is below the leader's log start: start over there;
+  truncate to it; or ours is below the leader's log start: start over there, unless
+  KIP-1023 applies (an empty log of a tiered partition, `fetch_start`): then as below;
 - OFFSET_MOVED_TO_TIERED_STORAGE: our log end is below the leader's local log, on a
-  tiered partition: rebuild the log from the remote tier (`TierStateMachine`) in a task
-  of that partition's own, which leaves it out of the fetch meanwhile (a slow remote tier
-  never holds up the other partitions), then fetch only the leader's local tail;
+  tiered partition: rebuild the log from the remote tier (`TierStateMachine`) up to where
+  `fetch_start` says it starts (the leader's local log start, or for an empty log with
+  KIP-1023 the leader's earliest offset pending upload), in a task of that partition's
+  own, which leaves it out of the fetch meanwhile (a slow remote tier never holds up the
+  other partitions), then fetch only the leader's records from there;
 - leadership errors (NOT_LEADER_OR_FOLLOWER, FENCED / UNKNOWN_LEADER_EPOCH, ...): back off
   `replica.fetch.backoff.ms`; the metadata cache will move the partition to its new leader.
 
@@ -55,6 +58,10 @@ from tierbroker.broker.network.broker_client import (
     BrokerUnavailable,
     MalformedResponse,
 )
+from tierbroker.broker.replication.fetch_start import (
+    fetch_start,
+    should_fetch_from_last_tiered_offset,
+)
 from tierbroker.broker.replication.leader_endpoint import LeaderEndpoint
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.tier_state_machine import TierStateMachine
@@ -94,6 +101,8 @@ class FetcherConfig:
     response_max_bytes: int = 10 * 1024 * 1024
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30_000
+    # follower.fetch.last.tiered.offset.enable (KIP-1023); on, unlike Kafka's default.
+    last_tiered_offset_enable: bool = True
 
 
 @dataclass(slots=True)
@@ -323,7 +332,7 @@ class ReplicaFetcher:
         if error == ErrorCode.offset_out_of_range:
             return await self._handle_out_of_range(state)
         if error == ErrorCode.offset_moved_to_tiered_storage:
-            return await self._handle_offset_moved_to_tiered_storage(state, data)
+            return self._start_rebuild(state, int(data.high_watermark))
         if error in _RETRIABLE:
             self._delay([state])
             return False
@@ -366,14 +375,19 @@ class ReplicaFetcher:
         return (partition.log.log_end_offset, partition.high_watermark) != before
 
     async def _handle_out_of_range(self, state: _FetchState) -> bool:
-        """Kafka's fetchOffsetAndTruncate: follow the leader's log end or log start; True
-        unless the partition stopped being fetched so meanwhile."""
+        """Kafka's fetchOffsetAndTruncate: follow the leader's log end or log start (True
+        unless the partition stopped being fetched so meanwhile), or for an empty log that
+        KIP-1023 applies to, start rebuilding it from the remote tier (False)."""
         partition = state.partition
         tp = partition.topic_partition
         lg = partition.log
         leader_end, _ = await self.leader.list_offset(partition, LATEST_TIMESTAMP)
         if not self._is_current(tp, state):
             return False
+        if self.config.last_tiered_offset_enable and should_fetch_from_last_tiered_offset(
+            lg, leader_end
+        ):
+            return self._start_rebuild(state, leader_end)
         if leader_end < lg.log_end_offset:
             log.warning(
                 "%s: leader %d ends at %d, below this log's end %d: truncating",
@@ -398,9 +412,10 @@ class ReplicaFetcher:
             lg.truncate_fully_and_start_at(leader_start)
         return True
 
-    async def _handle_offset_moved_to_tiered_storage(self, state: _FetchState, data: Any) -> bool:
+    def _start_rebuild(self, state: _FetchState, leader_offset: int) -> bool:
         """Start rebuilding the log from the remote tier, in its own task; False: nothing
-        moved yet."""
+        moved yet. `leader_offset`: the leader's high watermark (or log end) as last told,
+        the lag until the next fetch."""
         tp = state.partition.topic_partition
         if self.tier_state_machine is None:
             log.warning(
@@ -412,24 +427,24 @@ class ReplicaFetcher:
             self._delay([state])
             return False
         state.rebuilding = asyncio.get_running_loop().create_task(
-            self._rebuild(state, self.tier_state_machine, data),
+            self._rebuild(state, self.tier_state_machine, leader_offset),
             name=f"replica-fetcher-{self.broker_id}-rebuild-{tp}",
         )
         return False
 
-    async def _rebuild(self, state: _FetchState, tsm: TierStateMachine, data: Any) -> None:
-        """Rebuild `state`'s log to start at the leader's local log, then fetch it again.
-        Until it can be (the metadata not caught up, the remote tier failing), the
-        partition backs off and its fetch is answered the same."""
+    async def _rebuild(self, state: _FetchState, tsm: TierStateMachine, leader_offset: int) -> None:
+        """Rebuild `state`'s log to start where `fetch_start` says, then fetch it again.
+        Until it can be (the leader's remote offsets or this broker's metadata not caught
+        up, the remote tier failing), the partition backs off and its fetch is answered the
+        same."""
         partition = state.partition
         tp = partition.topic_partition
         try:
-            aux_state = await tsm.build_remote_log_aux_state(
-                partition, self.leader, int(data.log_start_offset)
-            )
+            start = await fetch_start(partition, self.leader, self.config.last_tiered_offset_enable)
+            aux_state = await tsm.build_remote_log_aux_state(partition, self.leader, start)
             if self._is_current(tp, state):
                 aux_state.apply(partition.log)
-                state.lag = max(0, int(data.high_watermark) - partition.log.log_end_offset)
+                state.lag = max(0, leader_offset - partition.log.log_end_offset)
                 self.on_appended([partition])
         except OSError as e:
             self._storage_failed(state, e)

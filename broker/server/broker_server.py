@@ -550,6 +550,7 @@ def _replication_config(c: BrokerConfig) -> ReplicationConfig:
         response_max_bytes=c.replica_fetch_response_max_bytes,
         backoff_ms=c.replica_fetch_backoff_ms,
         socket_timeout_ms=c.replica_socket_timeout_ms,
+        last_tiered_offset_enable=c.follower_fetch_last_tiered_offset_enable,
     )
     return ReplicationConfig(
         replica_lag_time_max_ms=c.replica_lag_time_max_ms,

@@ -416,10 +416,11 @@ def test_a_moved_tiered_partition_keeps_its_remote_data(
 # Reads 1 GiB back from the remote tier within remote.fetch.max.wait.ms: run with nothing beside.
 @pytest.mark.slow
 @pytest.mark.alone
-def test_a_tiered_partition_moves_with_its_local_tail_only(tmp_path: Path) -> None:
+def test_a_tiered_partition_moves_with_its_untiered_tail_only(tmp_path: Path) -> None:
     """1 GiB in the remote tier, 16 MiB kept locally: moved to a broker that had no replica,
-    the partition's new replica fetches the leader's local tail (and rebuilds the rest of
-    its state from the remote tier), then serves every record from offset 0."""
+    the partition's new replica fetches only the records its leader has not tiered yet
+    (KIP-1023; it rebuilds the rest of its state from the remote tier), not the leader's
+    local segments the remote tier holds too, then serves every record from offset 0."""
     value_bytes, mib = 16 * 1024, 1 << 20
     count = 1024 * mib // value_bytes
     with EmbeddedCluster(
@@ -469,8 +470,10 @@ def test_a_tiered_partition_moves_with_its_local_tail_only(tmp_path: Path) -> No
             timeout_s=180,
         )
         tail = leader_log.size_in_bytes
+        not_tiered = leader_log.segments[-1].size
+        pending_upload = leader_log.highest_offset_in_remote_storage + 1
         produced = count * value_bytes
-        assert tail < produced // 32
+        assert not_tiered < tail < produced // 32
 
         admin = KafkaAdminClient(bootstrap_servers=tiered.bootstrap_servers)
         try:
@@ -481,10 +484,11 @@ def test_a_tiered_partition_moves_with_its_local_tail_only(tmp_path: Path) -> No
             admin.close()
         fetched = tiered.broker(1).replicas.fetchers.bytes_fetched[topic]
         moved = tiered.broker(1).log_manager.logs[TopicPartition(topic, 0)]
-        assert moved.size_in_bytes == tail and moved.local_log_start_offset > 0
-        # The tail, and batches a fetch's byte limit cut again in the next fetch (counted as
-        # Kafka's ReplicationBytesIn counts them): nothing below the tail crossed over.
-        assert tail <= fetched < 2 * tail < produced // 16
+        assert moved.size_in_bytes == not_tiered
+        assert moved.local_log_start_offset == pending_upload
+        # What was not tiered, and batches a fetch's byte limit cut again in the next fetch
+        # (counted as Kafka's ReplicationBytesIn counts them): nothing below crossed over.
+        assert not_tiered <= fetched < 2 * not_tiered
 
         consumer = Consumer(
             {

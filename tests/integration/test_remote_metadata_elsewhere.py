@@ -6,8 +6,8 @@ partition's leader over the wire.
 The partition's leader tiers most of its log; it is killed, and its follower, which must
 learn from the metadata what is remote, leads. Then:
 - each segment is committed once, and a copy the kill left unrecorded is removed;
-- the killed broker, its disk emptied, rebuilds from the remote tier, fetching only the
-  leader's local tail;
+- the killed broker, its disk emptied, rebuilds from the remote tier, fetching only what
+  the leader has not tiered yet (KIP-1023);
 - every acknowledged record is read from offset 0 by confluent-kafka.
 """
 
@@ -153,7 +153,9 @@ def test_leaders_without_a_metadata_replica_tier_once_and_followers_rebuild_from
         "the rebuilt follower back in the ISR",
     )
     rebuilt = log_of(cluster, first, TOPIC)
-    assert rebuilt.segments[0].base_offset == new_log.local_log_start_offset > 0
+    # It starts after the leader's last tiered offset, past local segments tiered already.
+    start = new_log.highest_offset_in_remote_storage + 1
+    assert rebuilt.segments[0].base_offset == start > new_log.local_log_start_offset > 0
     check_rebuilt_from_the_tail(lambda name: metric(cluster, first, name), produced_bytes)
 
     values, _ = consume_confluent(cluster, TOPIC, RECORDS, None)

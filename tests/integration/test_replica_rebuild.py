@@ -1,5 +1,7 @@
 """A follower whose disk was emptied rebuilds a tiered partition from the remote tier: three
-brokers in one process, in racks a, b and c, sharing one remote tier.
+brokers in one process, in racks a, b and c, sharing one remote tier, as Kafka does by
+default (`follower.fetch.last.tiered.offset.enable=false`, KIP-405 without KIP-1023, which
+test_last_tiered_offset.py covers).
 
 Its leader answers its fetch from offset 0 with OFFSET_MOVED_TO_TIERED_STORAGE; it takes
 the leader-epoch checkpoint and producer snapshot of the remote segment before the
@@ -56,6 +58,7 @@ def cluster(tmp_path: Path) -> Iterator[EmbeddedCluster]:
         racks=RACKS,
         properties={
             "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+            "follower.fetch.last.tiered.offset.enable": "false",
             **tiered_properties(tmp_path / "remote"),
         },
     ) as running:

@@ -14,13 +14,22 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from kio.schema.list_offsets.v11.request import ListOffsetsRequest
+
 from tests.unit.test_rlm_components import wait_until
 from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.fetch_start import FetchStart
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch
-from tierbroker.storage.log import Log
+from tierbroker.storage.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Log,
+)
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.topic_partition import TopicPartition
@@ -33,13 +42,30 @@ Fault = Callable[[TopicPartition, int], Any]  # (partition, fetch offset) -> ans
 
 class FakeLeader:
     """Answers each partition of a Fetch with one record at its fetch offset, up to END;
-    `fault` may answer a partition otherwise (or raise for the whole request)."""
+    `fault` may answer a partition otherwise (or raise for the whole request). ListOffsets
+    is answered from `offsets` (by timestamp), each timestamp asked noted in `listed`."""
 
     def __init__(self, names: dict[tuple[uuid.UUID, int], TopicPartition]) -> None:
         self.names = names
         self.fault: Fault = lambda tp, offset: None
+        self.offsets = {
+            EARLIEST_TIMESTAMP: 0,
+            EARLIEST_LOCAL_TIMESTAMP: 3,
+            LATEST_TIMESTAMP: END,
+            EARLIEST_PENDING_UPLOAD_TIMESTAMP: 4,
+        }
+        self.listed: list[int] = []
+        self.request_timeout_ms = 30_000
 
     async def send(self, request: Any) -> Any:
+        if isinstance(request, ListOffsetsRequest):
+            [topic] = request.topics
+            [p] = topic.partitions
+            self.listed.append(int(p.timestamp))
+            answer = SimpleNamespace(
+                error_code=ErrorCode.none, offset=self.offsets[int(p.timestamp)], leader_epoch=0
+            )
+            return SimpleNamespace(topics=[SimpleNamespace(partitions=[answer])])
         topics, caught_up = [], True
         for topic in request.topics:
             answers = []
@@ -72,12 +98,15 @@ class FakeLeader:
 
 @asynccontextmanager
 async def following(
-    log_manager: LogManager, placement: dict[TopicPartition, Path]
+    log_manager: LogManager,
+    placement: dict[TopicPartition, Path],
+    log_config: LogConfig | None = None,
+    config: FetcherConfig = CONFIG,
 ) -> AsyncIterator[tuple[ReplicaFetcherManager, FakeLeader, dict[TopicPartition, Partition]]]:
     """A follower of every partition of `placement` (in its log dir), all led by one leader."""
     names: dict[tuple[uuid.UUID, int], TopicPartition] = {}
     leader = FakeLeader(names)
-    manager = ReplicaFetcherManager(FOLLOWER, lambda: 1, CONFIG, lambda moved: None)
+    manager = ReplicaFetcherManager(FOLLOWER, lambda: 1, config, lambda moved: None)
     manager.new_client = lambda host, port: leader  # type: ignore[assignment,return-value]
     manager.on_storage_error = lambda partition, error: (
         log_manager.failure_channel.maybe_add_offline_log_dir(
@@ -86,7 +115,8 @@ async def following(
     )
     partitions = {}
     for tp, log_dir in placement.items():
-        partition = Partition(Log(log_dir / str(tp), tp, LogConfig(), uuid.uuid4()), FOLLOWER)
+        lg = Log(log_dir / str(tp), tp, log_config or LogConfig(), uuid.uuid4())
+        partition = Partition(lg, FOLLOWER)
         partition.make_follower(PartitionState(LEADER, 0, (LEADER, FOLLOWER), 1, 0), (0, 1))
         names[(partition.topic_id, tp.partition)] = tp
         partitions[tp] = partition
@@ -186,18 +216,23 @@ async def test_an_unexpected_error_of_the_whole_fetch_restarts_the_fetcher(
 
 
 class HangingTierStateMachine:
-    """Rebuilds a log to start at 3, once `release` is set (an object store in a brownout)."""
+    """Rebuilds a log to start where asked, once `release` is set (an object store in a
+    brownout); the starts asked for in `started`."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
-        self.started: list[TopicPartition] = []
+        self.started: list[tuple[TopicPartition, FetchStart]] = []
 
     async def build_remote_log_aux_state(
-        self, partition: Partition, leader: object, leader_log_start_offset: int
+        self, partition: Partition, leader: object, start: FetchStart
     ) -> Any:
-        self.started.append(partition.topic_partition)
+        self.started.append((partition.topic_partition, start))
         await self.release.wait()
-        return SimpleNamespace(apply=lambda lg: lg.truncate_fully_and_start_at(3, 3))
+        return SimpleNamespace(
+            apply=lambda lg: lg.truncate_fully_and_start_at(
+                start.offset, start.leader_log_start_offset
+            )
+        )
 
 
 async def test_a_rebuild_from_the_remote_tier_never_holds_up_the_other_partitions(
@@ -222,7 +257,8 @@ async def test_a_rebuild_from_the_remote_tier_never_holds_up_the_other_partition
 
         leader.fault = moved_to_tiered_storage
         await wait_until(replicated([partitions[other]]), "the other partition, meanwhile")
-        assert tsm.started == [tiered] and partitions[tiered].log.log_end_offset == 0
+        assert [tp for tp, _ in tsm.started] == [tiered]
+        assert partitions[tiered].log.log_end_offset == 0
         tsm.release.set()
         await wait_until(replicated([partitions[tiered]]), "the rebuilt partition's tail")
-        assert partitions[tiered].log.log_start_offset == 3
+        assert partitions[tiered].log.local_log_start_offset == 3

@@ -13,13 +13,21 @@ from tests.unit.replicas import replica_manager
 from tests.unit.test_remote_metadata import MemoryTopic
 from tests.unit.test_rlm_components import TIP, build_log, local_fs
 from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.replication.fetch_start import fetch_start
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_manager import FetchParams, FetchRequestPartition
 from tierbroker.broker.replication.tier_state_machine import TierStateMachine
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records import build_batch, iter_batches
 from tierbroker.rlm.metrics import RemoteStorageMetrics
-from tierbroker.storage.log import EARLIEST_LOCAL_TIMESTAMP, Log, LogStartOffsetIncrementReason
+from tierbroker.storage.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Log,
+    LogStartOffsetIncrementReason,
+)
 from tierbroker.storage.log_config import LogConfig
 from tierbroker.storage.log_manager import LogManager
 from tierbroker.storage.producer_state import ProducerStateManager
@@ -97,18 +105,35 @@ async def test_a_partition_that_is_not_tiered_never_answers_offset_moved_to_tier
 
 
 class Leader:
-    """What the leader answers: its local log start, and its epochs' end offsets."""
+    """What the leader answers: its log start, local log start, log end and earliest offset
+    pending upload (ListOffsets, each timestamp asked noted in `listed`), and its epochs'
+    end offsets (those asked in `asked`)."""
 
-    def __init__(self, local_start: int, epochs: list[tuple[int, int]], end: int) -> None:
+    def __init__(
+        self,
+        local_start: int,
+        epochs: list[tuple[int, int]],
+        end: int,
+        log_start: int = 0,
+        pending_upload: int = -1,
+    ) -> None:
         self.local_start = local_start
         self.epochs = epochs  # (epoch, start offset)
         self.end = end
+        self.offsets = {
+            EARLIEST_TIMESTAMP: log_start,
+            EARLIEST_LOCAL_TIMESTAMP: local_start,
+            LATEST_TIMESTAMP: end,
+            EARLIEST_PENDING_UPLOAD_TIMESTAMP: pending_upload,
+        }
         self.asked: list[int] = []
+        self.listed: list[int] = []
 
     async def list_offset(self, _partition: Partition, timestamp: int) -> tuple[int, int]:
-        assert timestamp == EARLIEST_LOCAL_TIMESTAMP
-        epoch = max(e for e, start in self.epochs if start <= self.local_start)
-        return self.local_start, epoch
+        self.listed.append(timestamp)
+        offset = self.offsets[timestamp]
+        epochs = [e for e, start in self.epochs if start <= offset]
+        return offset, max(epochs) if offset >= 0 and epochs else -1
 
     async def epoch_end_offset(self, _partition: Partition, epoch: int) -> tuple[int, int]:
         self.asked.append(epoch)
@@ -188,11 +213,15 @@ def follower(tmp_path: Path) -> Partition:
     return partition
 
 
-async def rebuild(remote: Remote, partition: Partition, leader: Leader) -> int:
+async def rebuild(
+    remote: Remote, partition: Partition, leader: Leader, last_tiered_offset: bool = False
+) -> int:
+    """Rebuild `partition`'s log where `fetch_start` says; where it starts."""
+    start = await fetch_start(partition, leader, last_tiered_offset)  # type: ignore[arg-type]
     state = await remote.machine.build_remote_log_aux_state(
         partition,
         leader,  # type: ignore[arg-type]
-        0,
+        start,
     )
     state.apply(partition.log)
     return state.next_offset
