@@ -64,8 +64,7 @@ def read_log(store: ObjectStore, segment: RemoteSegment, start: int, end: int) -
     end = min(end, segment.size)
     if start >= end:
         return b""
-    first, last = start // stored.chunk_bytes, (end - 1) // stored.chunk_bytes
-    stored_start, stored_end = stored.stored_range(first, last)
+    stored_start, stored_end = stored.stored_range(start, end)
     data = store.get(segment.log_key, stored_start, stored_end)
     return decode_range(_transform(store, segment), stored, start, end, data)
 

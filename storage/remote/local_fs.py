@@ -211,8 +211,7 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
         stop = size if end_position is None else min(end_position + 1, size)
         if start_position >= stop:
             return b""
-        first, last = start_position // stored.log.chunk_bytes, (stop - 1) // stored.log.chunk_bytes
-        start, end = stored.log.stored_range(first, last)
+        start, end = stored.log.stored_range(start_position, stop)
         data = await self._run(self._read, topic, key, start, end - 1)
         return await self._run(
             decode_range, stored.transform, stored.log, start_position, stop, data

@@ -504,15 +504,14 @@ class S3RemoteStorageManager(RemoteStorageManager):
         topic = _topic(metadata)
         stored = await self.manifests.get(metadata)
         if stored.transform is None:
-            end = "" if end_position is None else str(end_position)
-            return await self._get(topic, key, f"bytes={start_position}-{end}")
+            last = "" if end_position is None else str(end_position)
+            return await self._get(topic, key, f"bytes={start_position}-{last}")
         size = metadata.segment_size_bytes
         stop = size if end_position is None else min(end_position + 1, size)
         if start_position >= stop:
             return b""
-        first, last = start_position // stored.log.chunk_bytes, (stop - 1) // stored.log.chunk_bytes
-        start, end_ = stored.log.stored_range(first, last)
-        data = await self._get(topic, key, f"bytes={start}-{end_ - 1}")
+        start, end = stored.log.stored_range(start_position, stop)
+        data = await self._get(topic, key, f"bytes={start}-{end - 1}")
         return await asyncio.get_running_loop().run_in_executor(
             self._reader_threads,
             decode_range,

@@ -201,9 +201,10 @@ class StoredFormat:
     def plain(self) -> bool:
         return self.chunk_bytes == 0
 
-    def stored_range(self, first: int, last: int) -> tuple[int, int]:
-        """Bytes [start, end) of the stored object holding chunks first..last."""
-        last = min(last, len(self.chunk_sizes) - 1)
+    def stored_range(self, start: int, end: int) -> tuple[int, int]:
+        """Bytes [a, b) of the stored object holding the chunks of plain bytes [start, end)."""
+        first = start // self.chunk_bytes
+        last = min((end - 1) // self.chunk_bytes, len(self.chunk_sizes) - 1)
         return self._starts[first], self._starts[last + 1]
 
     def to_json(self) -> dict[str, Any]:
@@ -349,7 +350,7 @@ def decode_range(
     transform: SegmentTransform, stored: StoredFormat, start: int, end: int, data: bytes
 ) -> bytes:
     """Plain bytes [start, end) of a log, from the stored bytes of the chunks holding them
-    (as `stored.stored_range` named them)."""
+    (`stored.stored_range(start, end)`)."""
     first = start // stored.chunk_bytes
     plain = transform.decode_chunks(stored, first, data)
     offset = first * stored.chunk_bytes

@@ -50,8 +50,7 @@ def read_range(
     data: bytes, entry: dict, transform: SegmentTransform, start: int, end: int
 ) -> bytes:
     fmt = StoredFormat.from_json(entry)
-    first, last = start // fmt.chunk_bytes, (end - 1) // fmt.chunk_bytes
-    s, e = fmt.stored_range(first, last)
+    s, e = fmt.stored_range(start, end)
     return decode_range(transform, fmt, start, end, data[s:e])
 
 
