@@ -21,6 +21,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,39 +85,57 @@ def local_tier(tiered_topic: TieredTopic) -> Tier:
     return Tier(t.broker, t.topic, t.storage, rows, t.ends, t.remote_ends, 1 << 20)
 
 
-@pytest.fixture(scope="module")
-def s3_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
+@contextmanager
+def tier_on_s3(
+    directory: Path,
+    bucket: str,
+    prefix: str,
+    topic: str,
+    settings: dict[str, str],
+    read_settings: dict[str, str],
+) -> Iterator[Tier]:
+    """A broker keeping `topic` (20k records, two partitions) in moto's S3 under `prefix`,
+    with the `rsm.config.` `settings` (the prefix removed); `read_settings`, those readers
+    take too."""
     server = MotoServer().start()
     try:
-        server.create_bucket("lake")
+        server.create_bucket(bucket)
         overrides = {
             **BROKER_OVERRIDES,
-            **server.rsm_overrides("lake"),
-            "rsm.config.key.prefix": "tiered/",
+            **server.rsm_overrides(bucket),
+            "rsm.config.key.prefix": prefix,
+            **{f"rsm.config.{k}": v for k, v in {**settings, **read_settings}.items()},
         }
-        broker = BrokerProcess(tmp_path_factory.mktemp("s3-tier"), overrides).start()
+        broker = BrokerProcess(directory, overrides).start()
         try:
-            status = tiered_topic_on(broker, S3_TOPIC, 2, 20_000)
+            status = tiered_topic_on(broker, topic, 2, 20_000)
             ends = {p: r["log_end_offset"] for p, r in status.items()}
             remote_ends = {p: r["remote_log_end_offset"] + 1 for p, r in status.items()}
-            rows = read_with_confluent(broker.bootstrap, S3_TOPIC, ends)
             yield Tier(
                 broker,
-                S3_TOPIC,
-                f"s3://lake/tiered/?endpoint={server.endpoint}&path_style=true",
-                rows,
+                topic,
+                f"s3://{bucket}/{prefix}?endpoint={server.endpoint}&path_style=true",
+                read_with_confluent(broker.bootstrap, topic, ends),
                 ends,
                 remote_ends,
                 256 * 1024,
                 {
                     "storage.aws.access.key.id": CREDENTIALS["aws_access_key_id"],
                     "storage.aws.secret.access.key": CREDENTIALS["aws_secret_access_key"],
+                    **read_settings,
                 },
             )
         finally:
             broker.stop()
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
+    directory = tmp_path_factory.mktemp("s3-tier")
+    with tier_on_s3(directory, "lake", "tiered/", S3_TOPIC, {}, {}) as tier:
+        yield tier
 
 
 @pytest.fixture(scope="module")
@@ -125,43 +144,16 @@ def sealed_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
     moto's S3; readers get the key file through their storage options."""
     keys = tmp_path_factory.mktemp("keys")
     (keys / "k1.key").write_bytes(os.urandom(32))
-    key_options = {"encryption.keys": "k1", "encryption.keys.k1.file": str(keys / "k1.key")}
-    server = MotoServer().start()
-    try:
-        server.create_bucket("sealed")
-        overrides = {
-            **BROKER_OVERRIDES,
-            **server.rsm_overrides("sealed"),
-            **{f"rsm.config.{k}": v for k, v in key_options.items()},
-            "rsm.config.encryption.enabled": "true",
-            "rsm.config.encryption.key.id": "k1",
-            "rsm.config.compression.enabled": "true",
-            "rsm.config.chunk.size": "65536",
-        }
-        broker = BrokerProcess(tmp_path_factory.mktemp("sealed-tier"), overrides).start()
-        try:
-            status = tiered_topic_on(broker, "sealed", 2, 20_000)
-            ends = {p: r["log_end_offset"] for p, r in status.items()}
-            remote_ends = {p: r["remote_log_end_offset"] + 1 for p, r in status.items()}
-            rows = read_with_confluent(broker.bootstrap, "sealed", ends)  # decoded by the broker
-            yield Tier(
-                broker,
-                "sealed",
-                f"s3://sealed/?endpoint={server.endpoint}&path_style=true",
-                rows,
-                ends,
-                remote_ends,
-                256 * 1024,
-                {
-                    "storage.aws.access.key.id": CREDENTIALS["aws_access_key_id"],
-                    "storage.aws.secret.access.key": CREDENTIALS["aws_secret_access_key"],
-                    **key_options,
-                },
-            )
-        finally:
-            broker.stop()
-    finally:
-        server.stop()
+    key_file = {"encryption.keys": "k1", "encryption.keys.k1.file": str(keys / "k1.key")}
+    sealing = {
+        "encryption.enabled": "true",
+        "encryption.key.id": "k1",
+        "compression.enabled": "true",
+        "chunk.size": "65536",
+    }
+    directory = tmp_path_factory.mktemp("sealed")
+    with tier_on_s3(directory, "sealed", "", "sealed", sealing, key_file) as tier:
+        yield tier
 
 
 @pytest.fixture(scope="module", params=["local", "s3"])

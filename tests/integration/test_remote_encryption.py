@@ -5,25 +5,27 @@ and encrypts new ones."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.tiering_helpers import status
+from tests.integration.tiering_helpers import (
+    check_records,
+    fetch,
+    produce,
+    read_confluent,
+    status,
+    value_of,
+)
 from tests.integration.waiting import wait_for
-from tests.integration.wire import WireClient
 from tierbroker.protocol.errors import ErrorCode
 
 TOPIC = "sealed"
 RECORDS = 6000
-VALUE = b"a compressible record value " * 20  # 560 bytes, the same in every record
+VALUE_SIZE = 560  # letters in order, after the record's number: compressible
 
 
 def key_settings(keys: Path, *ids: str, active: str) -> dict[str, str]:
@@ -37,62 +39,18 @@ def key_settings(keys: Path, *ids: str, active: str) -> dict[str, str]:
     return settings
 
 
-def produce(broker: BrokerProcess, start: int, count: int) -> None:
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
-    for i in range(start, start + count):
-        producer.produce(TOPIC, VALUE, b"%d" % i, partition=0)
-        producer.poll(0)
-    assert producer.flush(60) == 0
+def fetch_error(broker: BrokerProcess, offset: int) -> int:
+    """The error code of a Fetch of partition 0 at `offset`, retried while it times out."""
+    for _ in range(20):
+        answer = fetch(broker.port, TOPIC, offset, max_wait_ms=500)
+        if answer.error != ErrorCode.request_timed_out:
+            break
+    return answer.error
 
 
-def read_keys(broker: BrokerProcess, count: int) -> list[bytes]:
-    consumer = Consumer(
-        {"bootstrap.servers": broker.bootstrap, "group.id": "s", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            got += [m.key() for m in consumer.consume(2000, 0.3) if m.error() is None]
-    finally:
-        consumer.close()
-    return got
-
-
-def fetch_error(broker: BrokerProcess, offset: int) -> ErrorCode:
-    """The error code of a Fetch of partition 0 at `offset` (retried while it times out)."""
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=500),
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            FetchTopic(
-                topic=TOPIC,
-                partitions=(
-                    FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-    with WireClient(broker.port) as client:
-        for _ in range(20):
-            code = ErrorCode(client.request(request).responses[0].partitions[0].error_code)
-            if code != ErrorCode.request_timed_out:
-                return code
-    return code
+def read_all(broker: BrokerProcess, count: int) -> None:
+    result = read_confluent(broker.bootstrap, TOPIC, 0, count, timeout_s=60)
+    check_records(result.records, 0, count, VALUE_SIZE)
 
 
 def remote_files(broker: BrokerProcess, suffix: str) -> list[Path]:
@@ -121,7 +79,7 @@ def test_sealed_segments_read_back_a_wrong_key_is_refused_and_keys_rotate(tmp_pa
         }
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)])[TOPIC].result(15)
-        produce(broker, 0, RECORDS)
+        produce(broker.bootstrap, TOPIC, 0, RECORDS, VALUE_SIZE)
         wait_for(
             lambda: (
                 (s := status(broker, TOPIC))
@@ -130,11 +88,10 @@ def test_sealed_segments_read_back_a_wrong_key_is_refused_and_keys_rotate(tmp_pa
             ),
             "most of the topic to be in the remote tier only",
         )
-        expected = [b"%d" % i for i in range(RECORDS)]
-        assert read_keys(broker, RECORDS) == expected
+        read_all(broker, RECORDS)
         logs = remote_files(broker, "log")
         stored = b"".join(p.read_bytes() for p in logs)
-        assert VALUE[:100] not in stored and b"%d" % (RECORDS // 3) not in stored
+        assert value_of(RECORDS // 3, VALUE_SIZE) not in stored
         tiered = status(broker, TOPIC)["remote_bytes"]
         assert len(stored) < tiered / 5  # compressed, then encrypted
         manifests = [json.loads(p.read_text()) for p in remote_files(broker, "manifest.json")]
@@ -156,7 +113,7 @@ def test_sealed_segments_read_back_a_wrong_key_is_refused_and_keys_rotate(tmp_pa
         broker = BrokerProcess(
             tmp_path / "broker", {**base, **key_settings(keys, "k1", "k2", active="k2")}
         ).start()
-        produce(broker, RECORDS, RECORDS)
+        produce(broker.bootstrap, TOPIC, RECORDS, RECORDS, VALUE_SIZE)
         wait_for(
             lambda: (
                 len(remote_files(broker, "manifest.json")) > len(manifests)
@@ -164,7 +121,7 @@ def test_sealed_segments_read_back_a_wrong_key_is_refused_and_keys_rotate(tmp_pa
             ),
             "the new segments to be tiered",
         )
-        assert read_keys(broker, 2 * RECORDS) == [b"%d" % i for i in range(2 * RECORDS)]
+        read_all(broker, 2 * RECORDS)
         rotated = [json.loads(p.read_text()) for p in remote_files(broker, "manifest.json")]
         assert {m["objects"]["log"]["encryption"]["key_id"] for m in rotated} == {"k1", "k2"}
     finally:
