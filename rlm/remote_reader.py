@@ -181,16 +181,16 @@ class RemoteLogReader:
             if batch.last_offset >= offset:
                 break
             start += batch.size_in_bytes
+        # Everything a full fetch takes, at once: batches are then walked in memory.
+        data = await reading.cover(start + max_bytes + BATCH_HEADER_SIZE)
         end, next_offset = start, offset
-        while True:  # whole batches: at least one, then up to max_bytes and the lineage's end
-            data = await reading.cover(end + BATCH_HEADER_SIZE)
-            if len(data) < end + BATCH_HEADER_SIZE:
-                break
+        while len(data) >= end + BATCH_HEADER_SIZE:  # whole batches, at least one
             batch = BatchView(data, end)
             size = batch.size_in_bytes
             if end > start and (end + size - start > max_bytes or batch.last_offset > last_agreed):
                 break
-            data = await reading.cover(end + size)
+            if end == start:  # the first, larger than max_bytes, comes whole
+                data = await reading.cover(end + size)
             if len(data) < end + size:
                 break  # the segment ends inside the batch
             end += size
