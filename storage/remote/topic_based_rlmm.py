@@ -44,6 +44,7 @@ import logging
 import time
 import uuid
 import zlib
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ from tierbroker.storage.remote.metadata_consumer import ConsumerTask, Records
 from tierbroker.storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
 from tierbroker.storage.remote.metadata_snapshot import (
     PartitionSnapshot,
-    SnapshotReader,
+    SnapshotFile,
     SnapshotState,
     write_snapshot,
 )
@@ -65,13 +66,14 @@ from tierbroker.storage.remote.segment_metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
+from tierbroker.storage.remote.unloaded_partitions import PendingEvent, UnloadedPartitions
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "remote-log-metadata.snapshot"
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
-_SEGMENTS_PER_CHUNK = 2000  # restored on the loop per turn (a few ms)
+_SEGMENTS_PER_CHUNK = 1000  # loaded on the loop per turn (a few ms)
 _EVENTS_PER_BATCH = 100  # replayed on the loop per turn at start (a few ms)
 _SEGMENTS_PER_CAPTURE = 10_000  # segments copied per turn for a snapshot (a few ms)
 
@@ -93,6 +95,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.consumer = ConsumerTask(
             topic, self._partition_of, lambda p: self.next_offsets.get(p, 0), self._apply_fetched
         )
+        self._unloaded = UnloadedPartitions()  # the snapshot's partitions not loaded yet
+        self._to_load: deque[TopicIdPartition] = deque()  # assigned here, for the loader
+        self._load_wanted = asyncio.Event()
+        self._loader: asyncio.Task[None] | None = None
 
     def configure(self, configs: Mapping[str, str]) -> None:
         self.snapshot_interval_ms = int(
@@ -117,11 +123,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self.replayed_events += self.catch_up(partition)
         self.topic.follow(self._catch_up_soon)
         self.consumer.start()
+        self._loader = asyncio.get_running_loop().create_task(
+            self._load_assigned(), name="rlmm-loader"
+        )
         self._dirty = self.replayed_events > 0
         log.info(
-            "remote log metadata: %d partitions known, %d events replayed after the snapshot",
-            len(self.cache.partitions()),
+            "remote log metadata: %d partitions known, %d events replayed after the snapshot; "
+            "%d remote segments of %d partitions loaded when first needed",
+            len(self.partitions()),
             self.replayed_events,
+            self._unloaded.segment_count(),
+            len(list(self._unloaded)),
         )
 
     def catch_up(self, partition: int) -> int:
@@ -161,13 +173,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def on_partition_leadership_changes(
         self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
     ) -> None:
-        self.consumer.assign([*leaders, *followers])
+        tips = [*leaders, *followers]
+        self.consumer.assign(tips)
+        self._to_load.extend(tip for tip in tips if tip in self._unloaded)
+        if self._to_load:
+            self._load_wanted.set()
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
         self.consumer.unassign(list(partitions))
 
     def is_ready(self, tip: TopicIdPartition) -> bool:
-        return self.consumer.is_ready(tip)
+        return tip not in self._unloaded and self.consumer.is_ready(tip)
 
     def _catch_up_soon(self, partition: int) -> None:
         """Other brokers' events reached this broker's replica: apply them after the
@@ -182,37 +198,73 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self.catch_up(partition)
 
     async def _load_snapshot(self) -> None:
-        """Restore the snapshot, if there is a good one, a chunk at a time."""
+        """Open the snapshot, if there is a good one: its partitions' segments stay in it
+        until needed (`UnloadedPartitions`)."""
         loop = asyncio.get_running_loop()
         try:
-            reader = await loop.run_in_executor(None, SnapshotReader.open, self.snapshot_path)
+            file = await loop.run_in_executor(None, SnapshotFile.open, self.snapshot_path)
         except FileNotFoundError:
             return
         except (OSError, ValueError) as e:
-            log.warning("ignoring unreadable %s: %s", self.snapshot_path, e)
-            return
-        try:
-            self.next_offsets = await loop.run_in_executor(None, reader.next_offsets)
-            while chunk := await loop.run_in_executor(None, reader.read_chunk, _SEGMENTS_PER_CHUNK):
-                self.cache.restore_partition(chunk.tip, chunk.delete_state)
-                for metadata, superseded in chunk.segments:
-                    self.cache.restore(metadata, superseded)
-        except (OSError, ValueError) as e:
             log.warning("ignoring damaged %s: %s", self.snapshot_path, e)
-            self.cache = RemoteLogMetadataCache()
-            self.next_offsets = {}
-        finally:
-            # Closing a file is quick; a cancelled start must not leave it open.
-            reader.close()
+            return
+        self.next_offsets = dict(file.next_offsets)
+        self._unloaded = UnloadedPartitions(file)
+
+    def _loaded(self, tip: TopicIdPartition) -> None:
+        """Load the partition now if it is still in the snapshot file: every question about
+        a partition asks this first, so none is answered from a partial view."""
+        if tip in self._unloaded:
+            self._apply_waiting(self._unloaded.load(tip, self.cache))
+
+    async def _load_in_turns(self, tip: TopicIdPartition) -> None:
+        """Load the partition a chunk per turn of the loop (a question meanwhile loads the rest)."""
+        while tip in self._unloaded:
+            waiting = self._unloaded.load(tip, self.cache, _SEGMENTS_PER_CHUNK)
+            if waiting is not None:
+                self._apply_waiting(waiting)
+                return
+            await asyncio.sleep(0)
+
+    def _apply_waiting(self, waiting: list[PendingEvent] | None) -> None:
+        """A partition was loaded: apply the events that waited for it, in order."""
+        if waiting is None:
+            return
+        for partition, offset, event in waiting:
+            self._apply_logged(partition, offset, event)
+        if not self._write_lock.locked():  # else the snapshot in flight may copy from it
+            self._unloaded.close_if_done()
+
+    async def _load_assigned(self) -> None:
+        """The loader: the partitions led or followed here, in the order assigned, so their
+        tiering work (which waits for `is_ready`) starts without a question loading them."""
+        while True:
+            await self._load_wanted.wait()
+            self._load_wanted.clear()
+            while self._to_load:
+                tip = self._to_load.popleft()
+                try:
+                    await self._load_in_turns(tip)
+                except (OSError, ValueError) as e:
+                    log.error("%s: unreadable in %s: %s", tip, self.snapshot_path, e)
 
     def _replay(self, partition: int, offset: int, value: bytes) -> None:
         try:
-            self._apply(json.loads(value))
+            event = json.loads(value)
+        except ValueError as e:
+            log.warning("skipping remote log metadata at %d:%d: %s", partition, offset, e)
+            return
+        self._apply_logged(partition, offset, event)
+
+    def _apply_logged(self, partition: int, offset: int, event: dict[str, Any]) -> None:
+        try:
+            self._apply(partition, offset, event)
         except (ValueError, KeyError) as e:
             log.warning("skipping remote log metadata at %d:%d: %s", partition, offset, e)
 
     def _check(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Kafka's rules: add in COPY_SEGMENT_STARTED, update only a known segment."""
+        self._loaded(metadata.topic_id_partition)
         known = self.cache.contains(metadata)
         if metadata.state == STARTED and known:
             raise ValueError(f"segment {metadata.segment_id.id} is already known")
@@ -220,7 +272,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             raise ValueError(f"segment {metadata.segment_id.id} is unknown")
         self.cache.check(metadata)
 
-    def _apply(self, event: dict[str, Any]) -> None:
+    def _apply(self, partition: int, offset: int, event: dict[str, Any]) -> None:
+        if self._unloaded:
+            tip = _event_tip(event)
+            if tip in self._unloaded:
+                self._unloaded.wait(tip, (partition, offset, event))
+                return
         if event["type"] == "segment":
             metadata = RemoteLogSegmentMetadata.from_json(event["metadata"])
             self._check(metadata)
@@ -250,7 +307,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             except (KafkaError, TimeoutError) as e:
                 log.debug("%s: own event at %d:%d not read back yet: %s", tip, partition, offset, e)
         if self.next_offsets.get(partition, 0) <= offset:
-            self._apply(event)
+            self._apply(partition, offset, event)
             self._applied_ahead.setdefault(partition, set()).add(offset)
         self._dirty = True
 
@@ -281,31 +338,38 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
+        self._loaded(tip)
         return self.cache.segment_for_offset(tip, leader_epoch, offset)
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        self._loaded(tip)
         return self.cache.highest_offset_for_epoch(tip, leader_epoch)
 
     def list_remote_log_segments(self, tip: TopicIdPartition) -> Iterator[RemoteLogSegmentMetadata]:
+        self._loaded(tip)
         return self.cache.all_segments(tip)
 
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        self._loaded(tip)
         return self.cache.readable_segments(tip)
 
     def superseded_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        self._loaded(tip)
         return self.cache.superseded_segments(tip)
 
     def remote_log_size(
         self, tip: TopicIdPartition, leader_epoch: int, lineage: Lineage | None = None
     ) -> int:
+        self._loaded(tip)
         return self.cache.remote_log_size(tip, leader_epoch, lineage)
 
     def partitions(self) -> list[TopicIdPartition]:
-        return self.cache.partitions()
+        return [*self.cache.partitions(), *self._unloaded]
 
     def remote_partition_delete_state(
         self, tip: TopicIdPartition
     ) -> RemotePartitionDeleteState | None:
+        self._loaded(tip)
         return self.cache.delete_state(tip)
 
     # Snapshots -----------------------------------------------------------------------
@@ -340,14 +404,22 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             except BaseException:
                 self._dirty = True  # the next snapshot writes it again
                 raise
+            finally:
+                self._unloaded.close_if_done()  # the partitions loaded while it copied
             self._last_snapshot_ms = time.monotonic() * 1000
 
     async def _capture(self) -> SnapshotState:
         """The state as it is now, copied a few partitions per turn of the loop (copying a
         million references takes longer than a turn should): a partition about to change
         before its turn is copied first, as it is now. Partitions created meanwhile are
-        left to the replay after the snapshot's offsets."""
+        left to the replay after the snapshot's offsets. A partition not loaded is its
+        section of the snapshot read at start, once the events waiting for it are applied
+        (the snapshot's offsets pass them)."""
+        while waiting := self._unloaded.with_pending():
+            for tip in waiting:
+                await self._load_in_turns(tip)
         next_offsets = dict(self.next_offsets)
+        sections = self._unloaded.copies()
         partitions = self.cache.partitions()
         pending = set(partitions)
         copies: dict[TopicIdPartition, PartitionSnapshot] = {}
@@ -368,7 +440,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     await asyncio.sleep(0)
         finally:
             self.cache.before_change = None
-        return SnapshotState(next_offsets, [copies[tip] for tip in partitions])
+        return SnapshotState(next_offsets, [*(copies[tip] for tip in partitions), *sections])
 
     def _partition_snapshot(self, tip: TopicIdPartition) -> PartitionSnapshot:
         readable, segments = self.cache.segment_lists(tip)
@@ -376,24 +448,39 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return PartitionSnapshot(tip, self.cache.delete_state(tip), readable, segments, superseded)
 
     async def close(self) -> None:
-        await self.consumer.close()
-        await self.topic.close()
+        await self._stop_reading()
         if self._writing is not None:
             await asyncio.wait([self._writing])  # its failure was logged; dirty says what's left
         if self._dirty:
             await self.snapshot()
+        self._unloaded.close()
 
     async def abandon(self) -> None:
         """No snapshot: the next start replays the events since the last periodic one."""
-        await self.consumer.close()
-        await self.topic.close()
+        await self._stop_reading()
         if self._writing is not None:  # written whole (renamed into place) or not at all
             await asyncio.wait([self._writing])
+        self._unloaded.close()
+
+    async def _stop_reading(self) -> None:
+        await self.consumer.close()
+        if self._loader is not None:
+            self._loader.cancel()
+            await asyncio.wait([self._loader])
+            self._loader = None
+        await self.topic.close()
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and (error := task.exception()) is not None:
         log.warning("remote log metadata snapshot failed; it is retried: %s", error)
+
+
+def _event_tip(event: dict[str, Any]) -> TopicIdPartition:
+    fields = event["metadata"] if event["type"] == "segment" else event
+    return TopicIdPartition(
+        uuid.UUID(fields["topic_id"]), TopicPartition(fields["topic"], fields["partition"])
+    )
 
 
 def _delete_json(tip: TopicIdPartition, state: RemotePartitionDeleteState) -> dict[str, Any]:
