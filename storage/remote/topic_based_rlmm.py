@@ -218,12 +218,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._apply_waiting(self._unloaded.load(tip, self.cache))
 
     async def _load_in_turns(self, tip: TopicIdPartition) -> None:
-        """Load the partition a chunk per turn of the loop (a question meanwhile loads the rest)."""
+        """Load the partition a chunk per turn of the loop (a question meanwhile loads the
+        rest); the loop's turn comes after each chunk, the last too, so many small
+        partitions do not hold it either."""
         while tip in self._unloaded:
-            waiting = self._unloaded.load(tip, self.cache, _SEGMENTS_PER_CHUNK)
-            if waiting is not None:
-                self._apply_waiting(waiting)
-                return
+            self._apply_waiting(self._unloaded.load(tip, self.cache, _SEGMENTS_PER_CHUNK))
             await asyncio.sleep(0)
 
     def _apply_waiting(self, waiting: list[PendingEvent] | None) -> None:
@@ -241,12 +240,22 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         while True:
             await self._load_wanted.wait()
             self._load_wanted.clear()
+            started, loaded = time.monotonic(), 0
             while self._to_load:
                 tip = self._to_load.popleft()
+                if tip not in self._unloaded:
+                    continue  # a question loaded it first
                 try:
                     await self._load_in_turns(tip)
+                    loaded += 1
                 except (OSError, ValueError) as e:
                     log.error("%s: unreadable in %s: %s", tip, self.snapshot_path, e)
+            if loaded:
+                log.info(
+                    "remote log metadata: %d partitions led or followed here loaded in %.1f s",
+                    loaded,
+                    time.monotonic() - started,
+                )
 
     def _replay(self, partition: int, offset: int, value: bytes) -> None:
         try:
