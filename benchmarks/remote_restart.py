@@ -1,7 +1,7 @@
 """A broker restart with a long remote history: time until it serves, and its memory.
 
     python -m benchmarks.remote_restart [--segments 1000 10000 100000 1000000]
-        [--partitions 1000] [--baseline REV]
+        [--partitions 1000] [--baseline REV] [--rounds 3]
 
 A real broker (`tierbroker serve`, the LocalFs tier) is seeded once: a tiered topic of
 `--partitions` partitions, partition 0 produced to until its oldest segments are in the
@@ -15,7 +15,8 @@ measured from its spawn: until it answers ApiVersions (a broker serves only once
 tier has started), until a Fetch of partition 0 at offset 0 is answered with records from
 the remote tier, and until the remote metadata of every partition it leads is loaded (this
 tree logs it; the baseline loads all of it before it serves); resident memory when it
-serves and once loaded. Both ways run on the same data in the same invocation.
+serves and once loaded. Both ways run on the same data in the same invocation, in turn
+(ABBA) for `--rounds` rounds, each on a fresh copy of the data; medians are printed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -265,7 +267,7 @@ def log_text(broker: Broker) -> str:
     return broker.log_path.read_text(errors="replace")
 
 
-def run(counts: list[int], partitions: int, rev: str) -> None:
+def run(counts: list[int], partitions: int, rev: str, rounds: int) -> None:
     directory = Path(tempfile.mkdtemp(prefix="bench-remote-restart-"))
     try:
         baseline = lay_out(rev, directory / "baseline")
@@ -273,30 +275,37 @@ def run(counts: list[int], partitions: int, rev: str) -> None:
         seed(seeded_dir, partitions)
         seeded = directory / "seed.json"
         seeded.write_text(json.dumps(seed_state(seeded_dir / "data")))
-        print(f"baseline: {rev}; {partitions} partitions; times from spawn, in seconds")
-        header = ("segments", "way", "serves", "remote read", "all loaded", "RSS serving MiB",
-                  "RSS loaded MiB")  # fmt: skip
-        print(" | ".join(header))
+        print(f"baseline: {rev}; {partitions} partitions; median of {rounds} rounds, in turn")
+        print("segments | way | serves (s) | remote read (s) | all loaded (s) | "
+              "RSS serving (MiB) | RSS loaded (MiB)")  # fmt: skip
         for count in counts:
             results = {}
             for way in WAYS:
                 path = baseline if way == "baseline" else None
-                workdir = directory / f"{count}-{way.replace(' ', '-')}"
-                shutil.copytree(seeded_dir / "data", workdir / "data")
+                generated = directory / way.replace(" ", "-")
+                shutil.copytree(seeded_dir / "data", generated / "data")
                 subprocess.run(
                     [sys.executable, "-m", "benchmarks.remote_restart", "--generate",
-                     str(seeded), str(workdir / "data" / SNAPSHOT_FILE), str(count),
+                     str(seeded), str(generated / "data" / SNAPSHOT_FILE), str(count),
                      str(partitions)],
-                    cwd=workdir, env=environment(path), check=True,
+                    cwd=generated, env=environment(path), check=True,
                 )  # fmt: skip
-                results[way] = r = measure(workdir, path)
+                results[way] = []
+            for i in range(rounds):
+                for way in WAYS if i % 2 == 0 else reversed(WAYS):  # ABBA
+                    generated = directory / way.replace(" ", "-")
+                    workdir = directory / "run"
+                    shutil.copytree(generated / "data", workdir / "data")  # as generated
+                    results[way].append(measure(workdir, baseline if way == "baseline" else None))
+                    shutil.rmtree(workdir)
+            medians = {way: median_of(rs) for way, rs in results.items()}
+            for way, r in medians.items():
+                shutil.rmtree(directory / way.replace(" ", "-"))
                 print(
                     f"{count:,} | {way} | {r['serving_s']:.2f} | {r['read_s']:.2f} | "
-                    f"{r['loaded_s']:.2f} | {r['serving_rss_mib']:.0f} | {r['loaded_rss_mib']:.0f}",
-                    flush=True,
+                    f"{r['loaded_s']:.2f} | {r['serving_rss_mib']:.0f} | {r['loaded_rss_mib']:.0f}"
                 )
-                shutil.rmtree(workdir)
-            old, new = results["baseline"], results["this tree"]
+            old, new = medians["baseline"], medians["this tree"]
             print(
                 f"{count:,}: serves {old['serving_s'] / new['serving_s']:.1f}x sooner, "
                 f"first remote read {old['read_s'] / new['read_s']:.1f}x sooner, "
@@ -307,6 +316,10 @@ def run(counts: list[int], partitions: int, rev: str) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def median_of(results: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in results) for key in results[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -314,13 +327,14 @@ def main() -> None:
     )
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--baseline", help="the commit to compare with")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--generate", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.generate:
         seeded, path, count, partitions = args.generate
         generate(json.loads(Path(seeded).read_text()), Path(path), int(count), int(partitions))
         return
-    run(args.segments, args.partitions, args.baseline or baseline_rev())
+    run(args.segments, args.partitions, args.baseline or baseline_rev(), args.rounds)
 
 
 if __name__ == "__main__":

@@ -13,17 +13,20 @@ read in each metadata partition) is written atomically at most every
 `snapshot.interval.ms` and at close, so a restart replays only the events after it,
 never the whole topic from offset 0. The state is copied on the event loop, a few
 partitions per turn (references to immutable segment metadata; a partition about to
-change is copied first, so the copy is the state of one instant); encoding, writing
+change is copied first, so the copy is the state of one instant; a partition never
+loaded is its section of the file read at start, copied as it is); encoding, writing
 and fsyncing run in the default executor, one snapshot at a time, in small pieces so
 the thread never holds the GIL long. `close()` waits for a write in flight, then
 writes the last one.
 
 `start()` runs after the broker has registered and while it replicates (the
-metadata topic is one of its partitions), so it must not stall the loop either: the
-snapshot is read and decoded in the executor a chunk at a time and each chunk is
-applied on the loop, and the events after it are replayed a batch at a time, the
-loop getting its turn between batches. A damaged snapshot is ignored with a
-warning, and the whole topic is replayed.
+metadata topic is one of its partitions), and the broker serves only once it
+returns: it checks the snapshot in the executor and reads only where each
+partition's segments lie (`UnloadedPartitions`), then replays the events after it a
+batch at a time, the loop getting its turn between batches; an event of a partition
+not loaded waits for it. A partition is loaded by the first question about it, or,
+led or followed here, by the loader task, a chunk per turn; it is not ready until
+then. A damaged snapshot is ignored with a warning, and the whole topic is replayed.
 
 The events of partitions this broker leads or follows are read from the metadata
 partitions' leaders by a `ConsumerTask` (this broker may host no replica of them), and
