@@ -282,7 +282,7 @@ def run(counts: list[int], partitions: int, rev: str, rounds: int) -> None:
             results = {}
             for way in WAYS:
                 path = baseline if way == "baseline" else None
-                generated = directory / way.replace(" ", "-")
+                generated = directory / f"generated-{way.replace(' ', '-')}"
                 shutil.copytree(seeded_dir / "data", generated / "data")
                 subprocess.run(
                     [sys.executable, "-m", "benchmarks.remote_restart", "--generate",
@@ -293,14 +293,14 @@ def run(counts: list[int], partitions: int, rev: str, rounds: int) -> None:
                 results[way] = []
             for i in range(rounds):
                 for way in WAYS if i % 2 == 0 else reversed(WAYS):  # ABBA
-                    generated = directory / way.replace(" ", "-")
+                    generated = directory / f"generated-{way.replace(' ', '-')}"
                     workdir = directory / "run"
                     shutil.copytree(generated / "data", workdir / "data")  # as generated
                     results[way].append(measure(workdir, baseline if way == "baseline" else None))
                     shutil.rmtree(workdir)
             medians = {way: median_of(rs) for way, rs in results.items()}
             for way, r in medians.items():
-                shutil.rmtree(directory / way.replace(" ", "-"))
+                shutil.rmtree(directory / f"generated-{way.replace(' ', '-')}")
                 print(
                     f"{count:,} | {way} | {r['serving_s']:.2f} | {r['read_s']:.2f} | "
                     f"{r['loaded_s']:.2f} | {r['serving_rss_mib']:.0f} | {r['loaded_rss_mib']:.0f}"

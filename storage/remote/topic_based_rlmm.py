@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from tierbroker.protocol.errors import KafkaError
+from tierbroker.storage.long_lived import freeze_long_lived
 from tierbroker.storage.remote.lineage import Lineage
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
 from tierbroker.storage.remote.metadata_consumer import ConsumerTask, Records
@@ -130,6 +131,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._load_assigned(), name="rlmm-loader"
         )
         self._dirty = self.replayed_events > 0
+        freeze_long_lived()  # the sections' headers and the events waiting live on
         log.info(
             "remote log metadata: %d partitions known, %d events replayed after the snapshot; "
             "%d remote segments of %d partitions loaded when first needed",
