@@ -4,6 +4,8 @@ until needed, and a partition loaded late answers as one restored eagerly would.
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +23,11 @@ from tests.unit.test_remote_metadata import (
     rlmm_view,
     segment,
 )
+from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
+from tierbroker.storage.topic_partition import TopicPartition
+
+QUIET = TopicIdPartition(uuid.uuid4(), TopicPartition("quiet", 0))
 
 
 async def turns_until(condition: Callable[[], bool], what: str) -> None:
@@ -45,6 +51,7 @@ async def history_after_a_snapshot(
     kept = await build_history(r)
     for i in range(20, 40):  # enough segments for several chunks
         await r.copy(segment(i * 100, i * 100 + 99, epoch=4, state=STARTED))
+    await r.copy(segment(0, 99, state=STARTED, tip=QUIET))  # no event after the snapshot
     await rlmm.snapshot()
     await more_history(r, kept)
     return topic, rlmm
@@ -98,3 +105,22 @@ async def test_a_snapshot_copies_the_sections_of_partitions_never_loaded(tmp_pat
     assert rlmm_view(again) == rlmm_view(restarted) == rlmm_view(rlmm)
     await restarted.close()
     await again.close()
+
+
+def held(path: Path) -> int:
+    """Descriptors of this process open on `path`, or on what it was before a rename."""
+    links = (os.readlink(fd) for fd in Path("/proc/self/fd").iterdir() if fd.is_symlink())
+    return sum(1 for link in links if link.removesuffix(" (deleted)") == str(path))
+
+
+async def test_the_snapshot_read_at_start_is_closed_once_every_partition_is_loaded(
+    tmp_path: Path,
+) -> None:
+    topic, rlmm = await history_after_a_snapshot(tmp_path)
+    restarted = await restart(topic, tmp_path)
+    assert held(restarted.snapshot_path) == 1
+    await restarted.snapshot()  # replaces it: QUIET, not loaded, is still read from it
+    assert held(restarted.snapshot_path) == 1
+    assert rlmm_view(restarted) == rlmm_view(rlmm)  # loads the rest
+    assert held(restarted.snapshot_path) == 0
+    await restarted.close()
