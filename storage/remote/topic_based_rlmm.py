@@ -234,8 +234,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         """A partition was loaded: apply the events that waited for it, in order."""
         if waiting is None:
             return
-        for partition, offset, event in waiting:
-            self._apply_logged(partition, offset, event)
+        for partition, offset, value in waiting:
+            self._replay(partition, offset, value)
         if not self._write_lock.locked():  # else the snapshot in flight may copy from it
             self._unloaded.close_if_done()
 
@@ -265,16 +265,21 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _replay(self, partition: int, offset: int, value: bytes) -> None:
         try:
             event = json.loads(value)
-        except ValueError as e:
-            log.warning("skipping remote log metadata at %d:%d: %s", partition, offset, e)
-            return
-        self._apply_logged(partition, offset, event)
-
-    def _apply_logged(self, partition: int, offset: int, event: dict[str, Any]) -> None:
-        try:
-            self._apply(partition, offset, event)
+            if not self._waits(partition, offset, event, value):
+                self._apply(event)
         except (ValueError, KeyError) as e:
             log.warning("skipping remote log metadata at %d:%d: %s", partition, offset, e)
+
+    def _waits(self, partition: int, offset: int, event: dict[str, Any], value: bytes) -> bool:
+        """Keep the event for later if its partition is not loaded: as bytes, which the
+        cyclic collector never walks, parsed again when it is applied."""
+        if not self._unloaded:
+            return False
+        tip = _event_tip(event)
+        if tip not in self._unloaded:
+            return False
+        self._unloaded.wait(tip, (partition, offset, value))
+        return True
 
     def _check(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Kafka's rules: add in COPY_SEGMENT_STARTED, update only a known segment."""
@@ -286,12 +291,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             raise ValueError(f"segment {metadata.segment_id.id} is unknown")
         self.cache.check(metadata)
 
-    def _apply(self, partition: int, offset: int, event: dict[str, Any]) -> None:
-        if self._unloaded:
-            tip = _event_tip(event)
-            if tip in self._unloaded:
-                self._unloaded.wait(tip, (partition, offset, event))
-                return
+    def _apply(self, event: dict[str, Any]) -> None:
         if event["type"] == "segment":
             metadata = RemoteLogSegmentMetadata.from_json(event["metadata"])
             self._check(metadata)
@@ -313,7 +313,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         once from its leader): events other brokers wrote before it are applied first. If
         neither reached it yet, it is applied now and skipped when it is read."""
         partition = self._partition_of(tip)
-        offset = await self.topic.append(partition, str(tip).encode(), json.dumps(event).encode())
+        value = json.dumps(event).encode()
+        offset = await self.topic.append(partition, str(tip).encode(), value)
         self.catch_up(partition)
         if self.next_offsets.get(partition, 0) <= offset:
             try:
@@ -321,7 +322,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             except (KafkaError, TimeoutError) as e:
                 log.debug("%s: own event at %d:%d not read back yet: %s", tip, partition, offset, e)
         if self.next_offsets.get(partition, 0) <= offset:
-            self._apply(partition, offset, event)
+            if not self._waits(partition, offset, event, value):
+                self._apply(event)
             self._applied_ahead.setdefault(partition, set()).add(offset)
         self._dirty = True
 

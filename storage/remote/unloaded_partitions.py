@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
 from tierbroker.storage.remote.metadata_snapshot import (
@@ -31,8 +30,8 @@ from tierbroker.storage.remote.metadata_snapshot import (
 )
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 
-# An event waiting for its partition: (metadata partition, offset, the event's JSON).
-PendingEvent = tuple[int, int, dict[str, Any]]
+# An event waiting for its partition: (metadata partition, offset, the record's value).
+PendingEvent = tuple[int, int, bytes]
 
 
 @dataclass(slots=True)
