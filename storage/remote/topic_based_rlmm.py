@@ -205,9 +205,14 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     async def _load_snapshot(self) -> None:
         """Open the snapshot, if there is a good one: its partitions' segments stay in it
         until needed (`UnloadedPartitions`)."""
-        loop = asyncio.get_running_loop()
+        opening = asyncio.get_running_loop().run_in_executor(
+            None, SnapshotFile.open, self.snapshot_path
+        )
         try:
-            file = await loop.run_in_executor(None, SnapshotFile.open, self.snapshot_path)
+            file = await asyncio.shield(opening)
+        except asyncio.CancelledError:  # a cancelled start leaves no descriptor open
+            opening.add_done_callback(_close_opened)
+            raise
         except FileNotFoundError:
             return
         except (OSError, ValueError) as e:
@@ -253,8 +258,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 try:
                     await self._load_in_turns(tip)
                     loaded += 1
-                except (OSError, ValueError) as e:
+                except (OSError, ValueError) as e:  # not ready; a question tries again
                     log.error("%s: unreadable in %s: %s", tip, self.snapshot_path, e)
+                except Exception:
+                    log.exception("%s: loading its remote log metadata failed", tip)
             if loaded:
                 log.info(
                     "remote log metadata: %d partitions led or followed here loaded in %.1f s",
@@ -490,6 +497,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and (error := task.exception()) is not None:
         log.warning("remote log metadata snapshot failed; it is retried: %s", error)
+
+
+def _close_opened(opening: asyncio.Future[SnapshotFile]) -> None:
+    if opening.exception() is None:
+        opening.result().close()
 
 
 def _event_tip(event: dict[str, Any]) -> TopicIdPartition:
