@@ -289,31 +289,35 @@ class SectionReader:
             raise ValueError(f"{self._tip}: its snapshot section has bytes after its segments")
         return segments
 
-    def _take(self, n: int) -> memoryview:
-        """The next `n` bytes of the section."""
-        if self._pos + n > len(self._buf):
+    def _take(self, n: int) -> int:
+        """Buffer the next `n` bytes of the section; where they start in `_buf`."""
+        at = self._pos
+        if at + n > len(self._buf):
             want = min(max(n, _READ_BYTES), self._end - self._at)
             data = self._file.read(self._at, want)
             self._at += len(data)
-            self._buf = self._buf[self._pos :] + data
-            self._pos = 0
+            self._buf = self._buf[at:] + data
+            at = 0
             if n > len(self._buf):
                 raise ValueError(f"{self._tip}: its snapshot section ends early")
-        view = memoryview(self._buf)[self._pos : self._pos + n]
-        self._pos += n
-        return view
+        self._pos = at + n
+        return at
 
     def _read_segment(self) -> tuple[RemoteLogSegmentMetadata, bool]:
+        at = self._take(_SEGMENT.size)
         (id_, start, end, max_ts, broker, event_ts, size, state, flags, epoch_count) = (
-            _SEGMENT.unpack(self._take(_SEGMENT.size))
+            _SEGMENT.unpack_from(self._buf, at)
         )
-        epochs = tuple(
-            # The first epoch usually starts where the segment does: share that int.
-            (e, start if o == start else o)
-            for e, o in _EPOCH.iter_unpack(self._take(_EPOCH.size * epoch_count))
-        )
+        at = self._take(_EPOCH.size * epoch_count)
+        # The first epoch usually starts where the segment does: share that int.
+        if epoch_count == 1:  # the common case, without a generator
+            epoch, offset = _EPOCH.unpack_from(self._buf, at)
+            epochs: tuple[tuple[int, int], ...] = ((epoch, start if offset == start else offset),)
+        else:
+            view = memoryview(self._buf)[at : at + _EPOCH.size * epoch_count]
+            epochs = tuple((e, start if o == start else o) for e, o in _EPOCH.iter_unpack(view))
         metadata = RemoteLogSegmentMetadata(
-            segment_id=RemoteLogSegmentId(self._tip, uuid.UUID(bytes=bytes(id_))),
+            segment_id=RemoteLogSegmentId(self._tip, uuid.UUID(bytes=id_)),
             start_offset=start,
             end_offset=end,
             max_timestamp_ms=max_ts,
