@@ -387,7 +387,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return self.cache.remote_log_size(tip, leader_epoch, lineage)
 
     def partitions(self) -> list[TopicIdPartition]:
-        return [*self.cache.partitions(), *self._unloaded]
+        return [*self._loaded_partitions(), *self._unloaded]
+
+    def _loaded_partitions(self) -> list[TopicIdPartition]:
+        # A partition the loader is part way through is in the cache and still unloaded.
+        return [tip for tip in self.cache.partitions() if tip not in self._unloaded]
 
     def remote_partition_delete_state(
         self, tip: TopicIdPartition
@@ -443,7 +447,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 await self._load_in_turns(tip)
         next_offsets = dict(self.next_offsets)
         sections = self._unloaded.copies()
-        partitions = self.cache.partitions()
+        partitions = self._loaded_partitions()
         pending = set(partitions)
         copies: dict[TopicIdPartition, PartitionSnapshot] = {}
 

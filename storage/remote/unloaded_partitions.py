@@ -2,8 +2,8 @@
 not in memory yet, each loaded when it is first needed.
 
 A restart reads only the snapshot's header and its partitions' section headers (and the
-whole file once, for its checksum), so the broker serves whatever the remote history:
-the segments of a million take no time until asked for. A partition is loaded into the
+whole file once, for its checksum), so how soon the broker serves does not depend on the
+remote history: a million segments take no time until asked for. A partition is loaded into the
 `RemoteLogMetadataCache` when a question about it comes (all at once, `load`), or a chunk
 per call (`load`, `max_segments`) by the RLMM's loader for the partitions this broker
 leads or follows; both continue one `SectionReader`, so a question during a chunked load
@@ -12,8 +12,9 @@ from the metadata topic after the snapshot, wait in order and are handed back wh
 last segment is restored, to be applied then: the state an eager restore would reach.
 
 The snapshot file stays open while a partition is unloaded: its sections are read from
-it and copied from it, as they are, into later snapshots (`copies`). Not shared between
-tasks: callers are on the event loop.
+it and copied from it, as they are, into later snapshots (`copies`). Nothing here is
+written: after a crash the next start reads the newest snapshot again. Not shared
+between tasks: callers are on the event loop.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class UnloadedPartitions:
             cache.restore_partition(tip, p.section.delete_state)
         for metadata, superseded in p.reader.read(max_segments):
             cache.restore(metadata, superseded)
+        # Listed here until its last segment is restored: no question sees part of it.
         if not p.reader.done:
             return None
         del self._partitions[tip]

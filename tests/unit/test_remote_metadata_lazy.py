@@ -23,6 +23,7 @@ from tests.unit.test_remote_metadata import (
     rlmm_view,
     segment,
 )
+from tierbroker.storage.remote.metadata_snapshot import SnapshotFile
 from tierbroker.storage.remote.segment_metadata import TopicIdPartition
 from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 from tierbroker.storage.topic_partition import TopicPartition
@@ -51,7 +52,8 @@ async def history_after_a_snapshot(
     kept = await build_history(r)
     for i in range(20, 40):  # enough segments for several chunks
         await r.copy(segment(i * 100, i * 100 + 99, epoch=4, state=STARTED))
-    await r.copy(segment(0, 99, state=STARTED, tip=QUIET))  # no event after the snapshot
+    for i in range(10):  # no event after the snapshot
+        await r.copy(segment(i * 100, i * 100 + 99, state=STARTED, tip=QUIET))
     await rlmm.snapshot()
     await more_history(r, kept)
     return topic, rlmm
@@ -124,3 +126,26 @@ async def test_the_snapshot_read_at_start_is_closed_once_every_partition_is_load
     assert rlmm_view(restarted) == rlmm_view(rlmm)  # loads the rest
     assert held(restarted.snapshot_path) == 0
     await restarted.close()
+
+
+async def test_a_snapshot_taken_during_a_load_holds_the_partition_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_PER_CHUNK", 3)
+    topic, rlmm = await history_after_a_snapshot(tmp_path)
+    restarted = await restart(topic, tmp_path)
+    restarted.on_partition_leadership_changes([QUIET], [])
+    await turns_until(lambda: restarted.cache.segment_count(QUIET) > 0, "the first chunk")
+    assert not restarted.is_ready(QUIET)
+    assert sorted(restarted.partitions()) == sorted(rlmm.partitions())  # each once
+    await restarted.snapshot()
+    written = SnapshotFile.open(restarted.snapshot_path)
+    try:
+        tips = [section.tip for section in written.sections]
+    finally:
+        written.close()
+    assert sorted(tips) == sorted(rlmm.partitions())
+    again = await restart(topic, tmp_path)
+    assert rlmm_view(again) == rlmm_view(rlmm)
+    await restarted.close()
+    await again.close()
