@@ -60,7 +60,7 @@ from tierbroker.storage.topic_partition import TopicPartition
 MIB = 1 << 20
 TOPIC = "history"
 SEGMENTS_PER_EPOCH = 100
-LOADED = re.compile(r"partitions led or followed here loaded in")
+LOADED = re.compile(r"partitions led or followed here loaded in")  # the loader's last
 START_TIMEOUT_S = 300.0
 WAYS = ("baseline", "this tree")
 

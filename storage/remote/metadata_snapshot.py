@@ -277,6 +277,11 @@ class SectionReader:
         self._pos = 0
 
     @property
+    def left(self) -> int:
+        """Segments not decoded yet."""
+        return self._left
+
+    @property
     def done(self) -> bool:
         return not self._left
 

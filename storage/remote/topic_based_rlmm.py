@@ -24,9 +24,10 @@ metadata topic is one of its partitions), and the broker serves only once it
 returns: it checks the snapshot in the executor and reads only where each
 partition's segments lie (`UnloadedPartitions`), then replays the events after it a
 batch at a time, the loop getting its turn between batches; an event of a partition
-not loaded waits for it. A partition is loaded by the first question about it, or,
-led or followed here, by the loader task, a chunk per turn; it is not ready until
-then. A damaged snapshot is ignored with a warning, and the whole topic is replayed.
+not loaded waits for it. A partition is loaded by the first question about it (its
+readiness too, up to a few thousand segments), or, led or followed here, by the loader
+task, a chunk per turn; it is not ready until then. A damaged snapshot is ignored
+with a warning, and the whole topic is replayed.
 
 The events of partitions this broker leads or follows are read from the metadata
 partitions' leaders by a `ConsumerTask` (this broker may host no replica of them), and
@@ -78,6 +79,7 @@ log = logging.getLogger(__name__)
 SNAPSHOT_FILE = "remote-log-metadata.snapshot"
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 _SEGMENTS_PER_CHUNK = 1000  # loaded on the loop per turn (a few ms)
+_SEGMENTS_LOADED_WHEN_ASKED = 5000  # at most, by `is_ready` (tens of ms)
 _EVENTS_PER_BATCH = 100  # replayed on the loop per turn at start (a few ms)
 _SEGMENTS_PER_CAPTURE = 10_000  # segments copied per turn for a snapshot (a few ms)
 
@@ -188,6 +190,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.consumer.unassign(list(partitions))
 
     def is_ready(self, tip: TopicIdPartition) -> bool:
+        # A partition this small is loaded now: less than a failed attempt and its retry.
+        if tip in self._unloaded and self._unloaded.left(tip) <= _SEGMENTS_LOADED_WHEN_ASKED:
+            self._loaded(tip)
         return tip not in self._unloaded and self.consumer.is_ready(tip)
 
     def _catch_up_soon(self, partition: int) -> None:
@@ -250,9 +255,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         while True:
             await self._load_wanted.wait()
             self._load_wanted.clear()
-            started, loaded = time.monotonic(), 0
+            started, assigned, loaded = time.monotonic(), 0, 0
             while self._to_load:
                 tip = self._to_load.popleft()
+                assigned += 1
                 if tip not in self._unloaded:
                     continue  # a question loaded it first
                 try:
@@ -262,12 +268,13 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     log.error("%s: unreadable in %s: %s", tip, self.snapshot_path, e)
                 except Exception:
                     log.exception("%s: loading its remote log metadata failed", tip)
-            if loaded:
-                log.info(
-                    "remote log metadata: %d partitions led or followed here loaded in %.1f s",
-                    loaded,
-                    time.monotonic() - started,
-                )
+            log.info(
+                "remote log metadata of %d partitions led or followed here loaded in %.1f s "
+                "(%d by the loader, the others as they were asked about)",
+                assigned,
+                time.monotonic() - started,
+                loaded,
+            )
 
     def _replay(self, partition: int, offset: int, value: bytes) -> None:
         try:

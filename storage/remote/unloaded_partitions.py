@@ -59,6 +59,11 @@ class UnloadedPartitions:
     def segment_count(self) -> int:
         return sum(p.section.segment_count for p in self._partitions.values())
 
+    def left(self, tip: TopicIdPartition) -> int:
+        """The partition's segments not restored yet."""
+        p = self._partitions[tip]
+        return p.section.segment_count if p.reader is None else p.reader.left
+
     def wait(self, tip: TopicIdPartition, event: PendingEvent) -> None:
         """Keep an event of an unloaded partition until it is loaded."""
         self._partitions[tip].pending.append(event)

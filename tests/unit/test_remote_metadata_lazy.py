@@ -81,6 +81,7 @@ async def test_the_loader_and_a_question_share_one_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_PER_CHUNK", 3)
+    monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_LOADED_WHEN_ASKED", 0)  # the loader alone
     topic, rlmm = await history_after_a_snapshot(tmp_path)
     restarted = await restart(topic, tmp_path)
     restarted.on_partition_leadership_changes([TIP], [TIP_B])
@@ -132,6 +133,7 @@ async def test_a_snapshot_taken_during_a_load_holds_the_partition_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_PER_CHUNK", 3)
+    monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_LOADED_WHEN_ASKED", 0)  # the loader alone
     topic, rlmm = await history_after_a_snapshot(tmp_path)
     restarted = await restart(topic, tmp_path)
     restarted.on_partition_leadership_changes([QUIET], [])
@@ -149,3 +151,24 @@ async def test_a_snapshot_taken_during_a_load_holds_the_partition_once(
     assert rlmm_view(again) == rlmm_view(rlmm)
     await restarted.close()
     await again.close()
+
+
+async def test_a_small_partition_is_loaded_when_asked_if_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its tiering asks before it copies: a small load costs less than the failed attempt
+    and the retry that waiting for the loader would."""
+    monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_LOADED_WHEN_ASKED", 10)
+    topic, rlmm = await history_after_a_snapshot(tmp_path)
+    restarted = await restart(topic, tmp_path)
+    restarted.consumer.assign([QUIET, TIP])  # their metadata read, without the loader
+    await turns_until(
+        lambda: restarted.consumer.is_ready(QUIET) and restarted.consumer.is_ready(TIP),
+        "the metadata partitions read",
+    )
+    assert restarted.cache.partitions() == []
+    assert restarted.is_ready(QUIET)  # 10 segments: loaded at once
+    assert not restarted.is_ready(TIP)  # more: left to the loader
+    assert restarted.cache.partitions() == [QUIET]
+    assert rlmm_view(restarted) == rlmm_view(rlmm)
+    await restarted.close()

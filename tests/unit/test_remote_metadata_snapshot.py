@@ -147,6 +147,7 @@ async def test_start_restores_nothing_and_the_loader_loads_assigned_partitions_i
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_PER_CHUNK", 2)
+    monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_LOADED_WHEN_ASKED", 0)  # the loader alone
     monkeypatch.setattr(topic_based_rlmm, "_EVENTS_PER_BATCH", 3)
     topic = MemoryTopic()
     rlmm = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
