@@ -12,7 +12,8 @@ probe on the event loop sleeps 1 ms at a time and records how late each wake-up 
 - restart: a new manager's `start()` (the snapshot's section headers read, then
   `--events` events after it replayed from the metadata topic, each waiting for its
   partition), then every partition assigned, as a broker leading them all does, and
-  loaded by the manager's loader a chunk per turn; each in a fresh interpreter so its
+  loaded by the manager's loader a chunk per turn or by its readiness check, each
+  asked in a turn of its own as each partition's tiering asks; each in a fresh interpreter so its
   resident memory is its own, against the baseline, the JSON snapshot parsed whole and
   restored in one call on the loop, as `start()` did before. "start" is the time until
   `start()` returned: a broker serves from then on.
@@ -243,10 +244,12 @@ async def restart_child(
             start_s = time.perf_counter() - started
             everything = rlmm.partitions()
             rlmm.on_partition_leadership_changes(everything, [])
-            while True:  # polled: nothing signals the last partition's readiness
-                if all(rlmm.is_ready(tip) for tip in everything):
-                    break
-                await asyncio.sleep(0.01)
+            for tip in everything:  # as each partition's tiering asks, in a turn of its own
+                while True:
+                    if rlmm.is_ready(tip):
+                        break
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0)
         else:
             json_restart_on_the_loop(rlmm, directory / JSON_SNAPSHOT)
             start_s = time.perf_counter() - started
