@@ -1,13 +1,15 @@
-"""The remote-log metadata snapshot file: written and read a piece at a time.
+"""The remote-log metadata snapshot file: written a piece at a time, read a partition at a time.
 
-Binary, little-endian, so a million segments take under 100 bytes each and are
-read back without holding the whole file, or a parsed copy of it, in memory::
+Binary, little-endian, so a million segments take under 100 bytes each; each partition's
+segments lie in one section whose length its header gives, so a reader finds every
+partition without decoding a segment and decodes one partition when it is needed::
 
-    "RLMS" version:u16                             magic and format version (4)
+    "RLMS" version:u16                             magic and format version (5)
     count:u32 (metadata partition:i32 next offset:i64)*count
-    count:u32 partition*count
-      partition: topic id:16s partition:i32 delete state:u8 (255: none)
-                 name length:u16 topic name (UTF-8) segment count:u32 segment*count
+    count:u32 section*count
+      section:   topic id:16s partition:i32 delete state:u8 (255: none)
+                 name length:u16 topic name (UTF-8)
+                 segment count:u32 segment bytes:u64 segment*count
       segment:   id:16s start:i64 end:i64 max timestamp ms:i64 broker:i32
                  event timestamp ms:i64 size bytes:i64 state:u8 flags:u8
                  epoch count:u16 (leader epoch:i32 start offset:i64)*epoch count
@@ -17,10 +19,11 @@ A segment's flags: 1 superseded, 2 no transaction index (`txn_index_empty`).
 
 A partition's readable segments come first, by start offset, then the others in
 any order, so a restore appends each readable segment at the end of its index.
-The file is replaced atomically (temp file, fsync, rename, directory fsync); a
-reader that finds a bad magic, version, length or checksum raises ValueError, and
-the caller replays the metadata topic instead. Neither class is shared between
-threads: one writer, or one reader, at a time.
+The file is replaced atomically (temp file, fsync, rename, directory fsync).
+`SnapshotFile.open` checks magic, version, every length and the checksum of the whole
+file, and raises ValueError if one is wrong: the caller then replays the metadata
+topic instead. A `SnapshotFile` is read with pread, so any thread may read it; a
+`SectionReader` belongs to one task.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ import struct
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from tierbroker.storage.file_io import replace_durably
 from tierbroker.storage.remote.segment_metadata import (
@@ -45,13 +48,14 @@ from tierbroker.storage.remote.segment_metadata import (
 from tierbroker.storage.topic_partition import TopicPartition
 
 MAGIC = b"RLMS"
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
 _SUPERSEDED = 1
 _TXN_INDEX_EMPTY = 2
 _HEAD = struct.Struct("<4sH")
 _COUNT = struct.Struct("<I")
 _OFFSET = struct.Struct("<iq")
 _PARTITION = struct.Struct("<16siBH")
+_SEGMENTS = struct.Struct("<IQ")
 _SEGMENT = struct.Struct("<16sqqqiqqBBH")
 _EPOCH = struct.Struct("<iq")
 _NO_DELETE_STATE = 255
@@ -71,22 +75,31 @@ class PartitionSnapshot:
     superseded: set[uuid.UUID]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Section:
+    """Where one partition's segments lie in a snapshot file."""
+
+    tip: TopicIdPartition
+    delete_state: RemotePartitionDeleteState | None
+    segment_count: int
+    offset: int
+    length_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SectionCopy:
+    """A partition never loaded since start: its section, copied as it is from `source`."""
+
+    section: Section
+    source: SnapshotFile
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotState:
     """What a snapshot holds, copied on the event loop at one instant."""
 
     next_offsets: dict[int, int]
-    partitions: list[PartitionSnapshot]
-
-
-@dataclass(frozen=True, slots=True)
-class RestoredChunk:
-    """Consecutive segments of one partition read from a snapshot, each with its
-    superseded flag; a partition's first chunk may hold none (no segments left)."""
-
-    tip: TopicIdPartition
-    delete_state: RemotePartitionDeleteState | None
-    segments: list[tuple[RemoteLogSegmentMetadata, bool]]
+    partitions: list[PartitionSnapshot | SectionCopy]
 
 
 def write_snapshot(path: Path, state: SnapshotState) -> None:
@@ -94,7 +107,14 @@ def write_snapshot(path: Path, state: SnapshotState) -> None:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            crc = _write_body(f, state)
+            crc = 0
+
+            def out(piece: bytes) -> None:
+                nonlocal crc
+                crc = zlib.crc32(piece, crc)
+                f.write(piece)
+
+            _write_body(out, state)
             f.write(_COUNT.pack(crc))
             f.flush()
             os.fsync(f.fileno())
@@ -102,39 +122,47 @@ def write_snapshot(path: Path, state: SnapshotState) -> None:
     replace_durably(path, write)
 
 
-def _write_body(f: BinaryIO, state: SnapshotState) -> int:
-    """Write everything but the checksum, a piece at a time; the checksum."""
+def _write_body(out: Callable[[bytes], None], state: SnapshotState) -> None:
+    """Write everything but the checksum, a piece at a time."""
     head = [_HEAD.pack(MAGIC, SNAPSHOT_VERSION), _COUNT.pack(len(state.next_offsets))]
     head += [_OFFSET.pack(p, o) for p, o in state.next_offsets.items()]
     head.append(_COUNT.pack(len(state.partitions)))
-    piece = b"".join(head)
-    crc = zlib.crc32(piece)
-    f.write(piece)
+    out(b"".join(head))
     for p in state.partitions:
+        if isinstance(p, SectionCopy):
+            s = p.section
+            out(_section_head(s.tip, s.delete_state, s.segment_count, s.length_bytes))
+            end = s.offset + s.length_bytes
+            for at in range(s.offset, end, _READ_BYTES):
+                out(p.source.read(at, min(_READ_BYTES, end - at)))
+            continue
         seen = {m.segment_id.id for m in p.readable}
         segments = p.readable + [m for m in p.segments if m.segment_id.id not in seen]
-        name = p.tip.topic_partition.topic.encode()
-        delete_state = _NO_DELETE_STATE if p.delete_state is None else int(p.delete_state)
-        piece = (
-            _PARTITION.pack(
-                p.tip.topic_id.bytes, p.tip.topic_partition.partition, delete_state, len(name)
-            )
-            + name
-            + _COUNT.pack(len(segments))
-        )
+        length = sum(_SEGMENT.size + _EPOCH.size * len(m.segment_leader_epochs) for m in segments)
+        out(_section_head(p.tip, p.delete_state, len(segments), length))
         for i in range(0, len(segments), _SEGMENTS_PER_PIECE):
-            piece += b"".join(
-                _encode(m, m.segment_id.id in p.superseded)
-                for m in segments[i : i + _SEGMENTS_PER_PIECE]
+            out(
+                b"".join(
+                    _encode(m, m.segment_id.id in p.superseded)
+                    for m in segments[i : i + _SEGMENTS_PER_PIECE]
+                )
             )
-            crc = zlib.crc32(piece, crc)
-            f.write(piece)
-            piece = b""
             time.sleep(0)  # the loop takes the GIL now, not after the 5 ms switch interval
-        if piece:
-            crc = zlib.crc32(piece, crc)
-            f.write(piece)
-    return crc
+
+
+def _section_head(
+    tip: TopicIdPartition,
+    delete_state: RemotePartitionDeleteState | None,
+    segment_count: int,
+    length_bytes: int,
+) -> bytes:
+    name = tip.topic_partition.topic.encode()
+    state = _NO_DELETE_STATE if delete_state is None else int(delete_state)
+    return (
+        _PARTITION.pack(tip.topic_id.bytes, tip.topic_partition.partition, state, len(name))
+        + name
+        + _SEGMENTS.pack(segment_count, length_bytes)
+    )
 
 
 def _encode(m: RemoteLogSegmentMetadata, superseded: bool) -> bytes:
@@ -153,103 +181,148 @@ def _encode(m: RemoteLogSegmentMetadata, superseded: bool) -> bytes:
     ) + b"".join(_EPOCH.pack(e, o) for e, o in epochs)
 
 
-class SnapshotReader:
-    """Reads a snapshot file front to back: `next_offsets()` first, then `read_chunk()`
-    until it returns None. Raises ValueError (or OSError) if the file is damaged."""
+class SnapshotFile:
+    """A snapshot opened for reading: its next offsets and its partitions' sections,
+    checked whole by `open`. It holds its descriptor until `close`, so its sections stay
+    readable after a newer snapshot replaces the file."""
 
-    def __init__(self, f: BinaryIO) -> None:
-        self._f = f
-        self._left = os.fstat(f.fileno()).st_size - _COUNT.size  # body bytes not read yet
-        if self._left < _HEAD.size:
-            raise ValueError("too short for a snapshot")
-        self._buf = b""
-        self._pos = 0
-        self._crc = 0
-        self._partitions_left = 0
-        self._segments_left = 0
-        self._tip: TopicIdPartition | None = None
-        self._delete_state: RemotePartitionDeleteState | None = None
+    def __init__(self, fd: int, next_offsets: dict[int, int], sections: list[Section]) -> None:
+        self.fd = fd
+        self.next_offsets = next_offsets
+        self.sections = sections
 
     @classmethod
-    def open(cls, path: Path) -> SnapshotReader:
-        f = open(path, "rb")  # closed by close()
+    def open(cls, path: Path) -> SnapshotFile:
+        """Open and check the snapshot at `path`: the whole file is read once for its
+        checksum, then only the section headers; run it off the event loop."""
+        fd = os.open(path, os.O_RDONLY)
         try:
-            return cls(f)
+            return cls(fd, *_read_headers(fd))
         except BaseException:
-            f.close()
+            os.close(fd)
             raise
 
+    def read(self, offset: int, length: int) -> bytes:
+        data = os.pread(self.fd, length, offset)
+        if len(data) != length:
+            raise ValueError(f"the snapshot ends early, at {offset + len(data)}")
+        return data
+
     def close(self) -> None:
-        self._f.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
-    def _take(self, n: int) -> memoryview:
-        """The next `n` bytes of the body."""
-        if self._pos + n > len(self._buf):
-            want = min(max(n, _READ_BYTES), self._left)
-            data = self._f.read(want) if want > 0 else b""
-            self._left -= len(data)
-            self._crc = zlib.crc32(data, self._crc)
-            self._buf = self._buf[self._pos :] + data
-            self._pos = 0
+
+def _read_headers(fd: int) -> tuple[dict[int, int], list[Section]]:
+    body = os.fstat(fd).st_size - _COUNT.size
+    if body < _HEAD.size:
+        raise ValueError("too short for a snapshot")
+    crc = 0
+    for at in range(0, body, 8 * _READ_BYTES):
+        crc = zlib.crc32(os.pread(fd, min(8 * _READ_BYTES, body - at), at), crc)
+    (stored,) = _COUNT.unpack(os.pread(fd, _COUNT.size, body))
+    if stored != crc:
+        raise ValueError(f"the snapshot's checksum {stored:#x} != {crc:#x}")
+    at = 0
+
+    def take(length: int) -> bytes:
+        nonlocal at
+        if at + length > body:
+            raise ValueError(f"the snapshot ends early, at {at}")
+        at += length
+        return os.pread(fd, length, at - length)
+
+    magic, version = _HEAD.unpack(take(_HEAD.size))
+    if magic != MAGIC or version != SNAPSHOT_VERSION:
+        raise ValueError(f"not a version {SNAPSHOT_VERSION} snapshot ({magic!r}, {version})")
+    (count,) = _COUNT.unpack(take(_COUNT.size))
+    next_offsets = dict(_OFFSET.iter_unpack(take(_OFFSET.size * count)))
+    (count,) = _COUNT.unpack(take(_COUNT.size))
+    sections = []
+    for _ in range(count):
+        topic_id, partition, delete_state, name_length = _PARTITION.unpack(take(_PARTITION.size))
+        name = take(name_length).decode()
+        segment_count, length = _SEGMENTS.unpack(take(_SEGMENTS.size))
+        sections.append(
+            Section(
+                tip=TopicIdPartition(uuid.UUID(bytes=topic_id), TopicPartition(name, partition)),
+                delete_state=None
+                if delete_state == _NO_DELETE_STATE
+                else RemotePartitionDeleteState(delete_state),
+                segment_count=segment_count,
+                offset=at,
+                length_bytes=length,
+            )
+        )
+        at += length
+        if at > body:
+            raise ValueError(f"a section runs past the snapshot's end, at {at}")
+    if at != body:
+        raise ValueError("the snapshot has bytes after its last partition")
+    return next_offsets, sections
+
+
+class SectionReader:
+    """Decodes one section's segments in order, a chunk at a time (`read`), reading the
+    file a piece at a time; each segment refers to the section's one `TopicIdPartition`."""
+
+    def __init__(self, file: SnapshotFile, section: Section) -> None:
+        self._file = file
+        self._tip = section.tip
+        self._at = section.offset  # the next byte of the file to read
+        self._end = section.offset + section.length_bytes
+        self._left = section.segment_count  # segments not decoded yet
+        self._buf = b""
+        self._pos = 0
+
+    @property
+    def left(self) -> int:
+        """Segments not decoded yet."""
+        return self._left
+
+    @property
+    def done(self) -> bool:
+        return not self._left
+
+    def read(self, max_segments: int | None = None) -> list[tuple[RemoteLogSegmentMetadata, bool]]:
+        """The next `max_segments` (all, if None) segments, each with its superseded flag."""
+        count = self._left if max_segments is None else min(max_segments, self._left)
+        segments = [self._read_segment() for _ in range(count)]
+        self._left -= count
+        if not self._left and (self._pos != len(self._buf) or self._at != self._end):
+            raise ValueError(f"{self._tip}: its snapshot section has bytes after its segments")
+        return segments
+
+    def _take(self, n: int) -> int:
+        """Buffer the next `n` bytes of the section; where they start in `_buf`."""
+        at = self._pos
+        if at + n > len(self._buf):
+            want = min(max(n, _READ_BYTES), self._end - self._at)
+            data = self._file.read(self._at, want)
+            self._at += len(data)
+            self._buf = self._buf[at:] + data
+            at = 0
             if n > len(self._buf):
-                raise ValueError("the snapshot ends early")
-        view = memoryview(self._buf)[self._pos : self._pos + n]
-        self._pos += n
-        return view
+                raise ValueError(f"{self._tip}: its snapshot section ends early")
+        self._pos = at + n
+        return at
 
-    def next_offsets(self) -> dict[int, int]:
-        """The header: the next offset to read in each metadata partition."""
-        magic, version = _HEAD.unpack(self._take(_HEAD.size))
-        if magic != MAGIC or version != SNAPSHOT_VERSION:
-            raise ValueError(f"not a version {SNAPSHOT_VERSION} snapshot ({magic!r}, {version})")
-        (count,) = _COUNT.unpack(self._take(_COUNT.size))
-        offsets = dict(_OFFSET.iter_unpack(self._take(_OFFSET.size * count)))
-        (self._partitions_left,) = _COUNT.unpack(self._take(_COUNT.size))
-        return offsets
-
-    def read_chunk(self, max_segments: int) -> RestoredChunk | None:
-        """Up to `max_segments` segments of the current partition, or the next one's
-        first; None at the end, once the checksum matched."""
-        if not self._segments_left:
-            if not self._partitions_left:
-                self._check_end()
-                return None
-            self._read_partition()
-            assert self._tip is not None
-            if not self._segments_left:
-                return RestoredChunk(self._tip, self._delete_state, [])
-        tip = self._tip
-        assert tip is not None
-        count = min(max_segments, self._segments_left)
-        self._segments_left -= count
-        segments = [self._read_segment(tip) for _ in range(count)]
-        return RestoredChunk(tip, self._delete_state, segments)
-
-    def _read_partition(self) -> None:
-        topic_id, partition, delete_state, name_length = _PARTITION.unpack(
-            self._take(_PARTITION.size)
-        )
-        name = str(self._take(name_length), "utf-8")
-        self._tip = TopicIdPartition(
-            uuid.UUID(bytes=bytes(topic_id)), TopicPartition(name, partition)
-        )
-        self._delete_state = (
-            None if delete_state == _NO_DELETE_STATE else RemotePartitionDeleteState(delete_state)
-        )
-        (self._segments_left,) = _COUNT.unpack(self._take(_COUNT.size))
-        self._partitions_left -= 1
-
-    def _read_segment(self, tip: TopicIdPartition) -> tuple[RemoteLogSegmentMetadata, bool]:
+    def _read_segment(self) -> tuple[RemoteLogSegmentMetadata, bool]:
+        at = self._take(_SEGMENT.size)
         (id_, start, end, max_ts, broker, event_ts, size, state, flags, epoch_count) = (
-            _SEGMENT.unpack(self._take(_SEGMENT.size))
+            _SEGMENT.unpack_from(self._buf, at)
         )
-        epochs = tuple(
-            # The first epoch usually starts where the segment does: share that int.
-            (e, start if o == start else o)
-            for e, o in _EPOCH.iter_unpack(self._take(_EPOCH.size * epoch_count))
-        )
+        at = self._take(_EPOCH.size * epoch_count)
+        # The first epoch usually starts where the segment does: share that int.
+        if epoch_count == 1:  # the common case, without a generator
+            epoch, offset = _EPOCH.unpack_from(self._buf, at)
+            epochs: tuple[tuple[int, int], ...] = ((epoch, start if offset == start else offset),)
+        else:
+            view = memoryview(self._buf)[at : at + _EPOCH.size * epoch_count]
+            epochs = tuple((e, start if o == start else o) for e, o in _EPOCH.iter_unpack(view))
         metadata = RemoteLogSegmentMetadata(
-            segment_id=RemoteLogSegmentId(tip, uuid.UUID(bytes=bytes(id_))),
+            segment_id=RemoteLogSegmentId(self._tip, uuid.UUID(bytes=id_)),
             start_offset=start,
             end_offset=end,
             max_timestamp_ms=max_ts,
@@ -261,13 +334,3 @@ class SnapshotReader:
             txn_index_empty=bool(flags & _TXN_INDEX_EMPTY),
         )
         return metadata, bool(flags & _SUPERSEDED)
-
-    def _check_end(self) -> None:
-        if self._pos != len(self._buf) or self._left:
-            raise ValueError("the snapshot has bytes after its last partition")
-        footer = self._f.read(_COUNT.size)
-        if len(footer) != _COUNT.size:
-            raise ValueError("the snapshot ends early")
-        (stored,) = _COUNT.unpack(footer)
-        if stored != self._crc:
-            raise ValueError(f"the snapshot's checksum {stored:#x} != {self._crc:#x}")

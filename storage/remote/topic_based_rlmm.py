@@ -13,17 +13,21 @@ read in each metadata partition) is written atomically at most every
 `snapshot.interval.ms` and at close, so a restart replays only the events after it,
 never the whole topic from offset 0. The state is copied on the event loop, a few
 partitions per turn (references to immutable segment metadata; a partition about to
-change is copied first, so the copy is the state of one instant); encoding, writing
+change is copied first, so the copy is the state of one instant; a partition never
+loaded is its section of the file read at start, copied as it is); encoding, writing
 and fsyncing run in the default executor, one snapshot at a time, in small pieces so
 the thread never holds the GIL long. `close()` waits for a write in flight, then
 writes the last one.
 
 `start()` runs after the broker has registered and while it replicates (the
-metadata topic is one of its partitions), so it must not stall the loop either: the
-snapshot is read and decoded in the executor a chunk at a time and each chunk is
-applied on the loop, and the events after it are replayed a batch at a time, the
-loop getting its turn between batches. A damaged snapshot is ignored with a
-warning, and the whole topic is replayed.
+metadata topic is one of its partitions), and the broker serves only once it
+returns: it checks the snapshot in the executor and reads only where each
+partition's segments lie (`UnloadedPartitions`), then replays the events after it a
+batch at a time, the loop getting its turn between batches; an event of a partition
+not loaded waits for it. A partition is loaded by the first question about it (its
+readiness too, up to a few thousand segments), or, led or followed here, by the loader
+task, a chunk per turn; it is not ready until then. A damaged snapshot is ignored
+with a warning, and the whole topic is replayed.
 
 The events of partitions this broker leads or follows are read from the metadata
 partitions' leaders by a `ConsumerTask` (this broker may host no replica of them), and
@@ -44,18 +48,20 @@ import logging
 import time
 import uuid
 import zlib
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from tierbroker.protocol.errors import KafkaError
+from tierbroker.storage.long_lived import freeze_long_lived
 from tierbroker.storage.remote.lineage import Lineage
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
 from tierbroker.storage.remote.metadata_consumer import ConsumerTask, Records
 from tierbroker.storage.remote.metadata_manager import MetadataTopic, RemoteLogMetadataManager
 from tierbroker.storage.remote.metadata_snapshot import (
     PartitionSnapshot,
-    SnapshotReader,
+    SnapshotFile,
     SnapshotState,
     write_snapshot,
 )
@@ -65,13 +71,15 @@ from tierbroker.storage.remote.segment_metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
+from tierbroker.storage.remote.unloaded_partitions import PendingEvent, UnloadedPartitions
 from tierbroker.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "remote-log-metadata.snapshot"
 STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
-_SEGMENTS_PER_CHUNK = 2000  # restored on the loop per turn (a few ms)
+_SEGMENTS_PER_CHUNK = 1000  # loaded on the loop per turn (a few ms)
+_SEGMENTS_LOADED_WHEN_ASKED = 5000  # at most, by `is_ready` (tens of ms)
 _EVENTS_PER_BATCH = 100  # replayed on the loop per turn at start (a few ms)
 _SEGMENTS_PER_CAPTURE = 10_000  # segments copied per turn for a snapshot (a few ms)
 
@@ -93,6 +101,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.consumer = ConsumerTask(
             topic, self._partition_of, lambda p: self.next_offsets.get(p, 0), self._apply_fetched
         )
+        self._unloaded = UnloadedPartitions()  # the snapshot's partitions not loaded yet
+        self._to_load: deque[TopicIdPartition] = deque()  # assigned here, for the loader
+        self._load_wanted = asyncio.Event()
+        self._loader: asyncio.Task[None] | None = None
 
     def configure(self, configs: Mapping[str, str]) -> None:
         self.snapshot_interval_ms = int(
@@ -117,11 +129,18 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self.replayed_events += self.catch_up(partition)
         self.topic.follow(self._catch_up_soon)
         self.consumer.start()
+        self._loader = asyncio.get_running_loop().create_task(
+            self._load_assigned(), name="rlmm-loader"
+        )
         self._dirty = self.replayed_events > 0
+        freeze_long_lived()  # the sections' headers and the events waiting live on
         log.info(
-            "remote log metadata: %d partitions known, %d events replayed after the snapshot",
-            len(self.cache.partitions()),
+            "remote log metadata: %d partitions known, %d events replayed after the snapshot; "
+            "%d remote segments of %d partitions loaded when first needed",
+            len(self.partitions()),
             self.replayed_events,
+            self._unloaded.segment_count(),
+            len(list(self._unloaded)),
         )
 
     def catch_up(self, partition: int) -> int:
@@ -161,13 +180,20 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def on_partition_leadership_changes(
         self, leaders: Iterable[TopicIdPartition], followers: Iterable[TopicIdPartition]
     ) -> None:
-        self.consumer.assign([*leaders, *followers])
+        tips = [*leaders, *followers]
+        self.consumer.assign(tips)
+        self._to_load.extend(tip for tip in tips if tip in self._unloaded)
+        if self._to_load:
+            self._load_wanted.set()
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
         self.consumer.unassign(list(partitions))
 
     def is_ready(self, tip: TopicIdPartition) -> bool:
-        return self.consumer.is_ready(tip)
+        # A partition this small is loaded now: less than a failed attempt and its retry.
+        if tip in self._unloaded and self._unloaded.left(tip) <= _SEGMENTS_LOADED_WHEN_ASKED:
+            self._loaded(tip)
+        return tip not in self._unloaded and self.consumer.is_ready(tip)
 
     def _catch_up_soon(self, partition: int) -> None:
         """Other brokers' events reached this broker's replica: apply them after the
@@ -182,37 +208,96 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self.catch_up(partition)
 
     async def _load_snapshot(self) -> None:
-        """Restore the snapshot, if there is a good one, a chunk at a time."""
-        loop = asyncio.get_running_loop()
+        """Open the snapshot, if there is a good one: its partitions' segments stay in it
+        until needed (`UnloadedPartitions`)."""
+        opening = asyncio.get_running_loop().run_in_executor(
+            None, SnapshotFile.open, self.snapshot_path
+        )
         try:
-            reader = await loop.run_in_executor(None, SnapshotReader.open, self.snapshot_path)
+            file = await asyncio.shield(opening)
+        except asyncio.CancelledError:  # a cancelled start leaves no descriptor open
+            opening.add_done_callback(_close_opened)
+            raise
         except FileNotFoundError:
             return
         except (OSError, ValueError) as e:
-            log.warning("ignoring unreadable %s: %s", self.snapshot_path, e)
-            return
-        try:
-            self.next_offsets = await loop.run_in_executor(None, reader.next_offsets)
-            while chunk := await loop.run_in_executor(None, reader.read_chunk, _SEGMENTS_PER_CHUNK):
-                self.cache.restore_partition(chunk.tip, chunk.delete_state)
-                for metadata, superseded in chunk.segments:
-                    self.cache.restore(metadata, superseded)
-        except (OSError, ValueError) as e:
             log.warning("ignoring damaged %s: %s", self.snapshot_path, e)
-            self.cache = RemoteLogMetadataCache()
-            self.next_offsets = {}
-        finally:
-            # Closing a file is quick; a cancelled start must not leave it open.
-            reader.close()
+            return
+        self.next_offsets = dict(file.next_offsets)
+        self._unloaded = UnloadedPartitions(file)
+
+    def _loaded(self, tip: TopicIdPartition) -> None:
+        """Load the partition now if it is still in the snapshot file: every question about
+        a partition asks this first, so none is answered from a partial view."""
+        if tip in self._unloaded:
+            self._apply_waiting(self._unloaded.load(tip, self.cache))
+
+    async def _load_in_turns(self, tip: TopicIdPartition) -> None:
+        """Load the partition a chunk per turn of the loop (a question meanwhile loads the
+        rest); the loop's turn comes after each chunk, the last too, so many small
+        partitions do not hold it either."""
+        while tip in self._unloaded:
+            self._apply_waiting(self._unloaded.load(tip, self.cache, _SEGMENTS_PER_CHUNK))
+            await asyncio.sleep(0)
+
+    def _apply_waiting(self, waiting: list[PendingEvent] | None) -> None:
+        """A partition was loaded: apply the events that waited for it, in order."""
+        if waiting is None:
+            return
+        for partition, offset, value in waiting:
+            self._replay(partition, offset, value)
+        if not self._write_lock.locked():  # else the snapshot in flight may copy from it
+            self._unloaded.close_if_done()
+
+    async def _load_assigned(self) -> None:
+        """The loader: the partitions led or followed here, in the order assigned, so their
+        tiering work (which waits for `is_ready`) starts without a question loading them."""
+        while True:
+            await self._load_wanted.wait()
+            self._load_wanted.clear()
+            started, assigned, loaded = time.monotonic(), 0, 0
+            while self._to_load:
+                tip = self._to_load.popleft()
+                assigned += 1
+                if tip not in self._unloaded:
+                    continue  # a question loaded it first
+                try:
+                    await self._load_in_turns(tip)
+                    loaded += 1
+                except (OSError, ValueError) as e:  # not ready; a question tries again
+                    log.error("%s: unreadable in %s: %s", tip, self.snapshot_path, e)
+                except Exception:
+                    log.exception("%s: loading its remote log metadata failed", tip)
+            log.info(
+                "remote log metadata of %d partitions led or followed here loaded in %.1f s "
+                "(%d by the loader, the others as they were asked about)",
+                assigned,
+                time.monotonic() - started,
+                loaded,
+            )
 
     def _replay(self, partition: int, offset: int, value: bytes) -> None:
         try:
-            self._apply(json.loads(value))
+            event = json.loads(value)
+            if not self._waits(partition, offset, event, value):
+                self._apply(event)
         except (ValueError, KeyError) as e:
             log.warning("skipping remote log metadata at %d:%d: %s", partition, offset, e)
 
+    def _waits(self, partition: int, offset: int, event: dict[str, Any], value: bytes) -> bool:
+        """Keep the event for later if its partition is not loaded: as bytes, which the
+        cyclic collector never walks, parsed again when it is applied."""
+        if not self._unloaded:
+            return False
+        tip = _event_tip(event)
+        if tip not in self._unloaded:
+            return False
+        self._unloaded.wait(tip, (partition, offset, value))
+        return True
+
     def _check(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Kafka's rules: add in COPY_SEGMENT_STARTED, update only a known segment."""
+        self._loaded(metadata.topic_id_partition)
         known = self.cache.contains(metadata)
         if metadata.state == STARTED and known:
             raise ValueError(f"segment {metadata.segment_id.id} is already known")
@@ -241,9 +326,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         once from its leader): events other brokers wrote before it are applied first. If
         neither reached it yet, it is applied now and skipped when it is read."""
         partition = self._partition_of(tip)
-        offset = await self.topic.append(
-            partition, metadata_record_key(tip), json.dumps(event).encode()
-        )
+        value = json.dumps(event).encode()
+        offset = await self.topic.append(partition, metadata_record_key(tip), value)
         self.catch_up(partition)
         if self.next_offsets.get(partition, 0) <= offset:
             try:
@@ -251,7 +335,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             except (KafkaError, TimeoutError) as e:
                 log.debug("%s: own event at %d:%d not read back yet: %s", tip, partition, offset, e)
         if self.next_offsets.get(partition, 0) <= offset:
-            self._apply(event)
+            if not self._waits(partition, offset, event, value):
+                self._apply(event)
             self._applied_ahead.setdefault(partition, set()).add(offset)
         self._dirty = True
 
@@ -280,31 +365,42 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
+        self._loaded(tip)
         return self.cache.segment_for_offset(tip, leader_epoch, offset)
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        self._loaded(tip)
         return self.cache.highest_offset_for_epoch(tip, leader_epoch)
 
     def list_remote_log_segments(self, tip: TopicIdPartition) -> Iterator[RemoteLogSegmentMetadata]:
+        self._loaded(tip)
         return self.cache.all_segments(tip)
 
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        self._loaded(tip)
         return self.cache.readable_segments(tip)
 
     def superseded_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        self._loaded(tip)
         return self.cache.superseded_segments(tip)
 
     def remote_log_size(
         self, tip: TopicIdPartition, leader_epoch: int, lineage: Lineage | None = None
     ) -> int:
+        self._loaded(tip)
         return self.cache.remote_log_size(tip, leader_epoch, lineage)
 
     def partitions(self) -> list[TopicIdPartition]:
-        return self.cache.partitions()
+        return [*self._loaded_partitions(), *self._unloaded]
+
+    def _loaded_partitions(self) -> list[TopicIdPartition]:
+        # A partition the loader is part way through is in the cache and still unloaded.
+        return [tip for tip in self.cache.partitions() if tip not in self._unloaded]
 
     def remote_partition_delete_state(
         self, tip: TopicIdPartition
     ) -> RemotePartitionDeleteState | None:
+        self._loaded(tip)
         return self.cache.delete_state(tip)
 
     # Snapshots -----------------------------------------------------------------------
@@ -339,15 +435,23 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             except BaseException:
                 self._dirty = True  # the next snapshot writes it again
                 raise
+            finally:
+                self._unloaded.close_if_done()  # the partitions loaded while it copied
             self._last_snapshot_ms = time.monotonic() * 1000
 
     async def _capture(self) -> SnapshotState:
         """The state as it is now, copied a few partitions per turn of the loop (copying a
         million references takes longer than a turn should): a partition about to change
         before its turn is copied first, as it is now. Partitions created meanwhile are
-        left to the replay after the snapshot's offsets."""
+        left to the replay after the snapshot's offsets. A partition not loaded is its
+        section of the snapshot read at start, once the events waiting for it are applied
+        (the snapshot's offsets pass them)."""
+        while waiting := self._unloaded.with_pending():
+            for tip in waiting:
+                await self._load_in_turns(tip)
         next_offsets = dict(self.next_offsets)
-        partitions = self.cache.partitions()
+        sections = self._unloaded.copies()
+        partitions = self._loaded_partitions()
         pending = set(partitions)
         copies: dict[TopicIdPartition, PartitionSnapshot] = {}
 
@@ -367,7 +471,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     await asyncio.sleep(0)
         finally:
             self.cache.before_change = None
-        return SnapshotState(next_offsets, [copies[tip] for tip in partitions])
+        return SnapshotState(next_offsets, [*(copies[tip] for tip in partitions), *sections])
 
     def _partition_snapshot(self, tip: TopicIdPartition) -> PartitionSnapshot:
         readable, segments = self.cache.segment_lists(tip)
@@ -375,19 +479,27 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return PartitionSnapshot(tip, self.cache.delete_state(tip), readable, segments, superseded)
 
     async def close(self) -> None:
-        await self.consumer.close()
-        await self.topic.close()
+        await self._stop_reading()
         if self._writing is not None:
             await asyncio.wait([self._writing])  # its failure was logged; dirty says what's left
         if self._dirty:
             await self.snapshot()
+        self._unloaded.close()
 
     async def abandon(self) -> None:
         """No snapshot: the next start replays the events since the last periodic one."""
-        await self.consumer.close()
-        await self.topic.close()
+        await self._stop_reading()
         if self._writing is not None:  # written whole (renamed into place) or not at all
             await asyncio.wait([self._writing])
+        self._unloaded.close()
+
+    async def _stop_reading(self) -> None:
+        await self.consumer.close()
+        if self._loader is not None:
+            self._loader.cancel()
+            await asyncio.wait([self._loader])
+            self._loader = None
+        await self.topic.close()
 
 
 def metadata_partition(tip: TopicIdPartition, num_partitions: int) -> int:
@@ -408,6 +520,18 @@ def segment_event(metadata: RemoteLogSegmentMetadata) -> dict[str, Any]:
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and (error := task.exception()) is not None:
         log.warning("remote log metadata snapshot failed; it is retried: %s", error)
+
+
+def _close_opened(opening: asyncio.Future[SnapshotFile]) -> None:
+    if opening.exception() is None:
+        opening.result().close()
+
+
+def _event_tip(event: dict[str, Any]) -> TopicIdPartition:
+    fields = event["metadata"] if event["type"] == "segment" else event
+    return TopicIdPartition(
+        uuid.UUID(fields["topic_id"]), TopicPartition(fields["topic"], fields["partition"])
+    )
 
 
 def _delete_json(tip: TopicIdPartition, state: RemotePartitionDeleteState) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from tests.unit.test_remote_metadata import (
     rlmm_view,
     segment,
 )
+from tests.unit.test_remote_metadata_lazy import turns_until
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
 from tierbroker.storage.remote.segment_metadata import RemotePartitionDeleteState, TopicIdPartition
 from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
@@ -142,10 +143,11 @@ def test_the_cache_keeps_one_topic_id_partition_per_partition() -> None:
     assert a.topic_id_partition is b.topic_id_partition
 
 
-async def test_start_gives_the_loop_turns_while_it_restores_and_replays(
+async def test_start_restores_nothing_and_the_loader_loads_assigned_partitions_in_turns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_PER_CHUNK", 2)
+    monkeypatch.setattr(topic_based_rlmm, "_SEGMENTS_LOADED_WHEN_ASKED", 0)  # the loader alone
     monkeypatch.setattr(topic_based_rlmm, "_EVENTS_PER_BATCH", 3)
     topic = MemoryTopic()
     rlmm = TopicBasedRemoteLogMetadataManager(topic, tmp_path)
@@ -174,13 +176,26 @@ async def test_start_gives_the_loop_turns_while_it_restores_and_replays(
 
     watcher = asyncio.create_task(watch())
     await restarted.start()
+    assert {restored for restored, _ in seen} == {0}  # the segments wait in the snapshot
+    assert any(0 < replayed < after_snapshot for _, replayed in seen), seen  # in batches
+    assert late and restarted.replayed_events == after_snapshot + 2
+    assert sorted(restarted.partitions()) == sorted(TIPS)
+
+    # Led and followed partitions are loaded by the loader, a chunk per turn; until then
+    # they are not ready, and the others stay in the snapshot file.
+    seen.clear()
+    restarted.on_partition_leadership_changes([TIPS[0]], [TIPS[1]])
+    assert not restarted.is_ready(TIPS[0]) and not restarted.is_ready(TIPS[1])
+    await turns_until(
+        lambda: restarted.is_ready(TIPS[0]) and restarted.is_ready(TIPS[1]), "both loaded"
+    )
     watcher.cancel()
     with pytest.raises(asyncio.CancelledError):
         await watcher
-    assert any(0 < restored < 20 for restored, _ in seen), seen  # restored in chunks
-    assert any(0 < replayed < after_snapshot for _, replayed in seen), seen  # replayed in batches
-    assert late and restarted.replayed_events == after_snapshot + 2
-    assert rlmm_view(restarted) == rlmm_view(rlmm)
+    assert any(0 < restored < 10 for restored, _ in seen), seen  # loaded in chunks
+    assert sorted(restarted.cache.partitions()) == sorted(TIPS[:2])
+    assert rlmm_view(restarted) == rlmm_view(rlmm)  # the others loaded as they are asked about
+    await restarted.close()
 
 
 async def test_a_snapshot_copied_over_several_turns_is_the_state_of_one_instant(
