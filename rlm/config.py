@@ -21,6 +21,7 @@ class RemoteLogManagerConfig:
     fetch_max_wait_ms: int = 500  # remote.fetch.max.wait.ms
     copy_max_bytes_per_second: int = UNLIMITED  # remote.log.manager.copy.max.bytes.per.second
     fetch_max_bytes_per_second: int = UNLIMITED  # remote.log.manager.fetch.max.bytes.per.second
+    custom_metadata_max_bytes: int = 128  # remote.log.metadata.custom.metadata.max.bytes
     # remote.log.manager.call.timeout.ms (tierbroker's): every RSM and RLMM call's bound
     remote_call_timeout_ms: int = 60_000
     # remote.log.manager.stuck.copy.timeout.ms: COPY_SEGMENT_STARTED older than this is abandoned

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 from tierbroker.rlm.config import RemoteLogManagerConfig
 from tierbroker.rlm.metrics import RemoteStorageMetrics
@@ -89,6 +90,7 @@ class CopyTask:
         self.partition = partition
         self.broker_id = broker_id
         self.timeout_s = config.remote_call_timeout_ms / 1000
+        self.custom_metadata_max_bytes = config.custom_metadata_max_bytes
         self.rsm = rsm
         self.rlmm = rlmm
         self.limiter = limiter
@@ -172,7 +174,7 @@ class CopyTask:
                 await self.rlmm.add_remote_log_segment_metadata(metadata)
             await self.limiter.acquire(segment.size)
             try:
-                await self._upload(metadata, data)
+                custom = await self._upload(metadata, data)
             except Exception as e:  # reported once, with its back-off, by the copy pool
                 self.metrics.copy_errors.labels(p.topic).inc()
                 self.metrics.health.failed(e)
@@ -186,7 +188,18 @@ class CopyTask:
                 )
                 await self._abandon(metadata)
                 return
-            finished = metadata.with_state(RemoteLogSegmentState.COPY_SEGMENT_FINISHED, now_ms())
+            if custom is not None and len(custom) > self.custom_metadata_max_bytes:
+                await self._abandon(metadata)  # as Kafka: the copy is undone and fails
+                raise RemoteStorageError(
+                    f"{p.tip}: the storage plugin's custom metadata for segment "
+                    f"{metadata.segment_id.id} is {len(custom)} bytes, over "
+                    "remote.log.metadata.custom.metadata.max.bytes="
+                    f"{self.custom_metadata_max_bytes}",
+                    retriable=False,
+                )
+            finished = replace(metadata, custom_metadata=custom).with_state(
+                RemoteLogSegmentState.COPY_SEGMENT_FINISHED, now_ms()
+            )
             async with asyncio.timeout(self.timeout_s):
                 await self.rlmm.update_remote_log_segment_metadata(finished)
         finally:
@@ -202,12 +215,15 @@ class CopyTask:
             segment.size,
         )
 
-    async def _upload(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
-        """The RSM's copy, cancelled past the call timeout: a hung upload never holds the
-        partition's copies (the plugin cleans up what a cancelled copy began)."""
+    async def _upload(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> bytes | None:
+        """The RSM's copy (its custom metadata), cancelled past the call timeout: a hung
+        upload never holds the partition's copies (the plugin cleans up what a cancelled
+        copy began)."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.rsm.copy_log_segment_data(metadata, data)
+                return await self.rsm.copy_log_segment_data(metadata, data)
         except TimeoutError:
             raise RemoteStorageError(
                 f"copying segment {metadata.start_offset}-{metadata.end_offset} "

@@ -90,8 +90,8 @@ class PausableRemoteStorageManager(RemoteStorageManager):
 
     async def copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
-        await self._rsm.copy_log_segment_data(metadata, data)
+    ) -> bytes | None:
+        return await self._rsm.copy_log_segment_data(metadata, data)
 
     async def fetch_log_segment(
         self,

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tierbroker.broker.cli.remote_bucket import PartitionDir, list_partitions, manifests
 from tierbroker.broker.metadata.create_options import CREATE_FIRST_LEADER_EPOCH, CREATE_TOPIC_ID
 from tierbroker.pipeline.discovery import RemoteSegment, parse_manifest, resolve_overlaps
 from tierbroker.pipeline.storage import ObjectInfo, ObjectNotFoundError, ObjectStore
 from tierbroker.storage.remote.partition_index import PartitionIndex
+from tierbroker.storage.remote.segment_codec import AS_WRITTEN_TAG, CHUNKED_TAG
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -136,8 +137,11 @@ def _partition_plan(
             continue
         except (ValueError, KeyError) as e:
             raise RestoreError(f"{manifest.key}: not a segment manifest ({e})") from None
-        segments.append(metadata)
-        readers.append(parse_manifest(where.cluster, manifest.key, document))
+        reader = parse_manifest(where.cluster, manifest.key, document)
+        # What the copy that wrote it recorded (KIP-917): how the segment is stored.
+        tag = AS_WRITTEN_TAG if reader.log_format.plain else CHUNKED_TAG
+        segments.append(replace(metadata, custom_metadata=tag))
+        readers.append(reader)
     index = None
     try:
         index = PartitionIndex.from_json(store.get(where.index_key), where.index_key)

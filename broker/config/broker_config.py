@@ -241,6 +241,9 @@ class BrokerConfig(BaseModel):
         2, alias="remote.log.manager.thread.pool.size", ge=1
     )
     remote_log_reader_threads: int = Field(10, alias="remote.log.reader.threads", ge=1)
+    remote_log_metadata_custom_metadata_max_bytes: int = Field(
+        128, alias="remote.log.metadata.custom.metadata.max.bytes", ge=0
+    )
     remote_log_reader_max_pending_tasks: int = Field(
         100, alias="remote.log.reader.max.pending.tasks", ge=1
     )

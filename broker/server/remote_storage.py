@@ -189,4 +189,5 @@ def _rlm_config(c: BrokerConfig) -> RemoteLogManagerConfig:
         fetch_max_bytes_per_second=c.remote_log_manager_fetch_max_bytes_per_second,
         stuck_copy_timeout_ms=c.remote_log_manager_stuck_copy_timeout_ms,
         remote_call_timeout_ms=c.remote_log_manager_call_timeout_ms,
+        custom_metadata_max_bytes=c.remote_log_metadata_custom_metadata_max_bytes,
     )

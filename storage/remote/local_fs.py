@@ -49,6 +49,7 @@ from tierbroker.storage.remote.segment_codec import (
     decode_indexes,
     decode_range,
     encode_indexes,
+    stored_tag,
 )
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import (
@@ -118,13 +119,14 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
 
     async def copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
+    ) -> bytes:
         try:
             stored = await self._run(self._copy, metadata, data)
         except OSError:
             await self.delete_log_segment_data(metadata)
             raise
         self.manifests.put(metadata.segment_id.id, stored)
+        return stored_tag(stored.transform)
 
     def _copy(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> StoredSegment:
         topic = _topic(metadata)

@@ -1,8 +1,9 @@
 """`ManifestCache`: how each remote segment is stored, for a storage plugin's reads.
 
 A plugin reads a segment's objects knowing their `StoredFormat`s (`segment_codec`): a
-segment it copies is put here at once; another's manifest is read once (one request
-shared by concurrent reads; a failed one is forgotten) and kept for the last
+segment whose custom metadata says it is stored as written needs nothing more; a
+segment the plugin copies is put here at once; another's manifest is read once (one
+request shared by concurrent reads; a failed one is forgotten) and kept for the last
 `segment.manifest.cache.size` segments read (Aiven's name; 1,000), with its transform,
 whose data key is so unwrapped once. Safe to share between tasks of one event loop.
 """
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from tierbroker.storage.remote.chunk_cache import config_int
 from tierbroker.storage.remote.key_layout import LOG_SUFFIX
 from tierbroker.storage.remote.segment_codec import (
+    AS_WRITTEN_TAG,
+    PLAIN,
     KeyRing,
     SegmentDecodeError,
     SegmentTransform,
@@ -41,6 +44,9 @@ class StoredSegment:
 
     log: StoredFormat
     transform: SegmentTransform | None
+
+
+AS_WRITTEN = StoredSegment(PLAIN, None)
 
 
 class ManifestCache:
@@ -66,6 +72,8 @@ class ManifestCache:
         self._segments.pop(segment_id, None)
 
     async def get(self, metadata: RemoteLogSegmentMetadata) -> StoredSegment:
+        if metadata.custom_metadata == AS_WRITTEN_TAG:
+            return AS_WRITTEN
         segment_id = metadata.segment_id.id
         stored = self._segments.get(segment_id)
         if stored is not None:

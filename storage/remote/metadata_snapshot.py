@@ -13,9 +13,11 @@ partition without decoding a segment and decodes one partition when it is needed
       segment:   id:16s start:i64 end:i64 max timestamp ms:i64 broker:i32
                  event timestamp ms:i64 size bytes:i64 state:u8 flags:u8
                  epoch count:u16 (leader epoch:i32 start offset:i64)*epoch count
+                 [length:u16 custom metadata]   if flag 4
     crc32 of everything before it:u32
 
-A segment's flags: 1 superseded, 2 no transaction index (`txn_index_empty`).
+A segment's flags: 1 superseded, 2 no transaction index (`txn_index_empty`), 4 custom
+metadata follows (KIP-917, what the storage plugin's copy returned).
 
 A partition's readable segments come first, by start offset, then the others in
 any order, so a restore appends each readable segment at the end of its index.
@@ -51,6 +53,7 @@ MAGIC = b"RLMS"
 SNAPSHOT_VERSION = 5
 _SUPERSEDED = 1
 _TXN_INDEX_EMPTY = 2
+_CUSTOM_METADATA = 4
 _HEAD = struct.Struct("<4sH")
 _COUNT = struct.Struct("<I")
 _OFFSET = struct.Struct("<iq")
@@ -58,6 +61,7 @@ _PARTITION = struct.Struct("<16siBH")
 _SEGMENTS = struct.Struct("<IQ")
 _SEGMENT = struct.Struct("<16sqqqiqqBBH")
 _EPOCH = struct.Struct("<iq")
+_CUSTOM_LENGTH = struct.Struct("<H")
 _NO_DELETE_STATE = 255
 _SEGMENTS_PER_PIECE = 1000  # encoded per write (a few ms); the GIL is yielded between
 _READ_BYTES = 1 << 20
@@ -138,7 +142,7 @@ def _write_body(out: Callable[[bytes], None], state: SnapshotState) -> None:
             continue
         seen = {m.segment_id.id for m in p.readable}
         segments = p.readable + [m for m in p.segments if m.segment_id.id not in seen]
-        length = sum(_SEGMENT.size + _EPOCH.size * len(m.segment_leader_epochs) for m in segments)
+        length = sum(_encoded_size(m) for m in segments)
         out(_section_head(p.tip, p.delete_state, len(segments), length))
         for i in range(0, len(segments), _SEGMENTS_PER_PIECE):
             out(
@@ -165,9 +169,23 @@ def _section_head(
     )
 
 
+def _encoded_size(m: RemoteLogSegmentMetadata) -> int:
+    custom = m.custom_metadata
+    return (
+        _SEGMENT.size
+        + _EPOCH.size * len(m.segment_leader_epochs)
+        + (0 if custom is None else _CUSTOM_LENGTH.size + len(custom))
+    )
+
+
 def _encode(m: RemoteLogSegmentMetadata, superseded: bool) -> bytes:
-    epochs = m.segment_leader_epochs
-    return _SEGMENT.pack(
+    epochs, custom = m.segment_leader_epochs, m.custom_metadata
+    flags = (
+        (_SUPERSEDED if superseded else 0)
+        | (_TXN_INDEX_EMPTY if m.txn_index_empty else 0)
+        | (0 if custom is None else _CUSTOM_METADATA)
+    )
+    encoded = _SEGMENT.pack(
         m.segment_id.id.bytes,
         m.start_offset,
         m.end_offset,
@@ -176,9 +194,12 @@ def _encode(m: RemoteLogSegmentMetadata, superseded: bool) -> bytes:
         m.event_timestamp_ms,
         m.segment_size_bytes,
         int(m.state),
-        (_SUPERSEDED if superseded else 0) | (_TXN_INDEX_EMPTY if m.txn_index_empty else 0),
+        flags,
         len(epochs),
     ) + b"".join(_EPOCH.pack(e, o) for e, o in epochs)
+    if custom is None:
+        return encoded
+    return encoded + _CUSTOM_LENGTH.pack(len(custom)) + custom
 
 
 class SnapshotFile:
@@ -321,6 +342,11 @@ class SectionReader:
         else:
             view = memoryview(self._buf)[at : at + _EPOCH.size * epoch_count]
             epochs = tuple((e, start if o == start else o) for e, o in _EPOCH.iter_unpack(view))
+        custom = None
+        if flags & _CUSTOM_METADATA:
+            (length,) = _CUSTOM_LENGTH.unpack_from(self._buf, self._take(_CUSTOM_LENGTH.size))
+            at = self._take(length)
+            custom = bytes(self._buf[at : at + length])
         metadata = RemoteLogSegmentMetadata(
             segment_id=RemoteLogSegmentId(self._tip, uuid.UUID(bytes=id_)),
             start_offset=start,
@@ -332,5 +358,6 @@ class SectionReader:
             segment_leader_epochs=epochs,
             state=RemoteLogSegmentState(state),
             txn_index_empty=bool(flags & _TXN_INDEX_EMPTY),
+            custom_metadata=custom,
         )
         return metadata, bool(flags & _SUPERSEDED)

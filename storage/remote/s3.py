@@ -104,6 +104,7 @@ from tierbroker.storage.remote.segment_codec import (
     decode_indexes,
     decode_range,
     encode_indexes,
+    stored_tag,
 )
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierbroker.storage.remote.storage_manager import (
@@ -328,10 +329,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
+    ) -> bytes:
         uploads: dict[str, str | None] = {}  # multipart uploads begun and not completed
         try:
-            self.manifests.put(metadata.segment_id.id, await self._copy(metadata, data, uploads))
+            stored = await self._copy(metadata, data, uploads)
         except asyncio.CancelledError:
             self._in_background(self._clean_up(metadata, uploads))
             raise
@@ -345,6 +346,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 f"copying segment {metadata.segment_id.id}: {type(e).__name__}: {e}",
                 retriable=isinstance(e, OSError),
             ) from e
+        self.manifests.put(metadata.segment_id.id, stored)
+        return stored_tag(stored.transform)
 
     async def _copy(
         self,

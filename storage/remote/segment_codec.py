@@ -21,6 +21,9 @@ other bytes.
 Compression (`compression.enabled`) applies to segments whose batches are mostly
 uncompressed: their headers say so, and a producer's compression already did the work
 otherwise.
+
+A copy returns `stored_tag` as its custom metadata (KIP-917), kept with the segment's
+remote metadata: a read of a segment tagged as stored as written needs no manifest.
 """
 
 from __future__ import annotations
@@ -53,6 +56,15 @@ ZSTD_LEVEL = 3
 COMPRESSIBLE_SHARE = 0.5
 SAMPLED_BATCHES = 1024
 _WRAP_CONTEXT = b"tierbroker data key"
+
+
+AS_WRITTEN_TAG = b"\x00"
+CHUNKED_TAG = b"\x01"
+
+
+def stored_tag(transform: SegmentTransform | None) -> bytes:
+    """The custom metadata of a segment copied with `transform` (None: as written)."""
+    return AS_WRITTEN_TAG if transform is None else CHUNKED_TAG
 
 
 class ObjectKind(enum.IntEnum):

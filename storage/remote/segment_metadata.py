@@ -14,6 +14,7 @@ remote log size.
 
 from __future__ import annotations
 
+import base64
 import enum
 import uuid
 from dataclasses import dataclass, replace
@@ -82,6 +83,9 @@ class RemoteLogSegmentMetadata:
     # KIP-1058: no aborted transaction's marker, so no transaction index, was uploaded
     # (False for segments copied before the field existed: their index is looked for).
     txn_index_empty: bool = False
+    # KIP-917: what the storage plugin's copy returned, given back with every call about
+    # the segment (None: it returned nothing, or the copy is not finished).
+    custom_metadata: bytes | None = None
 
     @property
     def topic_id_partition(self) -> TopicIdPartition:
@@ -112,6 +116,11 @@ class RemoteLogSegmentMetadata:
             "segment_leader_epochs": [list(e) for e in self.segment_leader_epochs],
             "state": self.state.name,
             "txn_index_empty": self.txn_index_empty,
+            **(
+                {}
+                if self.custom_metadata is None
+                else {"custom_metadata": base64.b64encode(self.custom_metadata).decode()}
+            ),
         }
 
     @classmethod
@@ -130,4 +139,7 @@ class RemoteLogSegmentMetadata:
             segment_leader_epochs=tuple((e, o) for e, o in data["segment_leader_epochs"]),
             state=RemoteLogSegmentState[data["state"]],
             txn_index_empty=data.get("txn_index_empty", False),
+            custom_metadata=(
+                None if "custom_metadata" not in data else base64.b64decode(data["custom_metadata"])
+            ),
         )

@@ -86,8 +86,10 @@ class RemoteStorageManager(abc.ABC):
     @abc.abstractmethod
     async def copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
-        """Upload a segment, its indexes, and last its manifest."""
+    ) -> bytes | None:
+        """Upload a segment, its indexes, and last its manifest. What it returns (KIP-917's
+        custom metadata, at most `remote.log.metadata.custom.metadata.max.bytes`) is kept
+        with the segment's metadata, so every later call about the segment has it."""
 
     @abc.abstractmethod
     async def fetch_log_segment(

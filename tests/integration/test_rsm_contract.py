@@ -37,7 +37,11 @@ from tierbroker.storage.remote.key_layout import (
 )
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
 from tierbroker.storage.remote.request_meter import RequestKind, Transfer
-from tierbroker.storage.remote.segment_codec import SegmentDecodeError
+from tierbroker.storage.remote.segment_codec import (
+    AS_WRITTEN_TAG,
+    CHUNKED_TAG,
+    SegmentDecodeError,
+)
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -108,6 +112,7 @@ class Backend:
     objects: Callable[[], Awaitable[dict[str, int]]]  # every stored key and its size
     read: Callable[[str], Awaitable[bytes]]
     written_last: Callable[[str], Awaitable[bool]]  # was this key written after all others?
+    remove: Callable[[str], Awaitable[None]]  # delete one object behind the plugin's back
 
 
 @pytest.fixture(params=["localfs", "s3"])
@@ -136,7 +141,12 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             mtimes = {k: (root / k).stat().st_mtime_ns for k in await local_objects()}
             return all(mtime <= mtimes[key] for mtime in mtimes.values())
 
-        backend = Backend("localfs", make_localfs, local_objects, local_read, local_written_last)
+        async def local_remove(key: str) -> None:
+            (root / key).unlink()
+
+        backend = Backend(
+            "localfs", make_localfs, local_objects, local_read, local_written_last, local_remove
+        )
     else:
         endpoint = request.getfixturevalue("moto_endpoint")
         bucket = f"contract-{uuid.uuid4().hex[:12]}"
@@ -174,7 +184,10 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             stored = set(await s3_objects())
             return bool(written) and written[-1] == key and stored <= set(written)
 
-        backend = Backend("s3", make_s3, s3_objects, s3_read, s3_written_last)
+        async def s3_remove(key: str) -> None:
+            await (await s3_client()).delete_object(Bucket=bucket, Key=key)
+
+        backend = Backend("s3", make_s3, s3_objects, s3_read, s3_written_last, s3_remove)
     try:
         yield backend
     finally:
@@ -234,7 +247,8 @@ async def test_copy_then_fetch_the_whole_segment_ranges_and_indexes(
     if "encrypted" in transform:
         configs |= key_configs(tmp_path, "k1", active="k1")
     copier = await backend.make(configs)
-    await copier.copy_log_segment_data(metadata, data)
+    custom = await copier.copy_log_segment_data(metadata, data)
+    assert custom == (AS_WRITTEN_TAG if transform == "as written" else CHUNKED_TAG)
     if transform != "as written":
         stored = await backend.read(
             ObjectKeyLayout(cluster=CLUSTER).segment_key(metadata, LOG_SUFFIX)
@@ -243,6 +257,14 @@ async def test_copy_then_fetch_the_whole_segment_ranges_and_indexes(
     # A plugin that did not copy it reads its manifest first.
     for rsm in (copier, await backend.make(configs)):
         await check_reads(rsm, data, metadata, content)
+    if transform == "as written":  # its custom metadata says so: no manifest is needed
+        await backend.remove(
+            ObjectKeyLayout(cluster=CLUSTER).segment_key(metadata, MANIFEST_SUFFIX)
+        )
+        tagged = replace(metadata, custom_metadata=custom)
+        await check_reads(await backend.make(configs), data, tagged, content)
+        with pytest.raises(RemoteResourceNotFoundError):  # untagged, its manifest is asked for
+            await (await backend.make(configs)).fetch_log_segment(metadata, 0)
 
 
 async def check_reads(

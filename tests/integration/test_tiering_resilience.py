@@ -109,7 +109,7 @@ class FlakyLocalFs(LocalFsRemoteStorageManager):
 
     async def copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
+    ) -> bytes:
         self._note("copy-start", metadata)
         if self.copy_failures > 0:
             self.copy_failures -= 1
@@ -118,8 +118,9 @@ class FlakyLocalFs(LocalFsRemoteStorageManager):
             await self._run(self._write, self.layout.segment_key(metadata, LOG_SUFFIX), log)
             self._note("copy-fail", metadata)
             raise RemoteStorageError("injected copy failure")
-        await super().copy_log_segment_data(metadata, data)
+        custom = await super().copy_log_segment_data(metadata, data)
         self._note("copy-done", metadata)
+        return custom
 
     def _write(self, key: str, data: bytes) -> dict[str, Any]:  # in the executor
         if key.endswith(MANIFEST_SUFFIX) and self.manifest_pause_s:

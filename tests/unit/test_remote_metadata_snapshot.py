@@ -27,7 +27,11 @@ from tests.unit.test_remote_metadata import (
 )
 from tests.unit.test_remote_metadata_lazy import turns_until
 from tierbroker.storage.remote.metadata_cache import RemoteLogMetadataCache
-from tierbroker.storage.remote.segment_metadata import RemotePartitionDeleteState, TopicIdPartition
+from tierbroker.storage.remote.segment_metadata import (
+    RemoteLogSegmentMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
 from tierbroker.storage.remote.topic_based_rlmm import TopicBasedRemoteLogMetadataManager
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -50,6 +54,10 @@ async def test_a_snapshot_restores_every_field_of_every_segment(tmp_path: Path) 
         segment(2000, 2999, state=STARTED), segment_leader_epochs=((4, 2000), (5, 2400), (7, 2999))
     )
     await r.copy(three_epochs)
+    # KIP-917: what a plugin's copy returned, any bytes, kept with the segment.
+    tagged = dataclasses.replace(segment(4000, 4999, state=STARTED), custom_metadata=b"\x00\xff")
+    await r.copy(tagged)
+    assert RemoteLogSegmentMetadata.from_json(tagged.to_json()) == tagged
     await r.start(
         segment(
             3000,

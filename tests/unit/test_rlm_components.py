@@ -36,6 +36,7 @@ from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, 
 from tierbroker.storage.remote.key_layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX
 from tierbroker.storage.remote.local_fs import LocalFsRemoteStorageManager
 from tierbroker.storage.remote.request_meter import ObjectStoreMeter
+from tierbroker.storage.remote.segment_codec import AS_WRITTEN_TAG
 from tierbroker.storage.remote.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -1021,10 +1022,9 @@ class PartialCopyThenFail(LocalFsRemoteStorageManager):
 
     async def copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
+    ) -> bytes:
         if not self.fail:
-            await super().copy_log_segment_data(metadata, data)
-            return
+            return await super().copy_log_segment_data(metadata, data)
         log = data.log_segment.read_bytes()
         await self._run(self._write, self.layout.segment_key(metadata, LOG_SUFFIX), log)
         await self._run(self._write, self.layout.segment_key(metadata, INDEXES_SUFFIX), b"partial")
@@ -1100,6 +1100,35 @@ async def test_a_failed_copy_deletes_what_it_uploaded_and_records_delete_segment
         log_object = tmp_path / "remote" / rsm.layout.segment_key(m, LOG_SUFFIX)
         assert log_object.read_bytes() == s.log_path.read_bytes()
         assert (tmp_path / "remote" / rsm.layout.segment_key(m, MANIFEST_SUFFIX)).exists()
+    lg.close()
+
+
+class Wordy(LocalFsRemoteStorageManager):
+    """Returns more custom metadata than Kafka's default limit allows."""
+
+    async def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> bytes:
+        await super().copy_log_segment_data(metadata, data)
+        return b"x" * 129
+
+
+async def test_custom_metadata_is_kept_with_the_segment_and_over_its_limit_undoes_the_copy(
+    tmp_path: Path,
+) -> None:
+    lg = build_log(tmp_path / "t-0")
+    rlmm = TopicBasedRemoteLogMetadataManager(MemoryTopic(), tmp_path)
+    await rlmm.start()
+    wordy = Wordy()
+    wordy.configure({"dir": str(tmp_path / "remote")})
+    with pytest.raises(RemoteStorageError, match=r"129 bytes, over .*max\.bytes=128") as raised:
+        await copy_task(TieredPartition(TIP, lg), wordy, rlmm).run_once()
+    assert not raised.value.retriable
+    assert remote_files(tmp_path / "remote") == [] and rlmm.readable_segments(TIP) == []
+
+    await copy_task(TieredPartition(TIP, lg), local_fs(tmp_path / "remote"), rlmm).run_once()
+    readable = rlmm.readable_segments(TIP)
+    assert readable and {m.custom_metadata for m in readable} == {AS_WRITTEN_TAG}
     lg.close()
 
 
