@@ -21,7 +21,9 @@ Every timed read follows a restart with the index cache removed, so nothing is c
   segments' data per chunk, from the endpoint's own request log (1.00: each chunk once);
 - the requests one consumer's read cost the store, per GB read (the endpoint's log).
 
-Rounds alternate the broker and the sweeps; the best of each counts.
+Rounds alternate the broker and the sweeps; the best of each counts. CPU milliseconds
+per MB read of the broker and of moto's server (and moto's in the sweep) show where a
+run's two cores went.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchmarks.targets import Broker, free_port, start_tierbroker, stop
+from benchmarks.targets import Broker, free_port, process_cpu_seconds, start_tierbroker, stop
 from benchmarks.tiering import fetch_ttfb_ms, produce, read_through_broker, status
 from tests.integration.moto_server import MotoServer
 from tierbroker.broker.server.memory import reuse_large_buffers
@@ -117,14 +119,25 @@ def run_latency(latency_ms: int, mib: int, rounds: int, settings: dict[str, str]
         remote_bytes = sum(size for _, size in objects)
 
         through, sweep, whole, requests_per_gb = 0.0, 0.0, 0.0, 0.0
+        broker_cpu, moto_cpu, sweep_moto_cpu = [], [], []
+        assert moto.process is not None
         for _ in range(rounds):
             stop(broker)
             broker = start(workdir, overrides)
             asked = len(moto.requests())
+            cpu = process_cpu_seconds(broker.process.pid), process_cpu_seconds(moto.process.pid)
             seconds, read = read_through_broker(broker.port, TOPIC, remote_end, MIB)
+            broker_cpu.append(
+                (process_cpu_seconds(broker.process.pid) - cpu[0]) * 1e3 / (read / 1e6)
+            )
+            moto_cpu.append((process_cpu_seconds(moto.process.pid) - cpu[1]) * 1e3 / (read / 1e6))
             through = max(through, read / 1e6 / seconds)
             requests_per_gb = (len(moto.requests()) - asked) / (read / 1e9)
+            before = process_cpu_seconds(moto.process.pid)
             sweep = max(sweep, raw_sweep(s3, objects, READERS))
+            sweep_moto_cpu.append(
+                (process_cpu_seconds(moto.process.pid) - before) * 1e3 / (remote_bytes / 1e6)
+            )
             whole = max(whole, whole_objects(s3, objects))
 
         stop(broker)
@@ -164,6 +177,9 @@ def run_latency(latency_ms: int, mib: int, rounds: int, settings: dict[str, str]
             "ten_consumers_mb_s": together,
             "gets_per_chunk": gets / chunks,
             "requests_per_gb_read": requests_per_gb,
+            "broker_cpu_ms_per_mb": min(broker_cpu),
+            "moto_cpu_ms_per_mb": min(moto_cpu),
+            "sweep_moto_cpu_ms_per_mb": min(sweep_moto_cpu),
         }
     finally:
         stop(broker)
@@ -192,7 +208,7 @@ def main() -> None:
     print(
         f"{'latency':>8} {'broker MB/s':>12} {'sweep MB/s':>11} {'ratio':>6} {'whole MB/s':>11} "
         f"{'first byte p50/p99 ms':>22} {'10 consumers MB/s':>18} {'GETs/chunk':>11} "
-        f"{'requests/GB':>12}"
+        f"{'requests/GB':>12} {'CPU ms/MB: broker, moto (sweep)':>32}"
     )
     for r in results:
         print(
@@ -200,7 +216,8 @@ def main() -> None:
             f"{r['broker_mb_s'] / r['sweep_mb_s']:>6.2f} {r['whole_objects_mb_s']:>11.0f} "
             f"{r['first_byte_p50_ms']:>10.0f} / {r['first_byte_p99_ms']:<9.0f} "
             f"{r['ten_consumers_mb_s']:>18.0f} {r['gets_per_chunk']:>11.2f} "
-            f"{r['requests_per_gb_read']:>12.0f}"
+            f"{r['requests_per_gb_read']:>12.0f} {r['broker_cpu_ms_per_mb']:>14.2f}, "
+            f"{r['moto_cpu_ms_per_mb']:.2f} ({r['sweep_moto_cpu_ms_per_mb']:.2f})"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

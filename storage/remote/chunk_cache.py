@@ -12,9 +12,10 @@ failed fetch is forgotten: the next read fetches again.
 in read order), up to `fetch.chunk.cache.prefetch.max.size` ahead. It starts a fetch only
 on a free slot of the `fetch_slots`, so it never queues ahead of a reader waiting for
 one, and only while the chunks prefetched and not yet read fill less than half the
-cache, so a slow reader's window cannot push out what others are about to read. A
-sequential reader so finds its next chunks loaded or in flight, and the store's latency
-is paid once per window, not once per chunk.
+cache, so a slow reader's window cannot push out what others are about to read. The
+latest window goes on filling as fetches end (a failed fetch ends it), so the slots stay
+busy while its reader waits. A sequential reader so finds its next chunks loaded or in
+flight, and the store's latency is paid once per window, not once per chunk.
 
 Objects never change (a segment id is never reused), so a chunk is never stale. Safe to
 share between tasks of one event loop.
@@ -230,6 +231,7 @@ class ChunkCache:
         self._sizes: OrderedDict[ChunkKey, int] = OrderedDict()  # kept chunks, LRU first
         self._loading: dict[ChunkKey, asyncio.Task[bytes]] = {}
         self._unread: set[ChunkKey] = set()  # prefetched, loaded or loading, not yet read
+        self._window: list[tuple[RemoteObject, int]] = []  # the latest prefetch's chunks
         self.held_bytes = 0
         self.fetches = 0
         self.fetched_bytes = 0
@@ -261,20 +263,30 @@ class ChunkCache:
         return memoryview(b"".join((head, *chunks[1:-1], tail)))
 
     def prefetch(self, following: Iterable[tuple[RemoteObject, int]]) -> None:
-        """Start loading the chunks from each (object, position) of `following`, in order,
-        up to the prefetch size, on free fetch slots, while unread prefetches leave room."""
-        left = self.config.prefetch_bytes
-        room = self.config.cache_bytes // 2 // self.chunk_bytes  # unread prefetched chunks
+        """Load the chunks from each (object, position) of `following`, in order, up to the
+        prefetch size: now on the free fetch slots, and as fetches end, until a newer
+        window replaces this one."""
+        window: list[tuple[RemoteObject, int]] = []
         for obj, position in following:
             for index in range(position // self.chunk_bytes, self._count(obj)):
-                if left <= 0 or len(self._loading) >= self.fetch_slots:
-                    return
-                left -= self.chunk_bytes
-                key = (obj.id, index)
-                if key in self._sizes or key in self._loading:
-                    continue
-                if len(self._unread) >= room:
-                    return
+                if len(window) * self.chunk_bytes >= self.config.prefetch_bytes:
+                    break
+                window.append((obj, index))
+            else:
+                continue
+            break
+        self._window = window
+        self._fill()
+
+    def _fill(self) -> None:
+        """Start the latest window's chunks not yet loaded, on free slots, while unread
+        prefetched chunks fill less than half the cache."""
+        room = self.config.cache_bytes // 2 // self.chunk_bytes
+        for obj, index in self._window:
+            if len(self._loading) >= self.fetch_slots or len(self._unread) >= room:
+                return
+            key = (obj.id, index)
+            if key not in self._sizes and key not in self._loading:
                 self._unread.add(key)
                 self._start(obj, index)
 
@@ -318,6 +330,7 @@ class ChunkCache:
             self._unread.discard(key)
             if not task.cancelled():
                 log.debug("chunk %d of %s not fetched: %s", key[1], key[0], task.exception())
+                self._window = []  # not again until a read asks
             return
         data = task.result()
         if len(data) > self.config.cache_bytes:  # served to its readers, not kept
@@ -328,6 +341,7 @@ class ChunkCache:
         self.held_bytes += len(data)
         while self.held_bytes > self.config.cache_bytes:
             self._forget(next(iter(self._sizes)))
+        self._fill()  # the slot is free: the window goes on while its reader waits
 
     def _forget(self, key: ChunkKey) -> None:
         self._unread.discard(key)
