@@ -266,15 +266,14 @@ class ChunkCache:
         """Load the chunks from each (object, position) of `following`, in order, up to the
         prefetch size: now on the free fetch slots, and as fetches end, until a newer
         window replaces this one."""
+        wanted = -(-self.config.prefetch_bytes // self.chunk_bytes)
         window: list[tuple[RemoteObject, int]] = []
         for obj, position in following:
-            for index in range(position // self.chunk_bytes, self._count(obj)):
-                if len(window) * self.chunk_bytes >= self.config.prefetch_bytes:
-                    break
-                window.append((obj, index))
-            else:
-                continue
-            break
+            if len(window) >= wanted:
+                break
+            first = position // self.chunk_bytes
+            last = min(self._count(obj), first + wanted - len(window))
+            window += [(obj, index) for index in range(first, last)]
         self._window = window
         self._fill()
 
