@@ -92,7 +92,7 @@ class RemoteLogReader:
             async with asyncio.timeout(timeout_s):
                 data = await asyncio.shield(task)
         except TimeoutError:
-            raise
+            raise  # the fetch stopped waiting, the read goes on: not an error
         except Exception:
             self.metrics.fetch_errors.labels(topic).inc()
             raise
@@ -160,7 +160,7 @@ class RemoteLogReader:
         # A read from the segment's first offset, or where the last read of it ended,
         # needs no index.
         segment_id = metadata.segment_id.id
-        position = self._next_positions.pop((segment_id, offset), None)
+        position = self._next_positions.get((segment_id, offset))
         if position is None:
             position = (
                 0
