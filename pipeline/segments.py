@@ -14,9 +14,10 @@ Every batch is CRC-checked before its records are used, as Kafka's consumers do.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from aiokafka.record.default_records import DefaultRecordBatch
 
@@ -73,18 +74,22 @@ def _transform(store: ObjectStore, segment: RemoteSegment) -> SegmentTransform:
     return SegmentTransform.for_read(uuid.UUID(segment.segment_id), segment.log_format, store.keys)
 
 
+LogReader = Callable[[RemoteSegment, int, int], bytes | memoryview]
+"""Plain bytes [start, end) of a segment's log: `read_log` on a store, or a `ChunkReader`."""
+
+
 def read_chunk(
-    store: ObjectStore, segment: RemoteSegment, position: int, max_bytes: int = DEFAULT_CHUNK_BYTES
+    read: LogReader, segment: RemoteSegment, position: int, max_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> tuple[list[BatchView], int]:
     """The whole, CRC-checked batches of about `max_bytes` from `position`, and the next position.
 
     At least one batch however large, unless the log ends; no batches and the same
     position at its end (or at a torn tail).
     """
-    data = read_log(store, segment, position, position + max_bytes)
+    data = read(segment, position, position + max_bytes)
     size = first_batch_size(data)
     if size > len(data):  # one batch larger than a chunk
-        data = read_log(store, segment, position, position + size)
+        data = read(segment, position, position + size)
     return checked_batches(data), position + whole_batches_end(data)
 
 
@@ -110,7 +115,7 @@ def checked_batches(data: bytes | memoryview) -> list[BatchView]:
 
 
 def iter_batches_from(
-    store: ObjectStore,
+    read: LogReader,
     segment: RemoteSegment,
     start: int,
     end: int | None = None,
@@ -121,7 +126,7 @@ def iter_batches_from(
     while end is None or position < end:
         # Up to `end` only: a batch straddling it is then read whole, by itself.
         want = chunk_bytes if end is None else max(min(chunk_bytes, end - position), LOG_OVERHEAD)
-        batches, next_position = read_chunk(store, segment, position, want)
+        batches, next_position = read_chunk(read, segment, position, want)
         if not batches:
             return
         for batch in batches:
@@ -195,7 +200,8 @@ def offset_for_timestamp(
                 lower = max(lower, entries.value(i) + 1)
         index = offset_index(indexes, segment)
         position = 0 if index is None else index.position_for(lower)
-        for batch in iter_batches_from(store, segment, position, None, chunk_bytes):
+        log_reader = functools.partial(read_log, store)
+        for batch in iter_batches_from(log_reader, segment, position, None, chunk_bytes):
             if batch.base_offset > range_.last_offset:
                 break
             if batch.last_offset < lower or batch.is_control or batch.max_timestamp < timestamp_ms:

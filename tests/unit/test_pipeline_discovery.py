@@ -8,9 +8,12 @@ plugin, so discovery sees exactly the broker's object layout and manifests.
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import random
 import struct
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 from aiokafka.structs import TopicPartition as KafkaTopicPartition
 
+from tierbroker.pipeline.chunk_reader import ChunkReader
 from tierbroker.pipeline.committed import CommittedView
 from tierbroker.pipeline.discovery import (
     RemoteSegment,
@@ -27,8 +31,14 @@ from tierbroker.pipeline.discovery import (
     resolve_overlaps,
 )
 from tierbroker.pipeline.remote_fetcher import RemoteFetcher
-from tierbroker.pipeline.segments import offset_for_timestamp, read_chunk, start_position
-from tierbroker.pipeline.storage import ObjectNotFoundError, open_store
+from tierbroker.pipeline.segments import (
+    iter_batches_from,
+    offset_for_timestamp,
+    read_chunk,
+    read_log,
+    start_position,
+)
+from tierbroker.pipeline.storage import LocalObjectStore, ObjectNotFoundError, open_store
 from tierbroker.protocol.records import Compression, build_batch
 from tierbroker.storage.remote.chunk_cache import ChunkCache, ChunkCacheConfig, MemoryChunkStore
 from tierbroker.storage.remote.key_layout import MANIFEST_SUFFIX
@@ -239,7 +249,7 @@ async def test_range_reads_indexes_and_timestamps(tmp_path: Path) -> None:
     ranges = SegmentDiscovery(store).ranges(TOPIC, 0)
     second = ranges[1]
     position = start_position(store, second, 175)
-    batches, _ = read_chunk(store, second.segment, position, 64)
+    batches, _ = read_chunk(functools.partial(read_log, store), second.segment, position, 64)
     assert len(batches) == 1 and batches[0].base_offset == 170  # the batch holding 175
     assert offset_for_timestamp(store, ranges, record_ts(0)) == 0
     assert offset_for_timestamp(store, ranges, record_ts(123) - 5) == 123
@@ -346,3 +356,56 @@ def test_a_committed_view_cuts_the_ranges_at_its_stable_end_and_knows_aborted_re
     assert view.is_aborted(7, 10) and view.is_aborted(7, 19)
     assert not view.is_aborted(7, 20)  # the marker itself, then later transactions
     assert not view.is_aborted(8, 15)  # another producer's records in the range
+
+
+class CountingStore(LocalObjectStore):
+    """A local store that records every ranged read of a log."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.gets: list[tuple[str, int, int | None]] = []
+        self.lock = threading.Lock()
+
+    def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        if key.endswith(".log"):
+            with self.lock:
+                self.gets.append((key, start, end))
+        return super().get(key, start, end)
+
+
+async def test_a_sync_reader_fetches_each_chunk_once_and_prefetches_the_next_slices(
+    tmp_path: Path,
+) -> None:
+    remote, work = tmp_path / "remote", tmp_path / "work"
+    work.mkdir()
+    rsm = rsm_for(remote)
+    for start in (0, 300, 600):
+        await copy_segment(rsm, work, 0, start, start + 299)
+    store = CountingStore(remote)
+    ranges = SegmentDiscovery(store, cluster=CLUSTER).ranges(TOPIC, 0)
+    segments = [r.segment for r in ranges]
+    config = ChunkCacheConfig(chunk_bytes=4096, cache_bytes=1 << 20, prefetch_bytes=64 << 10)
+    reader = ChunkReader(store, config, threads=3)
+    try:
+        read: list[int] = []
+        for i, s in enumerate(segments):
+            following = [(later, 0) for later in segments[i + 1 :]]
+            chunk = functools.partial(reader.read, following=following)
+            read += [b.base_offset for b in iter_batches_from(chunk, s, 0, None, 1000)]
+            if i == 0:  # the other slices were prefetched while the first was read
+                wait_until_quiet(reader)
+                asked = {key for key, _, _ in store.gets}
+                assert {s.log_key for s in segments} <= asked
+        assert read == list(range(0, 900, BATCH))
+        wait_until_quiet(reader)
+        chunks = [(s.log_key, i * 4096) for s in segments for i in range(-(-s.size // 4096))]
+        assert sorted((key, start) for key, start, _ in store.gets) == sorted(chunks)
+    finally:
+        reader.close()
+
+
+def wait_until_quiet(reader: ChunkReader, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while reader.cache.loading and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not reader.cache.loading
