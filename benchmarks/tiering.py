@@ -8,7 +8,8 @@ page cache; tiering MB/s (segments held back with remote.log.copy.disable while
 produced, then released and timed from the first one copied to a copy lag of 0) vs
 raw writes of the same segment files to the same tier; remote sequential read MB/s
 through the broker (a lean Fetch client from offset 0 to the local log start) vs raw
-reads of the same objects, each twice in turn, the faster pass counting; time to
+reads of the same objects, each twice in turn, the faster pass counting (the broker
+restarted before each, so both read the store, not its chunk cache); time to
 first byte of a cold remote fetch (after a restart empties the index cache), inside
 a segment (its offset index fetched first) and at a segment's first offset (no index
 needed). Beside them, from the broker's cost meter (`/tier/usage`) for the tiered topic:
@@ -62,7 +63,10 @@ from tierbroker.protocol.records import iter_batches
 
 MIB = 1 << 20
 TOPIC_CONFIG = {"segment.bytes": str(8 * MIB), "local.retention.bytes": str(16 * MIB)}
-FAST = {"remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "300"}
+FAST = {
+    "remote.log.manager.task.interval.ms": "200",
+    "log.retention.check.interval.ms": "300",
+}
 PRODUCE_ORDER = ("plain", "tiered", "tiered", "plain") * 4
 MAX_TIMEOUTS = 20  # fetches in a row that outlive remote.fetch.max.wait.ms: give up
 
@@ -125,6 +129,7 @@ def request_costs(metrics_port: str, topic: str) -> dict[str, float]:
     read_gb = sum(usage["bytes_out"]["remote"].values()) / GB
     writes = {k: requests[k] for k in ("put", "list")}
     table = DEFAULTS[DEFAULT_TABLE]
+    written_gb, read_gb = written_gb or float("inf"), read_gb or float("inf")  # none: 0
     return {
         "requests_per_gb_written": sum(writes.values()) / written_gb,
         "requests_per_gb_read": requests["get"] / read_gb,
@@ -362,12 +367,16 @@ def run_tier(tier: str, mib: int) -> dict[str, Any]:
         # passes on this machine vary by about 15%.
         objects = remote_objects(tier, workdir, moto)
         remote_read, direct_read = 0.0, 0.0
+        written = request_costs(metrics, "tiered")  # this broker's requests: the copies
         for _ in range(2):
+            stop(broker)
+            broker = start_tierbroker(workdir, overrides)  # nothing cached: the read is cold
             read_s, read_bytes = read_through_broker(broker.port, "tiered", local_start)
             remote_read = max(remote_read, read_bytes / 1e6 / read_s)
             direct_read = max(direct_read, raw_read(objects, moto))
         peak_rss, rss = broker.peak_rss_mib(), broker.rss_mib()
-        costs = request_costs(metrics, "tiered")
+        read = request_costs(metrics, "tiered")  # this broker's: one read pass
+        costs = {k: (written if "written" in k else read)[k] for k in written}
         recycle_page_cache(mib)
         direct_write = raw_write(objects, moto, workdir)
         # Each cold fetch after a restart (an empty index cache): at the first segment's
