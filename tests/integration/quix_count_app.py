@@ -29,8 +29,10 @@ def main(bootstrap: str, source: str, sink: str, group: str, txn_id: str, state:
         commit_interval=0.5,
         state_dir=state,
         producer_extra_config={"transactional.id": txn_id},
-        # a crashed instance leaves the group in seconds, not the default 45
-        consumer_extra_config={"session.timeout.ms": 10_000},
+        # A crashed instance leaves the group in seconds, not the default 45; yet a live one
+        # outlasts a coordinator's failover on a loaded machine (Quix exits on a commit
+        # refused for a lost membership).
+        consumer_extra_config={"session.timeout.ms": 20_000},
         loglevel="INFO",
     )
     words = app.topic(source, key_deserializer="str", value_deserializer="str")
