@@ -235,7 +235,6 @@ class ChunkCache:
         self.held_bytes = 0
         self.fetches = 0
         self.fetched_bytes = 0
-        self.hits = 0  # chunks a read found kept
         self.misses = 0  # chunks a read waited for
 
     @property
@@ -299,7 +298,6 @@ class ChunkCache:
             self._sizes.move_to_end(key)
             data = await self.store.get(key)
             if data is not None:
-                self.hits += 1
                 return data
             self._forget(key)  # lost by the store (a file removed underneath)
         self.misses += 1

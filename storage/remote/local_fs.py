@@ -47,7 +47,6 @@ from tierbroker.storage.remote.segment_codec import (
     TransformConfig,
     compressible,
     decode_indexes,
-    decode_range,
     encode_indexes,
     stored_tag,
 )
@@ -209,15 +208,12 @@ class LocalFsRemoteStorageManager(RemoteStorageManager):
         stored = await self.manifests.get(metadata)
         if stored.transform is None:
             return await self._run(self._read, topic, key, start_position, end_position)
+
+        async def get(start: int, end: int) -> bytes:
+            return await self._run(self._read, topic, key, start, end - 1)
+
         size = metadata.segment_size_bytes
-        stop = size if end_position is None else min(end_position + 1, size)
-        if start_position >= stop:
-            return b""
-        start, end = stored.log.stored_range(start_position, stop)
-        data = await self._run(self._read, topic, key, start, end - 1)
-        return await self._run(
-            decode_range, stored.transform, stored.log, start_position, stop, data
-        )
+        return await stored.read_chunked(size, start_position, end_position, get, None)
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self.layout.segment_key(metadata, INDEXES_SUFFIX)

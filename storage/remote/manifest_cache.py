@@ -15,6 +15,7 @@ import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from tierbroker.storage.remote.chunk_cache import config_int
@@ -26,6 +27,7 @@ from tierbroker.storage.remote.segment_codec import (
     SegmentDecodeError,
     SegmentTransform,
     StoredFormat,
+    decode_range,
 )
 from tierbroker.storage.remote.segment_metadata import RemoteLogSegmentMetadata
 
@@ -44,6 +46,26 @@ class StoredSegment:
 
     log: StoredFormat
     transform: SegmentTransform | None
+
+    async def read_chunked(
+        self,
+        size: int,
+        start: int,
+        end: int | None,
+        get: Callable[[int, int], Awaitable[bytes]],
+        decode_in: Executor | None,
+    ) -> bytes:
+        """Plain bytes [start, end] (end inclusive, None: to the log's `size`) of a log
+        stored transformed: `get` fetches stored bytes [a, b), decoded in `decode_in`."""
+        assert self.transform is not None
+        stop = size if end is None else min(end + 1, size)
+        if start >= stop:
+            return b""
+        stored_start, stored_end = self.log.stored_range(start, stop)
+        data = await get(stored_start, stored_end)
+        return await asyncio.get_running_loop().run_in_executor(
+            decode_in, decode_range, self.transform, self.log, start, stop, data
+        )
 
 
 AS_WRITTEN = StoredSegment(PLAIN, None)

@@ -102,7 +102,6 @@ from tierbroker.storage.remote.segment_codec import (
     TransformConfig,
     compressible,
     decode_indexes,
-    decode_range,
     encode_indexes,
     stored_tag,
 )
@@ -509,20 +508,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
         if stored.transform is None:
             last = "" if end_position is None else str(end_position)
             return await self._get(topic, key, f"bytes={start_position}-{last}")
+
+        async def get(start: int, end: int) -> bytes:
+            return await self._get(topic, key, f"bytes={start}-{end - 1}")
+
         size = metadata.segment_size_bytes
-        stop = size if end_position is None else min(end_position + 1, size)
-        if start_position >= stop:
-            return b""
-        start, end = stored.log.stored_range(start_position, stop)
-        data = await self._get(topic, key, f"bytes={start}-{end - 1}")
-        return await asyncio.get_running_loop().run_in_executor(
-            self._reader_threads,
-            decode_range,
-            stored.transform,
-            stored.log,
-            start_position,
-            stop,
-            data,
+        return await stored.read_chunked(
+            size, start_position, end_position, get, self._reader_threads
         )
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
