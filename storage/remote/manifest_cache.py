@@ -105,9 +105,14 @@ class ManifestCache:
         if reading is None:
             reading = asyncio.get_running_loop().create_task(self._read(metadata))
             self._reading[segment_id] = reading
-            reading.add_done_callback(lambda _: self._reading.pop(segment_id, None))
+            reading.add_done_callback(lambda task: self._read_done(segment_id, task))
         # Shielded: a reader that gives up does not cancel the read others share.
         return await asyncio.shield(reading)
+
+    def _read_done(self, segment_id: uuid.UUID, task: asyncio.Task[StoredSegment]) -> None:
+        self._reading.pop(segment_id, None)
+        if not task.cancelled():
+            task.exception()  # seen here: its readers may all have stopped waiting
 
     async def _read(self, metadata: RemoteLogSegmentMetadata) -> StoredSegment:
         segment_id = metadata.segment_id.id
