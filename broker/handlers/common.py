@@ -33,6 +33,8 @@ from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.replication.replica_manager import ReplicaManager
+from tierbroker.broker.security.authorizer.acl_store import AclStore
+from tierbroker.broker.security.authorizer.authorizer import Authorizer
 
 NO_THROTTLE = datetime.timedelta(0)
 _FIELD = re.compile(r"^    ([a-z]\w*): ", re.M)  # a field of a kio dataclass
@@ -50,6 +52,9 @@ class BrokerContext:
     controller: Controller
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound
+    # With `authorizer.class.name` set: the ACLs' decision and their store; else None.
+    authorizer: Authorizer | None = None
+    acl_store: AclStore | None = None
 
 
 def client_endpoint(registration: BrokerRegistration) -> Listener | None:

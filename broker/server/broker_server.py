@@ -83,6 +83,8 @@ from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
 from tierbroker.broker.replication.replica_selector import load_selector
+from tierbroker.broker.security.authorizer.acl_store import AclStore
+from tierbroker.broker.security.authorizer.authorizer import Authorizer, AuthorizerConfig
 from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
 from tierbroker.broker.server.listener_security import inter_broker_channel, listener_security
 from tierbroker.broker.server.preflight import BoundPorts
@@ -120,6 +122,7 @@ class BrokerServer:
             config, ports.listener_ports, ports.metrics_port
         )
         self.cache = MetadataCache(store)
+        self.authorizer, self.acl_store = _authorizer(config, store)
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
         )
@@ -218,6 +221,8 @@ class BrokerServer:
             self.controller,
             topic_metrics,
             self.endpoints,
+            self.authorizer,
+            self.acl_store,
         )
         return SocketServer(
             RequestDispatcher(context).handle,
@@ -274,6 +279,8 @@ class BrokerServer:
         await self.store.start()
         await self._join_cluster()
         await self.cache.start()
+        if self.acl_store is not None:  # read whole before the first request is authorized
+            await self.acl_store.start()
         await loop.run_in_executor(None, partial(self.log_manager.load_logs, self._config_for))
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
@@ -485,6 +492,8 @@ class BrokerServer:
         await self.replicas.stop()
         await self.controller.stop()
         await self.cache.close()
+        if self.acl_store is not None:
+            await self.acl_store.close()
         if self.remote is not None:
             await self.remote.stop(left())
         await self.cleaner.stop(left())
@@ -544,12 +553,24 @@ class BrokerServer:
         await self.replicas.stop()
         await self.controller.stop()
         await self.cache.close()
+        if self.acl_store is not None:
+            await self.acl_store.close()
         if self.remote is not None:
             await self.remote.stop(0, crash=True)
         await self.cleaner.stop(0)
         for lg in self.log_manager.logs.values():
             for segment in lg.segments:
                 segment.close()
+
+
+def _authorizer(c: BrokerConfig, store: MetadataStore) -> tuple[Authorizer | None, AclStore | None]:
+    """The authorizer `authorizer.class.name` asks for (checked by the preflight) and the
+    store of its ACLs; (None, None) without one."""
+    config = AuthorizerConfig.from_properties(c.security.values)
+    if config is None:
+        return None, None
+    authorizer = Authorizer(config)
+    return authorizer, AclStore(store, authorizer.acls)
 
 
 def _replication_config(c: BrokerConfig) -> ReplicationConfig:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError, Endpoint
 from tierbroker.broker.replication.replica_selector import selector_class
+from tierbroker.broker.security.authorizer.authorizer import AuthorizerConfig
 from tierbroker.broker.server.remote_storage import (
     STORAGE_MANAGERS,
     chunk_cache_config,
@@ -83,6 +84,10 @@ def preflight(configs: list[BrokerConfig], ports_file: Path | None = None) -> li
             selector_class(configs[0].replica_selector_class)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+    try:
+        AuthorizerConfig.from_properties(configs[0].security.values)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if ports_file is not None:
         parent = Path(os.path.abspath(ports_file)).parent
         if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
