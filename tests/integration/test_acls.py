@@ -9,6 +9,7 @@ cannot grant itself ACLs until an operator (writing Kafka's ZooKeeper layout, as
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tests.apache_kafka import run_tool
+from tests.integration.broker_process import executable
 from tests.integration.waiting import wait_for
 from tierbroker.broker.metadata.store import put
 from tierbroker.broker.security.authorizer.acl import AclOperation as AclOperation_
@@ -278,3 +281,168 @@ def test_cluster_admin_apis_need_the_cluster(cluster: EmbeddedCluster, admin: Ad
         with pytest.raises(KafkaException) as refused:
             future.result(10)
         assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def tierbroker_acl(cluster: EmbeddedCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            executable("tierbroker", "pip install -e ."),
+            "acl",
+            *args,
+            "-b",
+            cluster.bootstrap_servers,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_tierbroker_acl_adds_lists_and_removes(
+    cluster: EmbeddedCluster, admin: AdminClient
+) -> None:
+    added = tierbroker_acl(
+        cluster,
+        "add",
+        "--allow-principal",
+        "User:alice",
+        "--allow-principal",
+        "User:bob",
+        "--operation",
+        "Read",
+        "--operation",
+        "Describe",
+        "--topic",
+        "orders-",
+        "--resource-pattern-type",
+        "prefixed",
+    )
+    assert added.returncode == 0, added.stderr
+    assert added.stderr == "added 4 ACLs\n"
+    listed = tierbroker_acl(
+        cluster,
+        "list",
+        "--topic",
+        "orders-eu",
+        "--resource-pattern-type",
+        "match",
+        "--output",
+        "json",
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert sorted((a["principal"], a["operation"]) for a in json.loads(listed.stdout)) == [
+        ("User:alice", "DESCRIBE"),
+        ("User:alice", "READ"),
+        ("User:bob", "DESCRIBE"),
+        ("User:bob", "READ"),
+    ]
+    removed = tierbroker_acl(
+        cluster,
+        "remove",
+        "--allow-principal",
+        "User:bob",
+        "--topic",
+        "orders-",
+        "--resource-pattern-type",
+        "prefixed",
+        "--output",
+        "json",
+    )
+    assert removed.returncode == 0, removed.stderr
+    assert len(json.loads(removed.stdout)) == 2
+    left = admin.describe_acls(EVERYTHING, request_timeout=10).result(10)
+    assert {b.principal for b in left if b.restype == ResourceType.TOPIC} == {"User:alice"}
+    bad = tierbroker_acl(
+        cluster, "add", "--allow-principal", "alice", "--operation", "Read", "--topic", "t"
+    )
+    assert bad.returncode != 0 and "Type:name" in bad.stderr
+    operator_grants(cluster, [])
+    refused = tierbroker_acl(cluster, "list")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: list ACLs: CLUSTER_AUTHORIZATION_FAILED"), (
+        refused.stderr
+    )
+
+
+def test_kafkas_own_kafka_acls_manages_them(cluster: EmbeddedCluster, admin: AdminClient) -> None:
+    def kafka_acls(*args: str) -> str:
+        return run_tool("AclCommand", "--bootstrap-server", cluster.bootstrap_servers, *args)
+
+    kafka_acls(
+        "--add",
+        "--allow-principal",
+        "User:carol",
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--topic",
+        "payments",
+    )
+    kafka_acls(
+        "--add", "--allow-principal", "User:carol", "--operation", "Describe", "--group", "billing"
+    )
+    listed = kafka_acls("--list", "--topic", "payments")
+    assert "principal=User:carol, host=*, operation=WRITE, permissionType=ALLOW" in listed
+    assert "principal=User:carol, host=*, operation=DESCRIBE, permissionType=ALLOW" in listed
+    kafka_acls(
+        "--add",
+        "--deny-principal",
+        "User:carol",
+        "--deny-host",
+        "10.0.0.9",
+        "--operation",
+        "Read",
+        "--group",
+        "billing",
+        "--resource-pattern-type",
+        "prefixed",
+    )
+    found = admin.describe_acls(EVERYTHING, request_timeout=10).result(10)
+    assert {
+        (b.restype, b.name, b.resource_pattern_type, b.operation, b.permission_type)
+        for b in found
+        if b.principal == "User:carol"
+    } == {
+        (
+            ResourceType.TOPIC,
+            "payments",
+            ResourcePatternType.LITERAL,
+            AclOperation.WRITE,
+            AclPermissionType.ALLOW,
+        ),
+        (
+            ResourceType.TOPIC,
+            "payments",
+            ResourcePatternType.LITERAL,
+            AclOperation.DESCRIBE,
+            AclPermissionType.ALLOW,
+        ),
+        (
+            ResourceType.GROUP,
+            "billing",
+            ResourcePatternType.LITERAL,
+            AclOperation.DESCRIBE,
+            AclPermissionType.ALLOW,
+        ),
+        (
+            ResourceType.GROUP,
+            "billing",
+            ResourcePatternType.PREFIXED,
+            AclOperation.READ,
+            AclPermissionType.DENY,
+        ),
+    }
+    kafka_acls("--remove", "--force", "--topic", "payments", "--group", "billing")
+    found = admin.describe_acls(EVERYTHING, request_timeout=10).result(10)
+    assert [b for b in found if b.principal == "User:carol"] == [
+        AclBinding(
+            ResourceType.GROUP,
+            "billing",
+            ResourcePatternType.PREFIXED,
+            "User:carol",
+            "10.0.0.9",
+            AclOperation.READ,
+            AclPermissionType.DENY,
+        )
+    ]
