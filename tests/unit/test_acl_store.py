@@ -26,7 +26,7 @@ from tierbroker.broker.security.authorizer.acl import (
 )
 from tierbroker.broker.security.authorizer.acl_cache import AclCache
 from tierbroker.broker.security.authorizer.acl_changes import create_acls, delete_acls
-from tierbroker.broker.security.authorizer.acl_store import AclStore
+from tierbroker.broker.security.authorizer.acl_store import NOTICES_KEPT, AclStore
 
 ORDERS = ResourcePattern(ResourceType.TOPIC, "orders", PatternType.LITERAL)
 ORDERS_PREFIX = ResourcePattern(ResourceType.TOPIC, "orders-", PatternType.PREFIXED)
@@ -183,3 +183,14 @@ async def test_a_lost_session_reads_everything_again(tmp_path: Path) -> None:
         await s.close()
         await s.store.close()
     await server.close()
+
+
+async def test_only_the_newest_change_notices_are_kept(stores: tuple[AclStore, AclStore]) -> None:
+    one, _ = stores
+    for i in range(NOTICES_KEPT + 5):
+        await one.update(ORDERS, lambda acls, i=i: acls | {entry(f"User:u{i}")})
+    notices = sorted(await one.store.children(zk_acls.LITERAL_CHANGES))
+    assert len(notices) == NOTICES_KEPT
+    last, _ = await one.store.get(f"{zk_acls.LITERAL_CHANGES}/{notices[-1]}")
+    assert last == b"TOPIC:orders"
+    assert len(await one.read(ORDERS)) == NOTICES_KEPT + 5

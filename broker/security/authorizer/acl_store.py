@@ -29,6 +29,7 @@ from tierbroker.broker.metadata.store import (
     NoNodeError,
     SessionExpiredError,
     SessionState,
+    StoreError,
     WatchEvent,
     gather_bounded,
 )
@@ -119,15 +120,21 @@ class AclStore:
         return zk.decode_acls(data)
 
     async def _notify(self, pattern: ResourcePattern) -> None:
+        """Kafka's change notice of `pattern`, and the oldest notices beyond the newest
+        `NOTICES_KEPT` deleted. The change is stored already and tierbroker's brokers
+        follow the ACL znodes themselves: a failure here is logged, not raised."""
         prefix, data = zk.change_notice(pattern)
-        await self.store.create(prefix, data, sequential=True, make_parents=True)
         folder = prefix.rsplit("/", 1)[0]
-        notices = await self.store.children(folder)
-        for name in sorted(notices)[:-NOTICES_KEPT]:
-            try:
-                await self.store.delete(f"{folder}/{name}")
-            except NoNodeError:
-                pass  # deleted by another broker's write
+        try:
+            await self.store.create(prefix, data, sequential=True, make_parents=True)
+            notices = await self.store.children(folder)
+            for name in sorted(notices)[:-NOTICES_KEPT]:
+                try:
+                    await self.store.delete(f"{folder}/{name}")
+                except NoNodeError:
+                    pass  # deleted by another broker's write
+        except StoreError as e:
+            log.warning("ACL change notice of %s not written under %s: %s", pattern, folder, e)
 
     async def _ensure(self, path: str) -> None:
         try:
