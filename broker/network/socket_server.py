@@ -167,7 +167,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.reader.has_partial_frame:
             log.info("connection from %s closed in the middle of a request", self.peer)
         self._frames.put_nowait(None)
-        return True  # keep the transport open until queued responses are written
+        # Keep the transport open until queued responses are written; TLS has no half-close
+        # (asyncio closes a TLS transport at EOF, and warns if asked to keep it).
+        return not self.listener.security_protocol.uses_tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connection_closed(self)

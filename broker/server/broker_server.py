@@ -84,7 +84,11 @@ from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
 from tierbroker.broker.replication.replica_selector import load_selector
 from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
-from tierbroker.broker.server.listener_security import inter_broker_channel, listener_security
+from tierbroker.broker.server.listener_security import (
+    inter_broker_channel,
+    listener_security,
+    listener_ssl,
+)
 from tierbroker.broker.server.preflight import BoundPorts
 from tierbroker.broker.server.remote_storage import build_remote_log_manager
 from tierbroker.broker.server.scheduler import Scheduler
@@ -123,9 +127,11 @@ class BrokerServer:
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
         )
+        self.listener_ssl = listener_ssl(config)
         self.dynamic_config = DynamicBrokerConfig(
-            config.broker_id, store, self.cache, config.log_defaults
+            config.broker_id, store, self.cache, config.log_defaults, self.listener_ssl
         )
+        self.cache.add_listener(self.dynamic_config.maybe_reconfigure_listeners)
         self.admin = TopicAdmin(
             config.broker_id,
             store,
@@ -224,7 +230,7 @@ class BrokerServer:
             c.socket_request_max_bytes,
             c.queued_max_request_bytes,
             c.connection_limits,
-            listener_security(c),
+            listener_security(c, self.listener_ssl),
         )
 
     @property
