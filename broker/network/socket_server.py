@@ -48,6 +48,7 @@ from typing import Protocol, cast
 from tierbroker.broker.config.connection_limits import ConnectionLimits
 from tierbroker.broker.config.listeners import Listener, SecurityProtocol
 from tierbroker.broker.network.acceptor import Acceptor, ConnectionQuotas
+from tierbroker.broker.network.socket_server_metrics import SocketServerMetrics
 from tierbroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from tierbroker.protocol.codec import FileRegion, ResponseBytes, ResponsePart
 from tierbroker.protocol.framing import SCRATCH_BYTES, FrameError, FrameReader, pooled_bytes
@@ -118,11 +119,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.last_active_s = asyncio.get_running_loop().time()
-        security = self.server.security
+        security, metrics = self.server.security, self.server.metrics
+        name = self.listener.name
+        metrics.connection_creation.labels(name).inc()
+        metrics.connection_count.labels(name).inc()
         if self.listener.security_protocol.uses_tls:
             self.principal = security.principal_for(self)
         if self.listener.security_protocol.uses_sasl:
             self.authenticator = security.authenticator_for(self)
+        else:  # in the clear or over TLS alone, the connection is authenticated once set up
+            metrics.authenticated(name)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"connection {self.peer}"
         )
@@ -173,6 +179,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return not self.listener.security_protocol.uses_tls
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.server.metrics.connection_close.labels(self.listener.name).inc()
+        self.server.metrics.connection_count.labels(self.listener.name).dec()
         self.server.connection_closed(self)
         if self.reader.awaiting_memory_bytes:
             self.server.memory_pool.cancel(self._memory_granted)
@@ -318,12 +326,14 @@ class SocketServer:
         max_queued_bytes: int,
         limits: ConnectionLimits | None = None,
         security: ListenerSecurity | None = None,
+        metrics: SocketServerMetrics | None = None,
     ) -> None:
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         self.memory_pool = MemoryPool(max_queued_bytes)
         self.quotas = ConnectionQuotas(limits or ConnectionLimits())
         self.security = security or ListenerSecurity()
+        self.metrics = metrics or SocketServerMetrics()
         self.connections: set[KafkaConnection] = set()
         self.use_sendfile = False
         self._sockets: dict[Listener, socket.socket] = {}
@@ -404,10 +414,13 @@ class SocketServer:
                     ssl=context,
                     ssl_handshake_timeout=self.quotas.limits.ssl_handshake_timeout_s,
                 )
-        except (OSError, ssl.SSLError, TimeoutError) as e:
-            # The client went away, or its TLS handshake failed or took too long.
-            log.info("connection from %s on %s failed: %s", ip, listener.name, e)
-            if not made or made[0].transport is None:
+        except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
+            set_up = bool(made) and made[0].transport is not None
+            if context is not None and not set_up:  # Kafka counts it as failed authentication
+                self.metrics.authentication_failed(listener.name, ip, f"TLS handshake: {e}")
+            else:
+                log.info("connection from %s on %s failed: %s", ip, listener.name, e)
+            if not set_up:
                 self.quotas.remove(ip)
             sock.close()
         except Exception:

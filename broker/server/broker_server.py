@@ -79,6 +79,7 @@ from tierbroker.broker.metrics.tier_usage import tier_usage
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.network.socket_server import SocketServer
+from tierbroker.broker.network.socket_server_metrics import SocketServerMetrics
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
@@ -231,6 +232,7 @@ class BrokerServer:
             c.queued_max_request_bytes,
             c.connection_limits,
             listener_security(c, self.listener_ssl),
+            SocketServerMetrics(self.registry),
         )
 
     @property

@@ -109,3 +109,17 @@ def _poll_into(consumer: Consumer, seen: set[bytes]) -> int:
     if message is not None and message.error() is None:
         seen.add(message.value())
     return len(seen)
+
+
+def test_connections_are_counted_per_listener(cluster: EmbeddedCluster) -> None:
+    broker = cluster.brokers[0]
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports(broker, 'CLIENT')}"})
+    admin.list_topics(timeout=10)
+
+    def sample(name: str, listener: str) -> float:
+        return broker.registry.get_sample_value(name, {"listener": listener}) or 0.0
+
+    assert sample("connection_creation_total", "CLIENT") >= 1
+    assert sample("successful_authentication_total", "CLIENT") >= 1
+    assert sample("connection_count", "INTERNAL") >= 1  # followers fetching
+    assert sample("failed_authentication_total", "CLIENT") == 0
