@@ -127,7 +127,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.principal = security.principal_for(self)
         if self.listener.security_protocol.uses_sasl:
             self.authenticator = security.authenticator_for(self)
-        else:  # in the clear or over TLS alone, the connection is authenticated once set up
+        elif not self.transport.is_closing():  # (a TLS principal failing closes it)
+            # In the clear or over TLS alone, the connection is authenticated once set up.
             metrics.authenticated(name)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"connection {self.peer}"

@@ -4,7 +4,8 @@ others use on the inter-broker listener.
 
 TLS: `ListenerSsl` gives each TLS listener's context (swapped by a reload) and the
 principal of its connections; a connection whose certificate no
-`ssl.principal.mapping.rules` rule maps is closed, as Kafka fails its authentication.
+`ssl.principal.mapping.rules` rule maps is closed and counted as a failed
+authentication, as Kafka fails it.
 The inter-broker client checks the peers' certificates with the inter-broker listener's
 trust store (and their host names, `ssl.endpoint.identification.algorithm`) and shows
 its key store to peers that ask for a certificate. `check_tls` builds both at start, so
@@ -12,8 +13,6 @@ bad settings stop the start with one line (`ConfigError`).
 """
 
 from __future__ import annotations
-
-import logging
 
 from tierbroker.broker.config.broker_config import BrokerConfig
 from tierbroker.broker.network.broker_client import ClientSecurity
@@ -24,8 +23,6 @@ from tierbroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from tierbroker.broker.security.ssl_factory import client_context
 from tierbroker.broker.security.ssl_principal import NoMatchingRule
 from tierbroker.broker.security.ssl_stores import StoreSettings
-
-log = logging.getLogger(__name__)
 
 
 def listener_ssl(config: BrokerConfig) -> ListenerSsl:
@@ -48,13 +45,9 @@ def listener_security(config: BrokerConfig, tls: ListenerSsl) -> ListenerSecurit
         ssl_object = None if transport is None else transport.get_extra_info("ssl_object")
         try:
             return tls.principal(connection.listener, ssl_object)
-        except NoMatchingRule as e:
-            log.warning(
-                "closing connection from %s on %s: authentication failed: %s",
-                connection.peer,
-                connection.listener.name,
-                e,
-            )
+        except NoMatchingRule as e:  # Kafka fails the authentication
+            name = connection.listener.name
+            connection.server.metrics.authentication_failed(name, connection.ip, str(e))
             if transport is not None:
                 transport.close()
             return ANONYMOUS

@@ -80,6 +80,8 @@ def cluster(
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(certs.ca.cert),
         "listener.name.mtls.ssl.client.auth": "required",
+        # Only this organisation's clients have a principal on MTLS.
+        "listener.name.mtls.ssl.principal.mapping.rules": "RULE:^(.*,O=tierbroker-tests)$/$1/",
         "listener.name.internal.ssl.client.auth": "required",
         # A client that stops mid-handshake is closed within this.
         "connections.max.idle.ms": "5000",
@@ -219,6 +221,8 @@ def test_replication_over_the_mutual_tls_inter_broker_listener(
         ("MTLS", {"ssl.certificate.location": None, "ssl.key.location": None}),  # no cert
         # a client certificate of a CA the broker does not trust
         ("MTLS", {"ssl.certificate.location": "OTHER_CERT", "ssl.key.location": "OTHER_KEY"}),
+        # a certificate of the trusted CA that no ssl.principal.mapping.rules rule maps
+        ("MTLS", {"ssl.certificate.location": "STRANGER_CERT", "ssl.key.location": "STRANGER_KEY"}),
     ],
 )
 def test_untrusted_clients_are_refused(
@@ -226,10 +230,13 @@ def test_untrusted_clients_are_refused(
 ) -> None:
     """The client gets no metadata; the brokers count failed authentications (Kafka's
     failed-authentication-total of the listener)."""
+    stranger = certs.client_cert("stranger", "/O=strangers/CN=stranger")
     stand_ins = {
         "OTHER_CA": str(certs.other_ca.cert),
         "OTHER_CERT": str(certs.other_client.cert),
         "OTHER_KEY": str(certs.other_client.key),
+        "STRANGER_CERT": str(stranger.cert),
+        "STRANGER_KEY": str(stranger.key),
     }
     settings = librdkafka_tls(certs, listener)
     for key, value in change.items():
