@@ -20,6 +20,7 @@ from tierbroker.broker.handlers.common import (
     make,
     response_module,
 )
+from tierbroker.broker.metadata.acl_changes import Failure, create_acls, delete_acls
 from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.security.authorizer.acl import (
     AccessControlEntry,
@@ -31,7 +32,6 @@ from tierbroker.broker.security.authorizer.acl import (
     ResourcePattern,
     ResourceType,
 )
-from tierbroker.broker.security.authorizer.acl_changes import Failure, create_acls, delete_acls
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode
 

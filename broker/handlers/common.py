@@ -25,6 +25,7 @@ from tierbroker.broker.config.listeners import Listener
 from tierbroker.broker.controller.controller import Controller
 from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
 from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
+from tierbroker.broker.metadata.acl_store import AclStore
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
@@ -33,7 +34,6 @@ from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.replication.replica_manager import ReplicaManager
-from tierbroker.broker.security.authorizer.acl_store import AclStore
 from tierbroker.broker.security.authorizer.authorizer import Authorizer
 
 NO_THROTTLE = datetime.timedelta(0)

@@ -14,6 +14,7 @@ from kio.schema.describe_acls.v3 import request as describe
 from kio.static.primitive import i8
 
 from tierbroker.broker.handlers.acls import handle_create_acls, handle_describe_acls
+from tierbroker.broker.metadata.acl_store import AclStore
 from tierbroker.broker.metadata.inprocess_store import InProcessZooKeeper
 from tierbroker.broker.security.authorizer.acl import (
     AccessControlEntry,
@@ -25,7 +26,6 @@ from tierbroker.broker.security.authorizer.acl import (
     ResourcePattern,
     ResourceType,
 )
-from tierbroker.broker.security.authorizer.acl_store import AclStore
 from tierbroker.broker.security.authorizer.authorizer import Authorizer, AuthorizerConfig
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tierbroker.broker.metadata import zk_acls
+from tierbroker.broker.metadata.acl_changes import create_acls, delete_acls
+from tierbroker.broker.metadata.acl_store import NOTICES_KEPT, AclStore
 from tierbroker.broker.metadata.inprocess_store import InProcessZooKeeper
-from tierbroker.broker.security.authorizer import zk_acls
 from tierbroker.broker.security.authorizer.acl import (
     AccessControlEntry,
     AclBinding,
@@ -25,8 +27,6 @@ from tierbroker.broker.security.authorizer.acl import (
     ResourceType,
 )
 from tierbroker.broker.security.authorizer.acl_cache import AclCache
-from tierbroker.broker.security.authorizer.acl_changes import create_acls, delete_acls
-from tierbroker.broker.security.authorizer.acl_store import NOTICES_KEPT, AclStore
 
 ORDERS = ResourcePattern(ResourceType.TOPIC, "orders", PatternType.LITERAL)
 ORDERS_PREFIX = ResourcePattern(ResourceType.TOPIC, "orders-", PatternType.PREFIXED)

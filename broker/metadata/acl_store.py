@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeAlias
 
+from tierbroker.broker.metadata import zk_acls as zk
 from tierbroker.broker.metadata.store import (
     CONFLICT_ATTEMPTS,
     BadVersionError,
@@ -34,7 +35,6 @@ from tierbroker.broker.metadata.store import (
     gather_bounded,
 )
 from tierbroker.broker.metadata.zk_data import UNDECODABLE
-from tierbroker.broker.security.authorizer import zk_acls as zk
 from tierbroker.broker.security.authorizer.acl import PatternType, ResourcePattern, ResourceType
 from tierbroker.broker.security.authorizer.acl_cache import AclCache, Entries
 

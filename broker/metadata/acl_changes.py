@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tierbroker.broker.metadata.acl_store import AclConflictError, AclStore
 from tierbroker.broker.metadata.store import StoreError
 from tierbroker.broker.security.authorizer.acl import AclBinding, AclBindingFilter, ResourcePattern
 from tierbroker.broker.security.authorizer.acl_cache import Entries
-from tierbroker.broker.security.authorizer.acl_store import AclConflictError, AclStore
 
 
 @dataclass(frozen=True, slots=True)
