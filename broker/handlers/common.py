@@ -33,6 +33,7 @@ from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.replication.replica_manager import ReplicaManager
+from tierbroker.broker.security.sasl.credential_store import ScramCredentialStore
 
 NO_THROTTLE = datetime.timedelta(0)
 _FIELD = re.compile(r"^    ([a-z]\w*): ", re.M)  # a field of a kio dataclass
@@ -50,6 +51,8 @@ class BrokerContext:
     controller: Controller
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound
+    # The SCRAM users (DescribeUserScramCredentials / AlterUserScramCredentials).
+    scram_credentials: ScramCredentialStore | None = None
 
 
 def client_endpoint(registration: BrokerRegistration) -> Listener | None:

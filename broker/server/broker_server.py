@@ -84,7 +84,9 @@ from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
 from tierbroker.broker.replication.replica_selector import load_selector
+from tierbroker.broker.security.sasl.credential_store import ScramCredentialStore
 from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
+from tierbroker.broker.server.listener_sasl import sasl_settings
 from tierbroker.broker.server.listener_security import inter_broker_channel, listener_security
 from tierbroker.broker.server.preflight import BoundPorts
 from tierbroker.broker.server.remote_storage import build_remote_log_manager
@@ -121,6 +123,7 @@ class BrokerServer:
             config, ports.listener_ports, ports.metrics_port
         )
         self.cache = MetadataCache(store)
+        self.scram_credentials = ScramCredentialStore(store)
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
         )
@@ -219,13 +222,14 @@ class BrokerServer:
             self.controller,
             topic_metrics,
             self.endpoints,
+            scram_credentials=self.scram_credentials,
         )
         return SocketServer(
             RequestDispatcher(context).handle,
             c.socket_request_max_bytes,
             c.queued_max_request_bytes,
             c.connection_limits,
-            listener_security(c),
+            listener_security(c, sasl_settings(c, self.scram_credentials.lookup)),
             SocketServerMetrics(self.registry),
         )
 
@@ -276,6 +280,7 @@ class BrokerServer:
         await self.store.start()
         await self._join_cluster()
         await self.cache.start()
+        await self.scram_credentials.start()  # read whole before the first login
         await loop.run_in_executor(None, partial(self.log_manager.load_logs, self._config_for))
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
@@ -486,6 +491,7 @@ class BrokerServer:
         await self.lifecycle.close()
         await self.replicas.stop()
         await self.controller.stop()
+        await self.scram_credentials.close()
         await self.cache.close()
         if self.remote is not None:
             await self.remote.stop(left())
@@ -545,6 +551,7 @@ class BrokerServer:
         await self.lifecycle.close()
         await self.replicas.stop()
         await self.controller.stop()
+        await self.scram_credentials.close()
         await self.cache.close()
         if self.remote is not None:
             await self.remote.stop(0, crash=True)

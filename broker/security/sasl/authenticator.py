@@ -26,7 +26,6 @@ from enum import Enum, auto
 from typing import Protocol
 
 from tierbroker.broker.security.principal import USER_TYPE, KafkaPrincipal
-from tierbroker.broker.security.sasl.failure_log import FailureLog
 from tierbroker.broker.security.sasl.mechanism import (
     IllegalSaslStateError,
     InvalidCredentialsError,
@@ -50,14 +49,20 @@ class SaslState(Enum):
     FAILED = auto()
 
 
-class AuthenticationRecorder(Protocol):
-    """Counts outcomes per listener (Kafka's socket-server metrics)."""
+class AuthenticationMetrics(Protocol):
+    """Counts outcomes per listener and logs failures at a bounded rate (the socket
+    server's metrics, Kafka's socket-server-metrics)."""
 
-    def authenticated(
-        self, listener: str, reauthentication: bool, can_reauthenticate: bool
+    def authenticated(self, listener: str, reauthentication: bool = False) -> None: ...
+
+    def authentication_failed(
+        self,
+        listener: str,
+        address: str,
+        reason: str,
+        user: str | None = None,
+        reauthentication: bool = False,
     ) -> None: ...
-
-    def failed(self, listener: str, reauthentication: bool) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,20 +78,17 @@ class SaslServerAuthenticator:
         self,
         settings: SaslListenerSettings,
         client_address: str,
-        recorder: AuthenticationRecorder,
-        failure_log: FailureLog,
+        metrics: AuthenticationMetrics,
     ) -> None:
         self.settings = settings
         self.client_address = client_address
-        self._recorder = recorder
-        self._failure_log = failure_log
+        self._metrics = metrics
         self.state = SaslState.INITIAL
         self.principal: KafkaPrincipal | None = None
         self.handshake_version = -1
         self._server: SaslServer | None = None
         self._mechanism = ""
         self._session_expiry_ns: int | None = None
-        self._client_can_reauthenticate = False
 
     @property
     def complete(self) -> bool:
@@ -161,9 +163,8 @@ class SaslServerAuthenticator:
         self.state = SaslState.REAUTHENTICATE if reauthentication else SaslState.AUTHENTICATE
         return ErrorCode.none
 
-    async def authenticate(self, token: bytes, version: int) -> AuthenticateResult:
+    async def authenticate(self, token: bytes) -> AuthenticateResult:
         """SaslAuthenticate: the mechanism's challenge, or SASL_AUTHENTICATION_FAILED."""
-        self._client_can_reauthenticate |= version > 0
         reauthentication = self.state is SaslState.REAUTHENTICATE
         try:
             challenge = await self._evaluate(token)
@@ -211,9 +212,7 @@ class SaslServerAuthenticator:
             )
         self.principal = principal
         self.state = SaslState.COMPLETE
-        self._recorder.authenticated(
-            self.settings.listener, reauthentication, self._client_can_reauthenticate
-        )
+        self._metrics.authenticated(self.settings.listener, reauthentication)
         return challenge
 
     def _failure(self, code: ErrorCode, message: str, reason: str) -> AuthenticateResult:
@@ -224,9 +223,12 @@ class SaslServerAuthenticator:
     def _fail(self, mechanism: str, reason: str, reauthentication: bool) -> None:
         user = self._server.authorization_id if self._server is not None else ""
         self.state = SaslState.FAILED
-        self._recorder.failed(self.settings.listener, reauthentication)
-        self._failure_log.failed(
-            self.settings.listener, self.client_address, mechanism, user, reason, reauthentication
+        self._metrics.authentication_failed(
+            self.settings.listener,
+            self.client_address,
+            f"{mechanism or 'SASL'}: {reason}",
+            user or None,
+            reauthentication,
         )
 
     def _session_lifetime_ms(self) -> int:
