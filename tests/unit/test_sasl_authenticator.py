@@ -84,7 +84,8 @@ async def test_api_versions_then_handshake_then_plain() -> None:
 
 @pytest.mark.parametrize("state_requests", [[], [API_VERSIONS], [SASL_HANDSHAKE]])
 def test_requests_before_authentication_close(state_requests: list[int]) -> None:
-    auth = authenticator()
+    recorder = Recorder()
+    auth = authenticator(recorder)
     for api_key in state_requests:
         auth.admit(api_key)
         if api_key == SASL_HANDSHAKE:
@@ -92,6 +93,9 @@ def test_requests_before_authentication_close(state_requests: list[int]) -> None
     with pytest.raises(IllegalSaslStateError, match="Unexpected Kafka request of type 0"):
         auth.admit(PRODUCE)
     assert auth.failed
+    with pytest.raises(IllegalSaslStateError):  # a pipelined request after it
+        auth.admit(PRODUCE)
+    assert recorder.events == [("failed", "SASL_PLAINTEXT", False)]  # counted once
 
 
 def test_api_versions_only_once() -> None:

@@ -129,15 +129,15 @@ class SaslServerAuthenticator:
             SaslState.REAUTHENTICATE: (SASL_AUTHENTICATE,),
         }.get(state, ())
         if api_key not in allowed:
-            self.state = SaslState.FAILED
             during = (
                 "handshake"
                 if state in (SaslState.INITIAL, SaslState.HANDSHAKE)
                 else "authentication"
             )
-            raise IllegalSaslStateError(
-                f"Unexpected Kafka request of type {api_key} during SASL {during}"
-            )
+            message = f"Unexpected Kafka request of type {api_key} during SASL {during}"
+            # As in Kafka, an illegal state is a failed authentication (counted, logged).
+            self._fail(self._mechanism, message, state is SaslState.REAUTHENTICATE)
+            raise IllegalSaslStateError(message)
         if api_key == API_VERSIONS:
             self.state = SaslState.HANDSHAKE
 
@@ -221,6 +221,8 @@ class SaslServerAuthenticator:
         return AuthenticateResult(code, message, b"", 0)
 
     def _fail(self, mechanism: str, reason: str, reauthentication: bool) -> None:
+        if self.state is SaslState.FAILED:  # a connection's failure is counted once
+            return
         user = self._server.authorization_id if self._server is not None else ""
         self.state = SaslState.FAILED
         self._metrics.authentication_failed(
