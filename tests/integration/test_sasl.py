@@ -371,7 +371,7 @@ def test_a_scram_exchange_with_a_wrong_nonce_fails_with_58_and_closes(
         assert wire.request(17, 1, mechanism="SCRAM-SHA-512").error_code.value == 0
         exchange = ScramSaslClient(Scram.SCRAM_SHA_512, "nonce", "pw")
         first = wire.request(36, 1, auth_bytes=exchange.first_message())
-        final = exchange.final_message(bytes(first.auth_bytes)).replace(b",r=", b",r=x", 1)
+        final = exchange.final_message(bytes(first.auth_bytes)).replace(b",p=", b"x,p=", 1)
         answer = wire.request(36, 1, auth_bytes=final)
         assert answer.error_code.value == 58
         assert answer.error_message == (

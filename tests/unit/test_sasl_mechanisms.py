@@ -180,7 +180,7 @@ async def test_scram_wrong_nonce_and_malformed_messages() -> None:
     server = ScramSaslServer(sha256, lambda m, u: stored.get(u))
     client = ScramSaslClient(sha256, "u", "pw")
     first = await server.evaluate_response(client.first_message())
-    final = client.final_message(first).replace(b",r=", b",r=X", 1)
+    final = client.final_message(first).replace(b",p=", b"X,p=", 1)
     with pytest.raises(InvalidCredentialsError, match="nonce"):
         await server.evaluate_response(final)
     with pytest.raises(IllegalSaslStateError):  # a failed exchange takes no more tokens

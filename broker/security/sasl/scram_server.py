@@ -132,7 +132,8 @@ class ScramSaslServer:
         match = _CLIENT_FINAL.fullmatch(_text(response))
         if match is None:
             raise InvalidCredentialsError("Invalid SCRAM client final message")
-        if match["nonce"] != self._nonce:
+        # As Kafka checks it: librdkafka 2.0 sends its own nonce again in front.
+        if not match["nonce"].endswith(self._nonce):
             raise InvalidCredentialsError("Invalid client nonce in the final client message.")
         if _b64(match["channel"]) != self._gs2_header.encode():
             raise InvalidCredentialsError("Invalid channel binding in the final client message")
