@@ -52,6 +52,8 @@ PROPERTIES = {
     "log.dir.min.free.bytes": "0",
     "group.initial.rebalance.delay.ms": "0",
     "connection.failed.authentication.delay.ms": "100",
+    # KIP-368: PLAIN sessions of the client listener last 3 s; clients re-authenticate.
+    "listener.name.client.plain.connections.max.reauth.ms": "3000",
 }
 CLOSED_WITHIN_S = 10.0  # far above the failure delay: "quickly", on a loaded machine
 
@@ -156,6 +158,37 @@ def refusal(config: dict[str, Any]) -> str:
         return found[0].str() if found else None
 
     return wait_for(refused, "an authentication error", timeout_s=CLOSED_WITHIN_S)
+
+
+def reauthentications(cluster: EmbeddedCluster) -> float:
+    def read() -> float:
+        return sum(
+            b.registry.get_sample_value("successful_reauthentication_total", {"listener": "CLIENT"})
+            or 0.0
+            for b in cluster.brokers
+        )
+
+    return cluster.read(read)
+
+
+def test_sessions_are_reauthenticated_on_the_same_connection(cluster: EmbeddedCluster) -> None:
+    """KIP-368: a producer keeps its connections past the 3 s session lifetime by logging
+    in again on them; none of its records fails."""
+    create_topic(cluster, "reauth", 1)
+    failures: list[object] = []
+    producer = Producer(
+        {**sasl(cluster, "PLAIN", "alice", "alice-pw"), "acks": "all", "linger.ms": 0}
+    )
+    before = reauthentications(cluster)
+
+    def reauthenticated() -> bool:
+        producer.produce("reauth", b"x", on_delivery=lambda e, _m: e and failures.append(e))
+        producer.poll(0.2)
+        return reauthentications(cluster) > before
+
+    wait_for(reauthenticated, "a re-authentication", timeout_s=60)
+    assert producer.flush(30) == 0
+    assert failures == []
 
 
 def test_wrong_password_is_refused_quickly(cluster: EmbeddedCluster) -> None:
