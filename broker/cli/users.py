@@ -178,9 +178,9 @@ def _in_zookeeper(
     timeout_s: float,
 ) -> None:
     from tierbroker.broker.metadata import zk_data as zk
+    from tierbroker.broker.metadata.scram_credentials import alter_credentials
     from tierbroker.broker.metadata.store import NodeExistsError, StoreError
     from tierbroker.broker.metadata.zk_store import ZooKeeperStore
-    from tierbroker.broker.security.sasl.credential_store import alter_credentials
 
     async def write() -> None:
         store = ZooKeeperStore(connect)

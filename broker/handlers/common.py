@@ -27,13 +27,13 @@ from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
 from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.scram_credentials import ScramCredentialStore
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.metadata.zk_data import BrokerRegistration
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.replication.replica_manager import ReplicaManager
-from tierbroker.broker.security.sasl.credential_store import ScramCredentialStore
 
 NO_THROTTLE = datetime.timedelta(0)
 _FIELD = re.compile(r"^    ([a-z]\w*): ", re.M)  # a field of a kio dataclass

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from tierbroker.broker.metadata.scram_credentials import ScramCredentialStore
 from tierbroker.broker.metadata.store import StoreError
 from tierbroker.broker.metadata.topic_admin import store_error
-from tierbroker.broker.security.sasl.credential_store import ScramCredentialStore
 from tierbroker.broker.security.sasl.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,

@@ -64,6 +64,7 @@ from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.metadata import zk_data as zk
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.scram_credentials import ScramCredentialStore
 from tierbroker.broker.metadata.store import (
     MetadataStore,
     NodeExistsError,
@@ -84,10 +85,13 @@ from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
 from tierbroker.broker.replication.replica_selector import load_selector
-from tierbroker.broker.security.sasl.credential_store import ScramCredentialStore
 from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
 from tierbroker.broker.server.listener_sasl import sasl_settings
-from tierbroker.broker.server.listener_security import inter_broker_channel, listener_security
+from tierbroker.broker.server.listener_security import (
+    inter_broker_channel,
+    listener_security,
+    listener_ssl,
+)
 from tierbroker.broker.server.preflight import BoundPorts
 from tierbroker.broker.server.remote_storage import build_remote_log_manager
 from tierbroker.broker.server.scheduler import Scheduler
@@ -127,9 +131,11 @@ class BrokerServer:
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
         )
+        self.listener_ssl = listener_ssl(config)
         self.dynamic_config = DynamicBrokerConfig(
-            config.broker_id, store, self.cache, config.log_defaults
+            config.broker_id, store, self.cache, config.log_defaults, self.listener_ssl
         )
+        self.cache.add_listener(self.dynamic_config.maybe_reconfigure_listeners)
         self.admin = TopicAdmin(
             config.broker_id,
             store,
@@ -229,7 +235,9 @@ class BrokerServer:
             c.socket_request_max_bytes,
             c.queued_max_request_bytes,
             c.connection_limits,
-            listener_security(c, sasl_settings(c, self.scram_credentials.lookup)),
+            listener_security(
+                c, self.listener_ssl, sasl_settings(c, self.scram_credentials.lookup)
+            ),
             SocketServerMetrics(self.registry),
         )
 

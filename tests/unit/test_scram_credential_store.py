@@ -14,7 +14,7 @@ import pytest
 
 from tierbroker.broker.metadata import zk_data as zk
 from tierbroker.broker.metadata.inprocess_store import InProcessSession, InProcessZooKeeper
-from tierbroker.broker.security.sasl.credential_store import (
+from tierbroker.broker.metadata.scram_credentials import (
     ScramCredentialStore,
     alter_credentials,
     user_path,
