@@ -52,6 +52,8 @@ PROPERTIES = {
     "log.dir.min.free.bytes": "0",
     "group.initial.rebalance.delay.ms": "0",
     "connection.failed.authentication.delay.ms": "100",
+    # A client that stops mid-exchange is closed within this.
+    "connections.max.idle.ms": "3000",
     # KIP-368: PLAIN sessions of the client listener last 3 s; clients re-authenticate.
     "listener.name.client.plain.connections.max.reauth.ms": "3000",
 }
@@ -412,6 +414,14 @@ def test_a_scram_exchange_with_a_wrong_nonce_fails_with_58_and_closes(
             "SASL mechanism SCRAM-SHA-512"
         )
         assert wire.closed()
+
+
+def test_a_client_that_stops_mid_exchange_is_closed(cluster: EmbeddedCluster) -> None:
+    with Wire(cluster) as wire:
+        assert wire.request(17, 1, mechanism="SCRAM-SHA-512").error_code.value == 0
+        exchange = ScramSaslClient(Scram.SCRAM_SHA_512, "nobody", "pw")
+        wire.request(36, 1, auth_bytes=exchange.first_message())
+        assert wire.closed()  # by connections.max.idle.ms, before the socket's timeout
 
 
 def test_handshake_v0_raw_tokens(cluster: EmbeddedCluster) -> None:
