@@ -8,13 +8,15 @@ iterations)) and stores the keys derived from them: an empty user is
 UNACCEPTABLE_CREDENTIAL, an unknown mechanism UNSUPPORTED_SASL_MECHANISM, iterations
 outside 4096..16384 UNACCEPTABLE_CREDENTIAL, a user altered twice in one request
 DUPLICATE_RESOURCE, deleting a credential that does not exist RESOURCE_NOT_FOUND. A
-user's changes are written together, once every one of them is valid.
+user's changes are written together, once every one of them is valid. Describe needs
+DESCRIBE on the cluster, Alter ALTER (CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import Op, unauthorized_cluster
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
 from tierbroker.broker.metadata.scram_credentials import ScramCredentialStore
 from tierbroker.broker.metadata.store import StoreError
@@ -44,6 +46,14 @@ async def handle_describe_user_scram_credentials(
     ctx: BrokerContext, request: Request, _splicer: RecordsSplicer
 ) -> Any:
     m = response_module(request.api_key, request.api_version)
+    if (denied := unauthorized_cluster(ctx, Op.DESCRIBE)) is not None:
+        return make(
+            m.DescribeUserScramCredentialsResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=denied,
+            error_message="Cluster authorization failed.",  # librdkafka frees a null one
+            results=(),
+        )
     store = _store(ctx)
     named = [u.name for u in request.body.users or ()]
     users = named or sorted(store.users)
@@ -88,6 +98,15 @@ async def handle_alter_user_scram_credentials(
     ctx: BrokerContext, request: Request, _splicer: RecordsSplicer
 ) -> Any:
     m = response_module(request.api_key, request.api_version)
+    if (denied := unauthorized_cluster(ctx, Op.ALTER)) is not None:  # every user refused
+        users = [a.name for a in (*request.body.deletions, *request.body.upsertions)]
+        refused = tuple(
+            m.AlterUserScramCredentialsResult(
+                user=u, error_code=denied, error_message="Cluster authorization failed."
+            )
+            for u in dict.fromkeys(users)
+        )
+        return make(m.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE, results=refused)
     store = _store(ctx)
     errors: dict[str, Error] = {}
     changes: dict[str, dict[ScramMechanism, ScramCredential | None]] = {}
