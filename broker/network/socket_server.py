@@ -430,7 +430,9 @@ class SocketServer:
         except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
             set_up = bool(made) and made[0].transport is not None
             if context is not None and not set_up:  # Kafka counts it as failed authentication
-                self.metrics.authentication_failed(listener.name, ip, f"TLS handshake: {e}")
+                # (asyncio's error for a client gone mid-handshake has no message)
+                reason = str(e) or type(e).__name__
+                self.metrics.authentication_failed(listener.name, ip, f"TLS handshake: {reason}")
             else:
                 log.info("connection from %s on %s failed: %s", ip, listener.name, e)
             if not set_up:

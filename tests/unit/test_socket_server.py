@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
+import ssl
 import struct
 
-from tierbroker.broker.network.socket_server import WRITE_SLICE_BYTES, SocketServer
+from tests.certs import session_certs
+from tierbroker.broker.config.listeners import Listener, SecurityProtocol
+from tierbroker.broker.network.socket_server import (
+    WRITE_SLICE_BYTES,
+    ListenerSecurity,
+    SocketServer,
+)
 
 MIB = 1 << 20
 
@@ -64,3 +72,55 @@ async def test_accepted_connections_send_small_parts_without_waiting_for_an_ack(
         writer.close()
     finally:
         await server.stop(1)
+
+
+async def test_a_client_gone_mid_handshake_is_a_failed_authentication_with_a_reason() -> None:
+    """asyncio's error for it has no message: the log line names its type instead."""
+    certs = session_certs()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs.broker.cert, certs.broker.key)
+
+    async def handler(frame: bytes | memoryview, peer: str) -> list[bytes]:
+        raise AssertionError("no request gets through")
+
+    server = SocketServer(
+        handler,
+        max_request_bytes=MIB,
+        max_queued_bytes=MIB,
+        security=ListenerSecurity(ssl_context_for=lambda _listener: context),
+    )
+    sock = socket.create_server(("127.0.0.1", 0))
+    server.listen_on(sock, Listener("SSL", SecurityProtocol.SSL, "127.0.0.1", server_port(sock)))
+    failures = Recorder()
+    metrics_log = logging.getLogger("tierbroker.broker.network.socket_server_metrics")
+    metrics_log.addHandler(failures)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"\x16\x03\x01")  # the start of a TLS record, then the end of input
+        writer.write_eof()
+        assert await reader.read() == b""
+        writer.close()
+        async with asyncio.timeout(10):  # logged once the handshake's task has ended
+            await failures.logged.wait()
+        assert failures.messages[0].endswith("on listener SSL: TLS handshake: ConnectionResetError")
+    finally:
+        metrics_log.removeHandler(failures)
+        await server.stop(1)
+
+
+class Recorder(logging.Handler):
+    """The messages of the records it handles, and an event set at the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+        self.logged = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        self.logged.set()
+
+
+def server_port(sock: socket.socket) -> int:
+    return int(sock.getsockname()[1])
