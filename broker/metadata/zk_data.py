@@ -12,6 +12,11 @@
 | `/config/topics/T` | persistent | `{"version":1,"config":{...}}`: the topic's overrides |
 | `/config/brokers/E` | persistent | the same, for broker `E` or the cluster (`<default>`): |
 | | | dynamic broker configs |
+| `/config/users/U`, `/config/clients/C`, | persistent | the same: client quotas of a user, a |
+| `/config/users/U/clients/C` | | client id or both (`<default>` too); `U` holds SCRAM |
+| | | credentials too |
+| `/config/changes/config_change_N` | persistent | `{"version":2,"entity_path":"users/U"}`: |
+| | | a notice that an entity's configs changed (`config_changes`) |
 | `/admin/delete_topics/T` | persistent | a deletion the controller carries out |
 | `/latest_producer_id_block` | persistent | the last producer-id block handed out |
 | `/tierbroker/controlled_shutdown/N` | ephemeral | broker N asks to have its leadership moved |
@@ -37,6 +42,9 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
 BROKER_CONFIGS = "/config/brokers"
+USER_CONFIGS = "/config/users"
+CLIENT_CONFIGS = "/config/clients"
+CONFIG_CHANGES = "/config/changes"
 DEFAULT_BROKER_ENTITY = "<default>"  # the cluster-wide defaults' entity, as Kafka names it
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -46,6 +54,9 @@ PERSISTENT_PATHS = (
     TOPICS,
     TOPIC_CONFIGS,
     BROKER_CONFIGS,
+    USER_CONFIGS,
+    CLIENT_CONFIGS,
+    CONFIG_CHANGES,
     DELETE_TOPICS,
     CONTROLLED_SHUTDOWN,
 )
