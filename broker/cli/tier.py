@@ -143,7 +143,7 @@ def _from_config(config: Path | None, override: list[str] | None) -> str:
         fail(f"tier status: {e}", code=2)
     if broker_config.metrics_port < 0:
         fail("tier status: the broker has no metrics endpoint (metrics.port)", code=2)
-    host, _ = broker_config.advertised_listener
+    host = broker_config.listener_config.advertised[0].host
     return f"http://{host}:{broker_config.metrics_port}"
 
 

@@ -9,14 +9,14 @@ Where Kafka logs and ignores a property it does not know, tierbroker refuses it 
 would otherwise leave a setting silently at its default), with "did you mean" when a
 known name is close. A Kafka broker config that tierbroker does not implement is
 accepted and noted (`ignored_properties`), so a Kafka `server.properties` still starts.
-Plugins' own settings pass through under `rsm.config.*` and `rlmm.config.*`, and
-Kafka's per-listener `listener.name.*` are accepted and ignored.
+Plugins' own settings pass through under `rsm.config.*` and `rlmm.config.*`; the
+security properties, Kafka's per-listener `listener.name.*` included, are kept as given
+in `security` for the parts that read them.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -35,16 +35,25 @@ from tierbroker.broker.config.connection_limits import (
     parse_per_ip_overrides,
 )
 from tierbroker.broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIGS
+from tierbroker.broker.config.listeners import (
+    ListenerConfig,
+    ListenerError,
+    parse_listener_config,
+)
+from tierbroker.broker.config.security_settings import (
+    LISTENER_PREFIX,
+    SECURITY_CONFIG_NAMES,
+    SecuritySettings,
+)
 from tierbroker.storage.topic_configs import (
     TOPIC_CONFIGS,
     broker_default,
     format_value,
 )
 
-# Passed to the plugins (prefix removed), or Kafka's per-listener settings (ignored).
+# Passed to the plugins (prefix removed), or Kafka's per-listener settings.
 PASS_THROUGH_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.")
 MAX_PORT = 65535
-_HOST = re.compile(r"[0-9A-Za-z\-%._:]*")
 
 
 class ConfigError(ValueError):
@@ -88,34 +97,6 @@ class Endpoint(NamedTuple):
         return f"{host}:{self.port}"
 
 
-def parse_listener(value: str, prop: str) -> Endpoint:
-    """The one `PLAINTEXT://host:port` of `listeners` or `advertised.listeners`."""
-    entries = [e.strip() for e in value.split(",") if e.strip()]
-    if len(entries) != 1:
-        raise ConfigError(
-            f"{prop}={value!r}: tierbroker serves exactly one listener: "
-            "give one PLAINTEXT://host:port"
-        )
-    scheme, sep, address = entries[0].partition("://")
-    host, colon, port_text = address.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not colon or not port_text.isdigit() or not _HOST.fullmatch(host):
-        raise ConfigError(f"{prop}={value!r}: expected PLAINTEXT://host:port")
-    if scheme.upper() != "PLAINTEXT":
-        raise ConfigError(
-            f"{prop}={value!r}: {scheme} is not supported, tierbroker speaks PLAINTEXT only: "
-            "use PLAINTEXT://host:port"
-        )
-    port = int(port_text)
-    if port > MAX_PORT:
-        raise ConfigError(
-            f"{prop}={value!r}: port {port} is out of range: use 1 to {MAX_PORT}, "
-            "or 0 for a free port"
-        )
-    return Endpoint(host, port)
-
-
 class BrokerConfig(BaseModel):
     """The broker's properties; built by `load_config`, which refuses unknown names."""
 
@@ -124,6 +105,9 @@ class BrokerConfig(BaseModel):
     broker_id: int = Field(0, alias="broker.id", ge=0)
     listeners: str = Field("PLAINTEXT://127.0.0.1:9092", alias="listeners")
     advertised_listeners: str | None = Field(None, alias="advertised.listeners")
+    listener_security_protocol_map: str | None = Field(None, alias="listener.security.protocol.map")
+    inter_broker_listener_name: str | None = Field(None, alias="inter.broker.listener.name")
+    security_inter_broker_protocol: str | None = Field(None, alias="security.inter.broker.protocol")
     log_dirs: str = Field("/tmp/tierbroker-logs", alias="log.dirs")
     broker_rack: str | None = Field(None, alias="broker.rack")
     cluster_id: str | None = Field(None, alias="cluster.id")
@@ -324,6 +308,8 @@ class BrokerConfig(BaseModel):
     log_defaults: dict[str, Any] = Field(default_factory=dict, exclude=True)
     # Those broker properties as set (DescribeConfigs reports them as synonyms).
     log_default_synonyms: dict[str, str] = Field(default_factory=dict, exclude=True)
+    # TLS, SASL and authorizer properties as given, `listener.name.*` overrides included.
+    security: SecuritySettings = Field(default_factory=SecuritySettings, exclude=True)
     # Kafka broker configs that were set but that tierbroker does not implement.
     ignored_properties: tuple[str, ...] = Field((), exclude=True)
 
@@ -346,6 +332,14 @@ class BrokerConfig(BaseModel):
             for s in d.synonyms
             if s.name in values
         }
+        values["security"] = SecuritySettings(
+            {
+                k: str(v)
+                for k, v in values.items()
+                if isinstance(k, str)
+                and (k in SECURITY_CONFIG_NAMES or k.startswith(LISTENER_PREFIX))
+            }
+        )
         for prefix, key in (("rsm.config.", "rsm_configs"), ("rlmm.config.", "rlmm_configs")):
             values[key] = {
                 k[len(prefix) :]: str(v)
@@ -364,14 +358,10 @@ class BrokerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_listeners(self) -> BrokerConfig:
-        parse_listener(self.listeners, "listeners")
-        if self.advertised_listeners is not None:
-            advertised = parse_listener(self.advertised_listeners, "advertised.listeners")
-            if advertised.host in ("", "0.0.0.0", "::"):
-                raise ConfigError(
-                    f"advertised.listeners={self.advertised_listeners!r}: clients cannot connect "
-                    "to a wildcard address: advertise a host name or an address of this machine"
-                )
+        try:
+            _ = self.listener_config
+        except ListenerError as e:
+            raise ConfigError(str(e)) from None
         if not self.log_dir_paths:
             raise ConfigError(f"log.dirs={self.log_dirs!r}: name at least one directory")
         return self
@@ -399,18 +389,15 @@ class BrokerConfig(BaseModel):
         return [Path(p.strip()) for p in self.log_dirs.split(",") if p.strip()]
 
     @property
-    def listener(self) -> Endpoint:
-        """Where to listen (host "" or 0.0.0.0: every interface; port 0: a free port)."""
-        return parse_listener(self.listeners, "listeners")
-
-    @property
-    def advertised_listener(self) -> Endpoint:
-        """What clients are told, as configured: a port of 0 stands for the port bound
-        (`BrokerServer.endpoints` has it). An unset or wildcard host is 127.0.0.1."""
-        if self.advertised_listeners is not None:
-            return parse_listener(self.advertised_listeners, "advertised.listeners")
-        host, port = self.listener.host, self.listener.port
-        return Endpoint("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
+    def listener_config(self) -> ListenerConfig:
+        """The listeners to bind, what each advertises, and the inter-broker one."""
+        return parse_listener_config(
+            self.listeners,
+            self.advertised_listeners,
+            self.listener_security_protocol_map,
+            self.inter_broker_listener_name,
+            self.security_inter_broker_protocol,
+        )
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -436,7 +423,7 @@ def tierbroker_names() -> frozenset[str]:
     """Every property name tierbroker reads (plugin prefixes aside)."""
     names = {f.alias for f in BrokerConfig.model_fields.values() if f.alias}
     names |= {s.name for d in TOPIC_CONFIGS.values() for s in d.synonyms}
-    return frozenset(names | {"log.dir"})
+    return frozenset(names | SECURITY_CONFIG_NAMES | {"log.dir"})
 
 
 def load_config(path: Path | None, overrides: list[str]) -> BrokerConfig:

@@ -31,6 +31,11 @@ class ConnectionLimits:
     max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
     connections_max_idle_ms: int = 600_000
 
+    @property
+    def ssl_handshake_timeout_s(self) -> float:
+        """A TLS handshake is bounded as an idle connection is, and by asyncio's 60 s."""
+        return min(60.0, self.connections_max_idle_ms / 1000)
+
     def limit_for(self, ip: str) -> int:
         return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
 

@@ -186,6 +186,7 @@ def _inter_broker_name(
                 f"({', '.join(x.name for x in listeners)})"
             )
         return wanted
+    # Kafka's default: the listener named PLAINTEXT.
     wanted = (protocol or SecurityProtocol.PLAINTEXT.value).strip().upper()
     if wanted not in SecurityProtocol.__members__:
         raise ListenerError(

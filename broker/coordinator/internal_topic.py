@@ -21,7 +21,8 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import Records, i8, i16, i32, i32Timedelta, i64
 
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
-from tierbroker.broker.network.broker_client import BrokerClient, BrokerClients, BrokerUnavailable
+from tierbroker.broker.network.broker_client import BrokerClient, BrokerUnavailable
+from tierbroker.broker.network.inter_broker import InterBrokerClients
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.broker.replication.transaction_verification import TransactionSupportedOperation
 from tierbroker.protocol.errors import ErrorCode, KafkaError
@@ -60,7 +61,9 @@ class InternalTopic:
         self.replicas = replicas
         self.admin = admin
         self.timeout_ms = timeout_ms
-        self._clients = BrokerClients(f"broker-{replicas.broker_id}", timeout_ms)
+        self._clients = InterBrokerClients(
+            replicas.config.inter_broker, admin.cache, f"broker-{replicas.broker_id}", timeout_ms
+        )
 
     @property
     def num_partitions(self) -> int:
@@ -133,10 +136,10 @@ class InternalTopic:
         return result.base_offset
 
     def _client(self, tp: TopicPartition, leader: int) -> BrokerClient:
-        endpoint = self.admin.cache.brokers.get(leader)
-        if endpoint is None:
+        client = self._clients.for_broker(leader)
+        if client is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"{tp} has no live leader")
-        return self._clients.get(endpoint.host, endpoint.port)
+        return client
 
     async def _forward(self, tp: TopicPartition, leader: int, batch: bytes) -> int:
         client = self._client(tp, leader)

@@ -28,9 +28,10 @@ from tierbroker.broker.handlers import (
     reassignments,
     transactions,
 )
-from tierbroker.broker.handlers.common import CLIENT_HOST, BrokerContext
+from tierbroker.broker.handlers.common import BrokerContext
+from tierbroker.broker.network.request_context import RequestContext, set_current_request
 from tierbroker.broker.network.request_log import log_completed, request_log
-from tierbroker.broker.network.socket_server import ConnectionClosing
+from tierbroker.broker.network.socket_server import ConnectionClosing, KafkaConnection
 from tierbroker.protocol.codec import (
     RecordsSplicer,
     Request,
@@ -112,7 +113,10 @@ class RequestDispatcher:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
 
-    async def handle(self, frame: bytes | memoryview, peer: str) -> list[ResponsePart] | None:
+    async def handle(
+        self, frame: bytes | memoryview, connection: KafkaConnection
+    ) -> list[ResponsePart] | None:
+        peer = connection.peer
         logged = request_log.isEnabledFor(logging.DEBUG)
         started_s = time.perf_counter() if logged else 0.0
         try:
@@ -132,7 +136,15 @@ class RequestDispatcher:
         if handler is None:
             raise ConnectionClosing(f"api_key {request.api_key} is not supported")
         splicer = RecordsSplicer()
-        CLIENT_HOST.set("/" + peer.rsplit(":", 1)[0])  # as Kafka shows it: "/127.0.0.1"
+        set_current_request(
+            RequestContext(
+                connection.principal,
+                connection.ip,
+                connection.listener.name,
+                connection.listener.security_protocol,
+                request.client_id or "",
+            )
+        )
         body = await handler(self.ctx, request, splicer)
         response = None
         if body is not None and _partitions_listed(body) >= ENCODE_IN_WORKER_PARTITIONS:

@@ -11,7 +11,6 @@ import dataclasses
 import datetime
 import importlib.util
 import re
-from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -22,20 +21,21 @@ from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 from tierbroker.broker.config.broker_config import BrokerConfig
+from tierbroker.broker.config.listeners import Listener
 from tierbroker.broker.controller.controller import Controller
 from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
 from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
+from tierbroker.broker.metadata.zk_data import BrokerRegistration
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints
+from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 
 NO_THROTTLE = datetime.timedelta(0)
 _FIELD = re.compile(r"^    ([a-z]\w*): ", re.M)  # a field of a kio dataclass
-# The address of the client whose request is being handled (JoinGroup records it).
-CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +51,11 @@ class BrokerContext:
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound
 
-    def this_broker(self) -> tuple[str, int]:
-        """This broker's advertised host and port (a configured port of 0: the one bound)."""
-        registered = self.metadata.brokers.get(self.config.broker_id)
-        if registered is not None:
-            return registered.host, registered.port
-        return self.endpoints.advertised
+
+def client_endpoint(registration: BrokerRegistration) -> Listener | None:
+    """The broker's endpoint on the listener the request came in on: clients are told the
+    addresses of their own listener, as Kafka does (None: the broker has no such listener)."""
+    return registration.endpoint(current_request().listener_name)
 
 
 @cache

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from tierbroker.broker.handlers.common import (
-    CLIENT_HOST,
     NO_THROTTLE,
     BrokerContext,
     field,
@@ -17,6 +16,7 @@ from tierbroker.broker.handlers.common import (
     response_module,
 )
 from tierbroker.broker.metrics.served_bytes import Tier, direction
+from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.replication.fetch_reader import (
     FetchParams,
     FetchRequestPartition,
@@ -61,7 +61,9 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
     replica_state = field(body, "replica_state")
     # From v11 a consumer may be sent to, and read from, another replica (KIP-392).
     client = (
-        ClientMetadata(field(body, "rack_id", "") or "", request.client_id or "", CLIENT_HOST.get())
+        ClientMetadata(
+            field(body, "rack_id", "") or "", request.client_id or "", current_request().client_host
+        )
         if request.api_version >= 11
         else None
     )

@@ -10,13 +10,14 @@ from tierbroker.broker.coordinator.group.coordinator import JoinRequest
 from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
 from tierbroker.broker.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from tierbroker.broker.handlers.common import (
-    CLIENT_HOST,
     NO_THROTTLE,
     BrokerContext,
+    client_endpoint,
     field,
     make,
     response_module,
 )
+from tierbroker.broker.network.request_context import current_request
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -89,7 +90,10 @@ async def _coordinator(
     # yet, and this broker would answer the key's requests NOT_COORDINATOR.
     if leader is None or (leader.broker_id == ctx.config.broker_id and not hosted):
         return ErrorCode.coordinator_not_available, -1, "", -1
-    return ErrorCode.none, leader.broker_id, leader.host, leader.port
+    endpoint = client_endpoint(leader)
+    if endpoint is None:  # not reachable on the client's listener
+        return ErrorCode.coordinator_not_available, -1, "", -1
+    return ErrorCode.none, leader.broker_id, endpoint.host, endpoint.port
 
 
 async def handle_join_group(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -103,7 +107,7 @@ async def handle_join_group(ctx: BrokerContext, request: Request, _splicer: obje
             member_id=body.member_id,
             group_instance_id=field(body, "group_instance_id"),
             client_id=request.client_id or "",
-            client_host=CLIENT_HOST.get(),
+            client_host=current_request().client_host,
             session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=int(rebalance.total_seconds() * 1000)
             if rebalance

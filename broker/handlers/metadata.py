@@ -13,6 +13,7 @@ from typing import Any
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
+    client_endpoint,
     field,
     make,
     response_module,
@@ -30,18 +31,28 @@ AUTO_CREATE_WAIT_S = 5.0  # longer, and the client is told LEADER_NOT_AVAILABLE 
 
 
 def _partitions(
-    ctx: BrokerContext, cls: Any, name: str, topic: TopicAssignment, **extra: Any
+    ctx: BrokerContext,
+    cls: Any,
+    name: str,
+    topic: TopicAssignment,
+    unavailable_listener: ErrorCode = ErrorCode.listener_not_found,
+    **extra: Any,
 ) -> tuple[Any, ...]:
-    """Each partition's leader, leader epoch, replicas, ISR and offline replicas."""
+    """Each partition's leader, leader epoch, replicas, ISR and offline replicas; a leader
+    without the client's listener is no leader, with `unavailable_listener`."""
     live = ctx.metadata.brokers
     result = []
     for p, replicas in sorted(topic.partitions.items()):
         state = ctx.metadata.states.get(TopicPartition(name, p))
         leader = state.leader if state is not None and state.leader in live else -1
+        error = ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available
+        if leader >= 0 and client_endpoint(live[leader]) is None:
+            # The leader cannot be reached on the client's listener (Kafka's ZkMetadataCache).
+            leader, error = -1, unavailable_listener
         result.append(
             make(
                 cls,
-                error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+                error_code=error,
                 partition_index=p,
                 leader_id=leader,
                 leader_epoch=state.leader_epoch if state is not None else -1,
@@ -95,6 +106,10 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
         allow_create = False
     else:
         wanted = [(t.name, field(t, "topic_id")) for t in body.topics]
+    # Kafka tells clients before Metadata v6 of a missing listener as of a missing leader.
+    listener_error = (
+        ErrorCode.listener_not_found if request.api_version >= 6 else ErrorCode.leader_not_available
+    )
     topics = []
     for requested_name, topic_id in wanted:
         error, name, topic = await _resolve(ctx, requested_name, topic_id, allow_create)
@@ -106,7 +121,7 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
                 topic_id=topic.topic_id if topic else (topic_id or ZERO_UUID),
                 is_internal=bool(name in INTERNAL_TOPICS),
                 partitions=(
-                    _partitions(ctx, m.MetadataResponsePartition, name, topic)
+                    _partitions(ctx, m.MetadataResponsePartition, name, topic, listener_error)
                     if topic and name
                     else ()
                 ),
@@ -128,8 +143,9 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
 def _brokers(ctx: BrokerContext, cls: type, id_field: str, **extra: Any) -> tuple[Any, ...]:
     """Every live broker as an entry of a Metadata or DescribeCluster response."""
     return tuple(
-        make(cls, host=b.host, port=b.port, rack=b.rack, **{id_field: b.broker_id}, **extra)
+        make(cls, host=e.host, port=e.port, rack=b.rack, **{id_field: b.broker_id}, **extra)
         for _, b in sorted(ctx.metadata.brokers.items())
+        if (e := client_endpoint(b)) is not None
     )
 
 

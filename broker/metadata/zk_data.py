@@ -33,6 +33,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from tierbroker.broker.config.listeners import (
+    Listener,
+    SecurityProtocol,
+    parse_listener_list,
+    parse_protocol_map,
+)
 from tierbroker.storage.checkpoints import kafka_uuid, parse_kafka_uuid
 
 CLUSTER_ID = "/cluster/id"
@@ -122,20 +128,28 @@ UNDECODABLE = (ValueError, KeyError, TypeError, AttributeError)
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
+    """A live broker: its advertised endpoint on each listener, its rack and epoch."""
+
     broker_id: int
-    host: str
-    port: int
+    endpoints: tuple[Listener, ...]
     rack: str | None = None
     epoch: int = -1  # the czxid of the registration; not in the JSON
 
+    def endpoint(self, listener_name: str) -> Listener | None:
+        return next((e for e in self.endpoints if e.name == listener_name), None)
+
     def encode(self) -> bytes:
+        # Kafka's host and port are the PLAINTEXT listener's, for clients before 0.10.
+        plaintext = self.endpoint(SecurityProtocol.PLAINTEXT.value)
         return _dumps(
             {
                 "version": 5,
-                "host": self.host,
-                "port": self.port,
-                "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
-                "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                "host": plaintext.host if plaintext else None,
+                "port": plaintext.port if plaintext else -1,
+                "endpoints": [str(e) for e in self.endpoints],
+                "listener_security_protocol_map": {
+                    e.name: e.security_protocol.value for e in self.endpoints
+                },
                 "rack": self.rack,
                 "jmx_port": -1,
                 "timestamp": now_text(),
@@ -146,7 +160,12 @@ class BrokerRegistration:
     @classmethod
     def decode(cls, broker_id: int, data: bytes, epoch: int) -> BrokerRegistration:
         value = _loads(data)
-        return cls(broker_id, value["host"], int(value["port"]), value.get("rack"), epoch)
+        protocols = parse_protocol_map(
+            ",".join(f"{k}:{v}" for k, v in value.get("listener_security_protocol_map", {}).items())
+            or None
+        )
+        endpoints = parse_listener_list(",".join(value["endpoints"]), "endpoints", protocols)
+        return cls(broker_id, endpoints, value.get("rack"), epoch)
 
 
 FIRST_LEADER_EPOCH_FIELD = "tierbroker_first_leader_epoch"

@@ -19,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from tierbroker.protocol.client_codec import (
@@ -104,16 +107,33 @@ class _Connection(asyncio.BufferedProtocol):
             self.closed.set()
 
 
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """How a connection to another broker is secured: TLS with `ssl_context` (checking the
+    peer's name as `server_hostname`, or its host), then `authenticate` (SASL, sending with
+    `BrokerClient.send_connected`) on each new connection, after ApiVersions."""
+
+    ssl_context: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+    authenticate: Callable[[BrokerClient], Awaitable[None]] | None = None
+
+
 class BrokerClient:
     """Not shared between event loops; any number of tasks of one loop may use it."""
 
     def __init__(
-        self, host: str, port: int, client_id: str, request_timeout_ms: int = 30_000
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        request_timeout_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
+        self.security = security or ClientSecurity()
         self._correlation_ids = itertools.count()
         self._connection: _Connection | None = None
         self._waiting: dict[int, asyncio.Future[bytes | memoryview]] = {}
@@ -136,12 +156,19 @@ class BrokerClient:
             if self._closed:
                 raise BrokerUnavailable(f"{self}: closed")
             connection = _Connection(self)
+            tls = self.security.ssl_context
             try:
                 async with asyncio.timeout(self.request_timeout_ms / 1000):
                     await asyncio.get_running_loop().create_connection(
-                        lambda: connection, self.host, self.port
+                        lambda: connection,
+                        self.host,
+                        self.port,
+                        ssl=tls,
+                        server_hostname=(self.security.server_hostname or self.host)
+                        if tls
+                        else None,
                     )
-            except (OSError, TimeoutError) as e:
+            except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
                 raise BrokerUnavailable(f"cannot connect to {self.host}:{self.port}: {e}") from e
             self._connection = connection
             self._versions = {API_VERSIONS: 0}
@@ -150,10 +177,20 @@ class BrokerClient:
                 self._disconnect(BrokerUnavailable(f"{self}: ApiVersions failed"))
                 raise BrokerUnavailable(f"{self}: ApiVersions answered {versions.error_code}")
             self._versions = _agree(versions.api_keys)
+            if self.security.authenticate is not None:
+                try:
+                    await self.security.authenticate(self)
+                except BaseException as e:
+                    self._disconnect(BrokerUnavailable(f"{self}: authentication failed: {e}"))
+                    raise
 
     async def send(self, body: Any) -> Any:
         """Send a request entity (built for `version_for` its API) and return the response."""
         await self.connect()
+        return await self._send(body)
+
+    async def send_connected(self, body: Any) -> Any:
+        """Send on the connection being set up, without connecting: for `authenticate`."""
         return await self._send(body)
 
     async def _send(self, body: Any) -> Any:
@@ -227,16 +264,19 @@ class BrokerClients:
     """One `BrokerClient` per peer address, made on first use: a broker's own requests to
     the others (internal topics, transaction markers and checks) share its connections."""
 
-    def __init__(self, client_id: str, request_timeout_ms: int) -> None:
+    def __init__(
+        self, client_id: str, request_timeout_ms: int, security: ClientSecurity | None = None
+    ) -> None:
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
+        self.security = security
         self._clients: dict[tuple[str, int], BrokerClient] = {}
 
     def get(self, host: str, port: int) -> BrokerClient:
         client = self._clients.get((host, port))
         if client is None:
             client = self._clients[host, port] = BrokerClient(
-                host, port, self.client_id, self.request_timeout_ms
+                host, port, self.client_id, self.request_timeout_ms, self.security
             )
         return client
 

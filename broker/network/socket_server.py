@@ -19,6 +19,12 @@ Parts in memory above 1 MiB (records read from the remote tier) are written a
 slice at a time, each once the socket has drained, so the transport does not
 copy what the socket cannot take at once.
 
+The server listens on each of the broker's listeners. A listener's connections are
+secured as `ListenerSecurity` says: TLS (set up in a task of its own, so a slow handshake
+holds up no other accept, and bounded by `ConnectionLimits.ssl_handshake_timeout_s`),
+its principal once the handshake is done, and a SASL authenticator. TLS connections
+never use `sendfile`, which would write the file's bytes under the TLS layer.
+
 Connections are accepted by `Acceptor` within `max.connections` and
 `max.connections.per.ip`; those idle for `connections.max.idle.ms` are closed.
 
@@ -32,11 +38,17 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
-from typing import cast
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol, cast
 
 from tierbroker.broker.config.connection_limits import ConnectionLimits
+from tierbroker.broker.config.listeners import Listener, SecurityProtocol
 from tierbroker.broker.network.acceptor import Acceptor, ConnectionQuotas
+from tierbroker.broker.network.socket_server_metrics import SocketServerMetrics
+from tierbroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from tierbroker.protocol.codec import FileRegion, ResponseBytes, ResponsePart
 from tierbroker.protocol.framing import SCRATCH_BYTES, FrameError, FrameReader, pooled_bytes
 from tierbroker.protocol.memory_pool import MemoryPool
@@ -47,9 +59,31 @@ WRITE_SLICE_BYTES = 1 << 20
 QUEUED_SCRATCH_FRAME_BYTES = 2 * SCRATCH_BYTES
 LISTEN_BACKLOG = 1024
 
-# Handles one request frame; returns the response parts, or None to send nothing
-# (acks=0), or raises ConnectionClosing to drop the connection.
-RequestHandler = Callable[[bytes | memoryview, str], Awaitable[list[ResponsePart] | None]]
+# Handles one request frame of a connection; returns the response parts, or None to send
+# nothing (acks=0), or raises ConnectionClosing to drop the connection.
+RequestHandler = Callable[
+    [bytes | memoryview, "KafkaConnection"], Awaitable[list[ResponsePart] | None]
+]
+
+
+class Authenticator(Protocol):
+    """A connection's authentication (SASL): it takes the connection's frames until
+    `complete`, and again when the client re-authenticates."""
+
+    @property
+    def complete(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSecurity:
+    """How connections of each listener are secured: the TLS context of a listener (None:
+    in the clear; asked at each accept, so a reloaded keystore serves new connections), the
+    principal of a TLS connection once its handshake is done, and the authenticator of a
+    SASL connection."""
+
+    ssl_context_for: Callable[[Listener], ssl.SSLContext | None] = lambda _listener: None
+    principal_for: Callable[[KafkaConnection], KafkaPrincipal] = lambda _c: ANONYMOUS
+    authenticator_for: Callable[[KafkaConnection], Authenticator | None] = lambda _c: None
 
 
 class ConnectionClosing(Exception):
@@ -57,9 +91,14 @@ class ConnectionClosing(Exception):
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: SocketServer, ip: str) -> None:
+    def __init__(self, server: SocketServer, ip: str, listener: Listener) -> None:
         self.server = server
         self.ip = ip
+        self.listener = listener
+        self.principal = ANONYMOUS  # who the client authenticated as
+        self.authenticator: Authenticator | None = None
+        # Zero-copy would write plaintext under TLS: only connections in the clear use it.
+        self.use_sendfile = server.use_sendfile and not listener.security_protocol.uses_tls
         self.handling = False  # a request of this connection is in its handler
         self.last_active_s = 0.0  # loop time of the last bytes read or response written
         self.reader = FrameReader(server.max_request_bytes, server.memory_pool)
@@ -79,6 +118,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.last_active_s = asyncio.get_running_loop().time()
+        security, metrics = self.server.security, self.server.metrics
+        name = self.listener.name
+        metrics.connection_creation.labels(name).inc()
+        metrics.connection_count.labels(name).inc()
+        if self.listener.security_protocol.uses_tls:
+            self.principal = security.principal_for(self)
+        if self.listener.security_protocol.uses_sasl:
+            self.authenticator = security.authenticator_for(self)
+        else:  # in the clear or over TLS alone, the connection is authenticated once set up
+            metrics.authenticated(name)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"connection {self.peer}"
         )
@@ -127,6 +176,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return True  # keep the transport open until queued responses are written
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.server.metrics.connection_close.labels(self.listener.name).inc()
+        self.server.metrics.connection_count.labels(self.listener.name).dec()
         self.server.connection_closed(self)
         if self.reader.awaiting_memory_bytes:
             self.server.memory_pool.cancel(self._memory_granted)
@@ -148,7 +199,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._dequeued(len(frame))
                 self.handling = True
                 try:
-                    response = await self.server.handler(frame, self.peer)
+                    response = await self.server.handler(frame, self)
                 finally:
                     self.handling = False
                     # The pool's memory is held until the request has been handled, as in Kafka.
@@ -207,7 +258,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             transport.write(view[start : start + WRITE_SLICE_BYTES])
 
     async def _send_file(self, transport: asyncio.Transport, region: FileRegion) -> None:
-        if self.server.use_sendfile:
+        if self.use_sendfile:
             await self._can_write.wait()
             position, length = region.position, region.length
             sent = self._sendfile_now(transport, region.file.fileno(), position, length)
@@ -254,7 +305,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
 
 class SocketServer:
-    """Listens, admits connections within `limits`, and closes those idle too long."""
+    """Listens on each listener, admits connections within `limits`, and closes those idle
+    too long."""
 
     def __init__(
         self,
@@ -262,48 +314,79 @@ class SocketServer:
         max_request_bytes: int,
         max_queued_bytes: int,
         limits: ConnectionLimits | None = None,
+        security: ListenerSecurity | None = None,
+        metrics: SocketServerMetrics | None = None,
     ) -> None:
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         self.memory_pool = MemoryPool(max_queued_bytes)
         self.quotas = ConnectionQuotas(limits or ConnectionLimits())
+        self.security = security or ListenerSecurity()
+        self.metrics = metrics or SocketServerMetrics()
         self.connections: set[KafkaConnection] = set()
         self.use_sendfile = False
-        self._sock: socket.socket | None = None
-        self._acceptor: Acceptor | None = None
+        self._sockets: dict[Listener, socket.socket] = {}
+        self._acceptors: list[Acceptor] = []
+        self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections being set up
         self._idle_task: asyncio.Task[None] | None = None
         self._no_connections = asyncio.Event()
 
     def listen(self, host: str, port: int) -> None:
-        """Listen on `host`:`port` (port 0: a free one, then in `port`)."""
-        self.listen_on(socket.create_server((host, port), backlog=LISTEN_BACKLOG))
+        """Listen in the clear on `host`:`port` (port 0: a free one, then in `port`)."""
+        self.listen_on(
+            socket.create_server((host, port), backlog=LISTEN_BACKLOG),
+            Listener("PLAINTEXT", SecurityProtocol.PLAINTEXT, host, port),
+        )
 
-    def listen_on(self, sock: socket.socket) -> None:
-        """Listen on `sock`, a bound TCP socket (the preflight binds it before the broker
-        loads its logs, so a port in use is found before anything is written).
-        Connections wait in the backlog until `start`, as Kafka enables request
+    def listen_on(self, sock: socket.socket, listener: Listener) -> None:
+        """Listen on `sock`, a bound TCP socket, for `listener` (the preflight binds it
+        before the broker loads its logs, so a port in use is found before anything is
+        written). Connections wait in the backlog until `start`, as Kafka enables request
         processing once the broker is ready."""
         sock.listen(LISTEN_BACKLOG)
-        self._sock = sock
-        self._sock.setblocking(False)
+        sock.setblocking(False)
+        self._sockets[listener] = sock
 
     async def start(self) -> None:
         """Accept connections and serve their requests."""
-        assert self._sock is not None, "start before listen"
+        assert self._sockets, "start before listen"
         loop = asyncio.get_running_loop()
         self.use_sendfile = _loop_has_sendfile(loop)
-        self._acceptor = Acceptor(self._sock, self.quotas, self._admit)
-        self._acceptor.start()
+        for listener, sock in self._sockets.items():
+            acceptor = Acceptor(sock, self.quotas, partial(self._admit, listener))
+            acceptor.start()
+            self._acceptors.append(acceptor)
+            host, port = sock.getsockname()[:2]
+            log.info(
+                "listening on %s:%d for %s (%s, sendfile: %s)",
+                host,
+                port,
+                listener.name,
+                listener.security_protocol,
+                self.use_sendfile and not listener.security_protocol.uses_tls,
+            )
         self._idle_task = loop.create_task(self._close_idle_connections(), name="idle-connections")
-        host = self._sock.getsockname()[0]
-        log.info("listening on %s:%d (sendfile: %s)", host, self.port, self.use_sendfile)
 
-    async def _admit(self, sock: socket.socket, ip: str) -> None:
+    async def _admit(self, listener: Listener, sock: socket.socket, ip: str) -> None:
+        context = self.security.ssl_context_for(listener)
+        if context is None:
+            await self._connect(listener, sock, ip, None)
+            return
+        # A TLS handshake takes round trips: it must not hold up the next accept.
+        task = asyncio.get_running_loop().create_task(
+            self._connect(listener, sock, ip, context), name=f"TLS handshake {ip}"
+        )
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _connect(
+        self, listener: Listener, sock: socket.socket, ip: str, context: ssl.SSLContext | None
+    ) -> None:
         loop = asyncio.get_running_loop()
-        made: list[KafkaConnection] = []  # a protocol made means its connection_lost will come
+        made: list[KafkaConnection] = []  # connection_lost comes once connection_made came
 
         def connection() -> KafkaConnection:
-            made.append(KafkaConnection(self, ip))
+            made.append(KafkaConnection(self, ip, listener))
             return made[-1]
 
         # Small response parts (headers before a sendfile) must not wait for an ACK. asyncio
@@ -311,10 +394,27 @@ class SocketServer:
         # socket has the listening socket's proto: 0, from socket.create_server.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            await loop.connect_accepted_socket(connection, sock)
-        except OSError as e:  # the client went away before its transport was made
-            log.info("connection from %s lost on accept: %s", ip, e)
-            if not made:
+            if context is None:
+                await loop.connect_accepted_socket(connection, sock)
+            else:
+                await loop.connect_accepted_socket(
+                    connection,
+                    sock,
+                    ssl=context,
+                    ssl_handshake_timeout=self.quotas.limits.ssl_handshake_timeout_s,
+                )
+        except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
+            set_up = bool(made) and made[0].transport is not None
+            if context is not None and not set_up:  # Kafka counts it as failed authentication
+                self.metrics.authentication_failed(listener.name, ip, f"TLS handshake: {e}")
+            else:
+                log.info("connection from %s on %s failed: %s", ip, listener.name, e)
+            if not set_up:
+                self.quotas.remove(ip)
+            sock.close()
+        except Exception:
+            log.exception("closing connection from %s: it could not be set up", ip)
+            if not made or made[0].transport is None:
                 self.quotas.remove(ip)
             sock.close()
 
@@ -344,20 +444,25 @@ class SocketServer:
 
     @property
     def port(self) -> int:
-        assert self._sock is not None
-        return int(self._sock.getsockname()[1])
+        """The first listener's port."""
+        return int(next(iter(self._sockets.values())).getsockname()[1])
 
     async def stop(self, timeout_s: float) -> None:
         """Stop accepting, let connections finish their current request, then close them."""
-        if self._sock is None:
+        if not self._sockets:
             return
-        if self._acceptor is not None:  # (not when the broker failed before serving)
-            await self._acceptor.stop()
+        for acceptor in self._acceptors:  # (none when the broker failed before serving)
+            await acceptor.stop()
+        self._acceptors.clear()
+        for task in list(self._handshakes):
+            task.cancel()
+        await asyncio.gather(*self._handshakes, return_exceptions=True)
         if self._idle_task is not None:
             self._idle_task.cancel()
             await asyncio.gather(self._idle_task, return_exceptions=True)
-        self._sock.close()
-        self._sock = None
+        for sock in self._sockets.values():
+            sock.close()
+        self._sockets.clear()
         connections = list(self.connections)
         await asyncio.gather(*(c.shutdown(timeout_s) for c in connections), return_exceptions=True)
         for c in connections:

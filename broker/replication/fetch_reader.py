@@ -29,6 +29,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.replication.partition import FollowerFetch, OffsetNotAvailableYet, Partition
 from tierbroker.broker.replication.purgatory import Purgatory
 from tierbroker.broker.replication.replica_selector import (
@@ -433,7 +434,11 @@ class FetchReader:
             registration = self.cache.brokers.get(broker_id)
             if registration is None:
                 continue
-            node = Node(broker_id, registration.host, registration.port, registration.rack)
+            # A replica the client cannot reach on its listener is no choice for it.
+            endpoint = registration.endpoint(current_request().listener_name)
+            if endpoint is None:
+                continue
+            node = Node(broker_id, endpoint.host, endpoint.port, registration.rack)
             if broker_id == partition.local_broker_id:
                 leader_view = ReplicaView(node, partition.log.log_end_offset, 0)
                 views.append(leader_view)

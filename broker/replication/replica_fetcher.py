@@ -58,6 +58,7 @@ from tierbroker.broker.network.broker_client import (
     BrokerUnavailable,
     MalformedResponse,
 )
+from tierbroker.broker.network.inter_broker import InterBrokerChannel
 from tierbroker.broker.replication.fetch_start import (
     fetch_start,
     should_fetch_from_last_tiered_offset,
@@ -491,7 +492,9 @@ class ReplicaFetcherManager:
         config: FetcherConfig,
         on_appended: Callable[[list[Partition]], None],
         free_space: FreeSpaceGuard | None = None,
+        channel: InterBrokerChannel | None = None,
     ) -> None:
+        channel = channel or InterBrokerChannel()
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.config = config
@@ -505,7 +508,7 @@ class ReplicaFetcherManager:
         # After an OSError appending to a follower: True if its log dir is offline now.
         self.on_storage_error: Callable[[Partition, OSError], bool] = _log_storage_error
         self.new_client: Callable[[str, int], BrokerClient] = lambda host, port: BrokerClient(
-            host, port, f"broker-{broker_id}-fetcher", config.socket_timeout_ms
+            host, port, f"broker-{broker_id}-fetcher", config.socket_timeout_ms, channel.security
         )
 
     def add(self, partition: Partition, leader_id: int, host: str, port: int) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from tierbroker.broker.metadata.metadata_cache import MetadataCache, MetadataDelta
 from tierbroker.broker.metadata.store import MetadataStore
 from tierbroker.broker.metadata.zk_data import PartitionState
+from tierbroker.broker.network.inter_broker import InterBrokerChannel, address_of
 from tierbroker.broker.replication.alter_partition import AlterPartitionManager
 from tierbroker.broker.replication.fetch_reader import (
     FetchParams,
@@ -80,6 +81,7 @@ class ReplicationConfig:
     # Complete a follower's parked fetch when the high watermark moves (KIP-392's design;
     # Kafka keeps it for clusters with a replica selector, as KAFKA-9731 decided).
     propagate_high_watermark: bool = False
+    inter_broker: InterBrokerChannel = field(default_factory=InterBrokerChannel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,7 @@ class ReplicaManager:
             self.config.fetcher,
             self._on_follower_appended,
             log_manager.free_space,
+            self.config.inter_broker,
         )
         self.fetchers.on_storage_error = self._follower_storage_error
         self.reader = FetchReader(
@@ -291,9 +294,9 @@ class ReplicaManager:
             self.fetchers.remove(tp)
             self._leadership_changed(partition, False)
             self._wake(tp)
-            leader = self.cache.brokers.get(state.leader)
+            leader = address_of(self.cache, self.config.inter_broker, state.leader)
             if leader is not None:
-                self.fetchers.add(partition, leader.broker_id, leader.host, leader.port)
+                self.fetchers.add(partition, state.leader, leader.host, leader.port)
             log.debug("%s: follower of %d in epoch %d", tp, state.leader, state.leader_epoch)
 
     def _leadership_changed(self, partition: Partition, leader: bool) -> None:
@@ -311,12 +314,12 @@ class ReplicaManager:
         for tp, partition in self.partitions.items():
             if partition.is_leader:
                 continue
-            leader = self.cache.brokers.get(partition.leader_id)
+            leader = address_of(self.cache, self.config.inter_broker, partition.leader_id)
             if leader is None:
                 self.fetchers.remove(tp)
                 continue
-            if self.fetchers.endpoint_of(tp) != (leader.broker_id, leader.host, leader.port):
-                self.fetchers.add(partition, leader.broker_id, leader.host, leader.port)
+            if self.fetchers.endpoint_of(tp) != (partition.leader_id, leader.host, leader.port):
+                self.fetchers.add(partition, partition.leader_id, leader.host, leader.port)
 
     def attach_remote_log_manager(self, remote: RemoteLogManager) -> None:
         """Tiering starts: hand every partition led so far to the RemoteLogManager."""

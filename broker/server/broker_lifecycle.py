@@ -1,6 +1,6 @@
 """`BrokerLifecycle`: this broker's registration in the cluster, and what its session allows.
 
-Registration is an ephemeral `/brokers/ids/N` with the advertised host and the bound port;
+Registration is an ephemeral `/brokers/ids/N` with each listener's advertised endpoint;
 its creating transaction is the broker epoch. A registration left by this broker's
 previous process (killed before its session expired) is waited out, up to 1.5 session
 timeouts; one owned by another live broker is a start-up error.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from tierbroker.broker.config.listeners import Listener
 from tierbroker.broker.metadata import zk_data as zk
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.store import (
@@ -59,7 +60,7 @@ class BrokerLifecycle:
         self.cache = cache
         self.replicas = replicas
         self.registration: BrokerRegistration | None = None
-        self._endpoint: tuple[str, int] | None = None
+        self._endpoints: tuple[Listener, ...] = ()
         self._fence_timer: asyncio.TimerHandle | None = None
         self._rejoining: asyncio.Task[None] | None = None
         self._lost = False
@@ -71,17 +72,16 @@ class BrokerLifecycle:
         """The store session is connected (as last reported)."""
         return self._session == SessionState.CONNECTED
 
-    async def register(self, host: str, port: int) -> BrokerRegistration:
+    async def register(self, endpoints: tuple[Listener, ...]) -> BrokerRegistration:
         """Register, then follow the session: call once, after the broker listens."""
-        self._endpoint = host, port
+        self._endpoints = endpoints
         registration = await self._register()
         self.store.add_state_listener(self._on_session_state)
         return registration
 
     async def _register(self) -> BrokerRegistration:
-        assert self._endpoint is not None
-        host, port = self._endpoint
-        wanted = BrokerRegistration(self.broker_id, host, port, self.rack)
+        endpoints = self._endpoints
+        wanted = BrokerRegistration(self.broker_id, endpoints, self.rack)
         path = zk.broker_path(self.broker_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 1.5 * self.store.session_timeout_ms / 1000
@@ -103,17 +103,16 @@ class BrokerLifecycle:
                     ) from None
                 await asyncio.sleep(_REGISTRATION_RETRY_S)
         _, stat = await self.store.get(path)
-        self.registration = BrokerRegistration(self.broker_id, host, port, self.rack, stat.czxid)
+        self.registration = BrokerRegistration(self.broker_id, endpoints, self.rack, stat.czxid)
         self.replicas.broker_epoch = stat.czxid
         # Topics created from here on may place replicas here: the cache must know it.
         await self.cache.wait_until(
             lambda: self.broker_id in self.cache.brokers, self.store.session_timeout_ms / 1000
         )
         log.info(
-            "broker %d registered at %s:%d (rack %s, broker epoch %d)",
+            "broker %d registered at %s (rack %s, broker epoch %d)",
             self.broker_id,
-            host,
-            port,
+            ", ".join(map(str, endpoints)),
             self.rack,
             stat.czxid,
         )

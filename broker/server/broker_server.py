@@ -79,11 +79,13 @@ from tierbroker.broker.metrics.tier_usage import tier_usage
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.network.socket_server import SocketServer
+from tierbroker.broker.network.socket_server_metrics import SocketServerMetrics
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
 from tierbroker.broker.replication.replica_selector import load_selector
 from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
+from tierbroker.broker.server.listener_security import inter_broker_channel, listener_security
 from tierbroker.broker.server.preflight import BoundPorts
 from tierbroker.broker.server.remote_storage import build_remote_log_manager
 from tierbroker.broker.server.scheduler import Scheduler
@@ -115,7 +117,9 @@ class BrokerServer:
         self.config = config
         self.store = store
         self.ports = ports
-        self.endpoints: BrokerEndpoints = broker_endpoints(config, ports.port, ports.metrics_port)
+        self.endpoints: BrokerEndpoints = broker_endpoints(
+            config, ports.listener_ports, ports.metrics_port
+        )
         self.cache = MetadataCache(store)
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
@@ -162,11 +166,20 @@ class BrokerServer:
         self.groups = GroupCoordinator(_group_config(config), offsets, self._partition_exists)
         self.transactions = TransactionCoordinator(
             TransactionStateManager(self.replicas, self.admin, _transaction_config(config)),
-            TransactionMarkerChannelManager(self.replicas, self.cache, config.request_timeout_ms),
+            TransactionMarkerChannelManager(
+                self.replicas,
+                self.cache,
+                config.request_timeout_ms,
+                self.replicas.config.inter_broker,
+            ),
             self.admin.next_producer_id,
         )
         self.verifier = TransactionVerifier(
-            config.broker_id, self.transactions, self.cache, config.request_timeout_ms
+            config.broker_id,
+            self.transactions,
+            self.cache,
+            config.request_timeout_ms,
+            self.replicas.config.inter_broker,
         )
         self.replicas.verify_transaction = self.verifier.verify
         self.replicas.leadership_listeners.append(self._on_leadership)
@@ -212,6 +225,8 @@ class BrokerServer:
             c.socket_request_max_bytes,
             c.queued_max_request_bytes,
             c.connection_limits,
+            listener_security(c),
+            SocketServerMetrics(self.registry),
         )
 
     @property
@@ -264,11 +279,10 @@ class BrokerServer:
         await loop.run_in_executor(None, partial(self.log_manager.load_logs, self._config_for))
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
-        self.socket_server.listen_on(self.ports.broker)
+        for listener in self.config.listener_config.listeners:
+            self.socket_server.listen_on(self.ports.listeners[listener.name], listener)
         try:
-            self.registration = await self.lifecycle.register(
-                self.endpoints.host, self.endpoints.port
-            )
+            self.registration = await self.lifecycle.register(self.endpoints.listeners)
         except RegistrationError as e:
             raise StartupError(str(e)) from None
 
@@ -296,9 +310,7 @@ class BrokerServer:
         await self.replicas.applied.wait()
         await self.socket_server.start()
         self._started = True
-        host = self.ports.broker.getsockname()[0]
-        bound = f"[{host}]:{self.ports.port}" if ":" in host else f"{host}:{self.ports.port}"
-        for line in startup_summary(c, self.endpoints, self.cache.cluster_id, bound):
+        for line in startup_summary(c, self.endpoints, self.cache.cluster_id, self.ports):
             log.info("%s", line)
 
     async def _join_cluster(self) -> None:
@@ -553,6 +565,7 @@ def _replication_config(c: BrokerConfig) -> ReplicationConfig:
         last_tiered_offset_enable=c.follower_fetch_last_tiered_offset_enable,
     )
     return ReplicationConfig(
+        inter_broker=inter_broker_channel(c),
         replica_lag_time_max_ms=c.replica_lag_time_max_ms,
         fetcher=fetcher,
         # Followers serve consumers committed data: tell them the HW at once.

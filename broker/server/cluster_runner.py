@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
 from tierbroker.broker.config.broker_config import BrokerConfig
+from tierbroker.broker.config.listeners import Listener
 from tierbroker.broker.metadata.inprocess_store import InProcessSession, InProcessZooKeeper
 from tierbroker.broker.metadata.store import MetadataStore
 from tierbroker.broker.metadata.zk_store import ZooKeeperStore
@@ -52,8 +54,6 @@ def broker_configs(config: BrokerConfig, brokers: int, racks: list[str]) -> list
     if brokers == 1:
         rack = racks[0] if racks else config.broker_rack
         return [config.model_copy(update={"broker_rack": rack})]
-    host, port = config.listener
-    scheme = config.listeners.split("://", 1)[0]
     # One remote tier for the cluster: a new leader reads what the old one copied.
     rsm_configs = {**config.rsm_configs, "dir": str(local_remote_dir(config))}
     configs = []
@@ -62,7 +62,7 @@ def broker_configs(config: BrokerConfig, brokers: int, racks: list[str]) -> list
         log_dirs = ",".join(str(d / f"broker-{broker_id}") for d in config.log_dir_paths)
         update: dict[str, object] = {
             "broker_id": broker_id,
-            "listeners": f"{scheme}://{host}:{port + i if port else 0}",
+            "listeners": _listeners(config, partial(_nth_port, i)),
             "advertised_listeners": None,
             "log_dirs": log_dirs,
             "broker_rack": racks[i % len(racks)] if racks else config.broker_rack,
@@ -72,6 +72,16 @@ def broker_configs(config: BrokerConfig, brokers: int, racks: list[str]) -> list
             update["metrics_port"] = config.metrics_port + i
         configs.append(config.model_copy(update=update))
     return configs
+
+
+def _nth_port(i: int, listener: Listener) -> int:
+    """The port of the `i`th broker's `listener`: the configured one up (0: any free one)."""
+    return listener.port + i if listener.port else 0
+
+
+def _listeners(config: BrokerConfig, port: Callable[[Listener], int]) -> str:
+    """`config`'s listeners with the ports `port` gives them."""
+    return ",".join(str(x.with_port(port(x))) for x in config.listener_config.listeners)
 
 
 class ClusterRunner:
@@ -145,9 +155,9 @@ class ClusterRunner:
     async def start_broker(self, broker_id: int) -> None:
         """Start a stopped broker again, on the port it had, with its logs."""
         old = self.broker(broker_id)
-        host, _ = old.config.listener
-        scheme = old.config.listeners.split("://", 1)[0]
-        update: dict[str, object] = {"listeners": f"{scheme}://{host}:{old.ports.port}"}
+        update: dict[str, object] = {
+            "listeners": _listeners(old.config, lambda x: old.ports.listener_ports[x.name])
+        }
         if old.ports.metrics_port is not None:
             update["metrics_port"] = old.ports.metrics_port
         config = old.config.model_copy(update=update)

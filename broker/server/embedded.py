@@ -118,7 +118,8 @@ class EmbeddedCluster:
     def address(self, broker_id: int) -> str:
         registration = self.broker(broker_id).registration
         assert registration is not None, f"broker {broker_id} never registered"
-        return f"{registration.host}:{registration.port}"
+        first = registration.endpoints[0]  # the first listener's, as clients bootstrap
+        return f"{first.host}:{first.port}"
 
     @property
     def bootstrap_servers(self) -> str:

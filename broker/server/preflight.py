@@ -4,7 +4,7 @@
 machine: the log dirs (each an existing writable directory, or one that can be
 created), the remote tier's plugins (their classes load; the built-in ones' required
 `rsm.config.*` settings are there and valid), the replica selector's class, the
-directory of the ports file, and the ports. Each broker's listener and metrics
+directory of the ports file, and the ports. Each broker's listeners and metrics
 endpoint are bound here but not yet listened on, so a port in use is found before
 anything is written, and a port of 0 is already the free port the broker will
 advertise. Every failure is a `ConfigError`
@@ -44,20 +44,27 @@ _RSM_SETTING = re.compile(
 
 @dataclass(slots=True)
 class BoundPorts:
-    """A broker's listening socket and its metrics endpoint's, bound and not listening; the
-    port numbers stay known once the sockets are closed (a restart binds them again)."""
+    """A broker's listening sockets (one per listener, in `listeners` order) and its metrics
+    endpoint's, bound and not listening; the port numbers stay known once the sockets are
+    closed (a restart binds them again)."""
 
-    broker: socket.socket
+    listeners: dict[str, socket.socket]
     metrics: socket.socket | None
-    port: int = field(init=False)
+    listener_ports: dict[str, int] = field(init=False)
     metrics_port: int | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.port = int(self.broker.getsockname()[1])
+        self.listener_ports = {n: int(s.getsockname()[1]) for n, s in self.listeners.items()}
         self.metrics_port = None if self.metrics is None else int(self.metrics.getsockname()[1])
 
+    @property
+    def port(self) -> int:
+        """The first listener's port: where clients of a one-listener broker connect."""
+        return next(iter(self.listener_ports.values()))
+
     def close(self) -> None:
-        self.broker.close()
+        for sock in self.listeners.values():
+            sock.close()
         if self.metrics is not None:
             self.metrics.close()
 
@@ -197,24 +204,29 @@ def _check_local_remote_dir(config: BrokerConfig) -> None:
 
 
 def bind_ports(config: BrokerConfig) -> BoundPorts:
-    """Bind the listener's port and the metrics port (`ConfigError` if one is taken)."""
-    listener = config.listener
-    if config.metrics_port == listener.port != 0:
+    """Bind each listener's port and the metrics port (`ConfigError` if one is taken)."""
+    listeners = config.listener_config.listeners
+    setting = f"listeners={config.listeners!r}"
+    if config.metrics_port > 0 and any(x.port == config.metrics_port for x in listeners):
         raise ConfigError(
-            f"metrics.port={config.metrics_port}: the broker listens on that port "
-            f"(listeners={config.listeners!r}): give the metrics endpoint another port"
+            f"metrics.port={config.metrics_port}: a listener uses that port "
+            f"({setting}): give the metrics endpoint another port"
         )
-    broker = _bind(listener, f"listeners={config.listeners!r}")
-    if config.metrics_port < 0:
-        return BoundPorts(broker, None)
+    bound: dict[str, socket.socket] = {}
     try:
-        metrics = _bind(
-            Endpoint(listener.host, config.metrics_port), f"metrics.port={config.metrics_port}"
-        )
+        for x in listeners:
+            bound[x.name] = _bind(Endpoint(x.host, x.port), setting)
+        metrics = None
+        if config.metrics_port >= 0:
+            metrics = _bind(
+                Endpoint(listeners[0].host, config.metrics_port),
+                f"metrics.port={config.metrics_port}",
+            )
     except ConfigError:
-        broker.close()
+        for sock in bound.values():
+            sock.close()
         raise
-    return BoundPorts(broker, metrics)
+    return BoundPorts(bound, metrics)
 
 
 def _bind(endpoint: Endpoint, setting: str) -> socket.socket:

@@ -1,6 +1,6 @@
 """The lines a broker logs at INFO once it serves: what runs, where, and what was configured.
 
-Version, the listener bound and the address advertised, the metrics endpoint, the
+Version, each listener bound and the address it advertises, the metrics endpoint, the
 log dirs, the remote tier and its plugins, then every setting that differs from its
 default (secrets hidden, as Kafka prints `[hidden]`) and the Kafka configs that were
 accepted but have no effect in tierbroker.
@@ -12,7 +12,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from tierbroker.broker.config.broker_config import BrokerConfig
+from tierbroker.broker.config.security_settings import is_secret
 from tierbroker.broker.network.endpoints import BrokerEndpoints
+from tierbroker.broker.server.preflight import BoundPorts
 from tierbroker.broker.server.remote_storage import STORAGE_MANAGERS, local_remote_dir
 from tierbroker.storage.topic_configs import TOPIC_CONFIGS, format_value
 
@@ -28,17 +30,25 @@ def tierbroker_version() -> str:
 
 
 def startup_summary(
-    config: BrokerConfig, endpoints: BrokerEndpoints, cluster_id: str, listening_on: str
+    config: BrokerConfig, endpoints: BrokerEndpoints, cluster_id: str, ports: BoundPorts
 ) -> list[str]:
-    """The summary's lines; `listening_on` is the bound address (host:port)."""
+    """The summary's lines; `ports` are the sockets bound."""
+    bound = {name: _address(sock.getsockname()) for name, sock in ports.listeners.items()}
+    metrics_host = next(iter(bound.values())).rpartition(":")[0]
     metrics = (
-        f"metrics on http://{listening_on.rpartition(':')[0]}:{endpoints.metrics_port}/metrics"
+        f"metrics on http://{metrics_host}:{endpoints.metrics_port}/metrics"
         if endpoints.metrics_port is not None
         else "no metrics endpoint (metrics.port=-1)"
     )
+    listeners = ", ".join(
+        f"{x.name} ({x.security_protocol}) on {bound[x.name]}, advertised as "
+        f"{_address((x.host, x.port))}"
+        for x in endpoints.listeners
+    )
     lines = [
         f"tierbroker {tierbroker_version()}: broker {config.broker_id} of cluster {cluster_id}",
-        f"listening on {listening_on}, advertised as {endpoints.advertised}; {metrics}",
+        f"listening: {listeners}; inter-broker listener "
+        f"{config.listener_config.inter_broker}; {metrics}",
         f"log dirs: {', '.join(str(d.absolute()) for d in config.log_dir_paths)}",
         f"remote tier: {_remote_tier(config)}",
         f"non-default settings: {', '.join(non_default_settings(config)) or 'none'}",
@@ -78,10 +88,16 @@ def non_default_settings(config: BrokerConfig) -> list[str]:
         ("rlmm.config.", config.rlmm_configs),
     ):
         values.update({prefix + k: v for k, v in plugin_configs.items()})
+    values.update(config.security.values)
     return [f"{k}={_shown(k, v)}" for k, v in sorted(values.items())]
 
 
 def _shown(name: str, value: Any) -> str:
-    if any(word in name for word in _SECRET_WORDS):
+    if is_secret(name) or any(word in name for word in _SECRET_WORDS):
         return HIDDEN
     return format_value(value)
+
+
+def _address(address: tuple[Any, ...]) -> str:
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

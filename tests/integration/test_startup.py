@@ -38,12 +38,12 @@ MISTAKES: dict[str, tuple[list[str], str, list[str]]] = {
         ["is in use", "0 picks a free one"],
     ),
     "metrics port in use": (["metrics.port={taken}"], "metrics.port", ["is in use"]),
-    "unsupported listener": (
-        ["listeners=SSL://127.0.0.1:0"],
+    "listener without a protocol": (
+        ["listeners=CLIENTS://127.0.0.1:0"],
         "listeners",
-        ["SSL is not supported", "PLAINTEXT://host:port"],
+        ["no security protocol", "listener.security.protocol.map"],
     ),
-    "garbage listener": (["listeners=localhost"], "listeners", ["PLAINTEXT://host:port"]),
+    "garbage listener": (["listeners=localhost"], "listeners", ["NAME://host:port"]),
     "port out of range": (
         ["listeners=PLAINTEXT://127.0.0.1:65536"],
         "listeners",
@@ -117,10 +117,12 @@ def test_a_start_up_mistake_is_one_line_naming_the_property_and_nothing_is_writt
 
 
 def test_debug_adds_the_traceback_to_the_one_line(tmp_path: Path) -> None:
-    done = serve(tmp_path, ["listeners=SSL://127.0.0.1:0"], "--debug")
+    done = serve(tmp_path, ["listeners=CLIENTS://127.0.0.1:0"], "--debug")
     assert done.returncode == 2
     assert done.stderr.startswith("Traceback (most recent call last):")
-    assert done.stderr.splitlines()[-1].startswith("error: listeners='SSL://127.0.0.1:0': SSL")
+    assert done.stderr.splitlines()[-1].startswith(
+        "error: listeners='CLIENTS://127.0.0.1:0': listener CLIENTS has no security protocol"
+    )
 
 
 class ExplodingStorage(LocalFsRemoteStorageManager):
@@ -157,10 +159,21 @@ def test_a_port_0_broker_advertises_the_ports_it_bound(tmp_path: Path) -> None:
             "host": "127.0.0.1",
             "port": broker.port,
             "metrics_port": broker.metrics_port,
+            "listeners": [
+                {
+                    "name": "PLAINTEXT",
+                    "security_protocol": "PLAINTEXT",
+                    "host": "127.0.0.1",
+                    "port": broker.port,
+                }
+            ],
         }
         assert broker.port > 0 and broker.metrics_port > 0
         log = broker.log()
-        assert f"listening on 127.0.0.1:{broker.port}, advertised as 127.0.0.1:{broker.port}" in log
+        assert (
+            f"listening: PLAINTEXT (PLAINTEXT) on 127.0.0.1:{broker.port}, advertised as "
+            f"127.0.0.1:{broker.port}; inter-broker listener PLAINTEXT" in log
+        )
         assert f"metrics on http://127.0.0.1:{broker.metrics_port}/metrics" in log
 
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -256,7 +269,7 @@ def test_the_start_up_summary(tmp_path: Path) -> None:
         rf"tierbroker {re.escape(version)}: broker 0 of cluster \S+", lines[summary]
     )
     listening, log_dirs, remote, settings, ignored = lines[summary + 1 : summary + 6]
-    assert listening.startswith(f"listening on 127.0.0.1:{broker.port}")
+    assert listening.startswith(f"listening: PLAINTEXT (PLAINTEXT) on 127.0.0.1:{broker.port}")
     assert log_dirs == f"log dirs: {tmp_path / 'logs'}"
     assert remote == (
         "remote tier: storage localfs "

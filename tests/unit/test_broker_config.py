@@ -9,6 +9,7 @@ import pytest
 
 from tests.integration.broker_process import ROOT, executable, free_port
 from tierbroker.broker.config.broker_config import ConfigError, load_config
+from tierbroker.broker.config.listeners import SecurityProtocol
 
 BAD_DEFAULTS = {
     "log.segment.bytes=0": "log.segment.bytes='0': must be an integer >= 14",
@@ -100,29 +101,88 @@ def test_booleans_ignore_case_as_kafka_does() -> None:
 
 
 BAD_LISTENERS = {
-    "SSL://127.0.0.1:9093": "SSL is not supported, tierbroker speaks PLAINTEXT only: "
-    "use PLAINTEXT://host:port",
-    "SASL_PLAINTEXT://:9093": "SASL_PLAINTEXT is not supported",
-    "127.0.0.1:9092": "expected PLAINTEXT://host:port",
-    "PLAINTEXT://127.0.0.1": "expected PLAINTEXT://host:port",
-    "PLAINTEXT://bad host:9092": "expected PLAINTEXT://host:port",
-    "PLAINTEXT://127.0.0.1:70000": "port 70000 is out of range: use 1 to 65535, or 0 for a "
-    "free port",
-    "PLAINTEXT://:9092,CONTROLLER://:9093": "tierbroker serves exactly one listener",
+    "listeners=127.0.0.1:9092": "listeners='127.0.0.1:9092': '127.0.0.1:9092' should be "
+    "NAME://host:port",
+    "listeners=PLAINTEXT://127.0.0.1": "listeners='PLAINTEXT://127.0.0.1': "
+    "'PLAINTEXT://127.0.0.1' should be NAME://host:port",
+    "listeners=PLAINTEXT://bad host:9092": "listeners='PLAINTEXT://bad host:9092': "
+    "'PLAINTEXT://bad host:9092' should be NAME://host:port",
+    "listeners=PLAINTEXT://127.0.0.1:70000": "listeners='PLAINTEXT://127.0.0.1:70000': port "
+    "70000 is out of range: use 1 to 65535, or 0 for a free port",
+    "listeners=PLAINTEXT://:9092,CONTROLLER://:9093": "listeners='PLAINTEXT://:9092,"
+    "CONTROLLER://:9093': listener CONTROLLER has no security protocol",
+    "listeners=PLAINTEXT://:9092,PLAINTEXT://:9093": "listeners='PLAINTEXT://:9092,"
+    "PLAINTEXT://:9093': listener PLAINTEXT is given twice",
+    "listeners=PLAINTEXT://:9092,SSL://:9092": "listeners='PLAINTEXT://:9092,SSL://:9092': "
+    "port 9092 is given twice",
+    "listeners=SSL://127.0.0.1:9093": "security.inter.broker.protocol=PLAINTEXT: no "
+    "listener is named PLAINTEXT",
+    "listener.security.protocol.map=INTERNAL:TLS": "listener.security.protocol.map="
+    "'INTERNAL:TLS': 'INTERNAL:TLS' should be NAME:PROTOCOL",
+    "inter.broker.listener.name=EXTERNAL": "inter.broker.listener.name='EXTERNAL' is not one "
+    "of the listeners (PLAINTEXT)",
 }
 
 
-@pytest.mark.parametrize("value, message", BAD_LISTENERS.items(), ids=BAD_LISTENERS.keys())
-def test_a_bad_or_unsupported_listener_is_refused(value: str, message: str) -> None:
-    assert refusal(f"listeners={value}").startswith(f"listeners={value!r}: {message}")
+@pytest.mark.parametrize("setting, message", BAD_LISTENERS.items(), ids=BAD_LISTENERS.keys())
+def test_a_bad_listener_setting_is_refused_naming_it(setting: str, message: str) -> None:
+    assert refusal(setting).startswith(message)
 
 
-def test_listeners_and_ports_that_are_accepted() -> None:
-    assert load_config(None, ["listeners=PLAINTEXT://[::1]:0"]).listener == ("::1", 0)
-    config = load_config(None, ["listeners=plaintext://0.0.0.0:19092"])
-    assert config.listener == ("0.0.0.0", 19092)
-    assert config.advertised_listener == ("127.0.0.1", 19092)
+def test_the_inter_broker_listener_is_named_or_given_by_protocol_never_both() -> None:
+    assert refusal(
+        "inter.broker.listener.name=PLAINTEXT", "security.inter.broker.protocol=PLAINTEXT"
+    ).startswith("inter.broker.listener.name and security.inter.broker.protocol are both set")
+
+
+def test_several_listeners_with_their_protocols_and_advertised_addresses() -> None:
+    config = load_config(
+        None,
+        [
+            "listeners=INTERNAL://0.0.0.0:19092,EXTERNAL://[::1]:0,SSL://127.0.0.1:19093",
+            "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL,SSL:SSL",
+            "advertised.listeners=EXTERNAL://broker.example:9094",
+            "inter.broker.listener.name=internal",
+        ],
+    )
+    listeners = config.listener_config
+    assert [(x.name, x.security_protocol, x.host, x.port) for x in listeners.listeners] == [
+        ("INTERNAL", SecurityProtocol.PLAINTEXT, "0.0.0.0", 19092),
+        ("EXTERNAL", SecurityProtocol.SASL_SSL, "::1", 0),
+        ("SSL", SecurityProtocol.SSL, "127.0.0.1", 19093),
+    ]
+    # Unadvertised listeners are advertised as bound, a wildcard host as 127.0.0.1.
+    assert [str(x) for x in listeners.advertised] == [
+        "INTERNAL://127.0.0.1:19092",
+        "EXTERNAL://broker.example:9094",
+        "SSL://127.0.0.1:19093",
+    ]
+    assert listeners.inter_broker == "INTERNAL"
+    by_protocol = load_config(
+        None,
+        ["listeners=PLAINTEXT://:0,SSL://:0", "security.inter.broker.protocol=ssl"],
+    )
+    assert by_protocol.listener_config.inter_broker == "SSL"
     assert load_config(None, ["metrics.port=-1"]).metrics_port == -1
+
+
+def test_security_settings_keep_per_listener_overrides() -> None:
+    config = load_config(
+        None,
+        [
+            "ssl.keystore.location=/etc/broker.p12",
+            "listener.name.external.ssl.keystore.location=/etc/external.p12",
+            "listener.name.external.plain.sasl.jaas.config=secret",
+            "super.users=User:admin",
+        ],
+    )
+    security = config.security
+    assert security.get("ssl.keystore.location", "EXTERNAL") == "/etc/external.p12"
+    assert security.get("ssl.keystore.location", "INTERNAL") == "/etc/broker.p12"
+    assert security.get("sasl.jaas.config", "EXTERNAL", "PLAIN") == "secret"
+    assert security.get("super.users") == "User:admin"
+    assert "super.users" not in config.ignored_properties
+    assert security.redacted()["listener.name.external.plain.sasl.jaas.config"] == "[hidden]"
 
 
 def test_ports_out_of_range_and_wildcard_advertised_addresses_are_refused() -> None:
@@ -131,7 +191,8 @@ def test_ports_out_of_range_and_wildcard_advertised_addresses_are_refused() -> N
         "0 for a free port, -1 for none"
     )
     assert refusal("advertised.listeners=PLAINTEXT://0.0.0.0:9092").startswith(
-        "advertised.listeners='PLAINTEXT://0.0.0.0:9092': clients cannot connect to a wildcard"
+        "advertised.listeners='PLAINTEXT://0.0.0.0:9092': clients cannot connect to the "
+        "wildcard address of PLAINTEXT"
     )
 
 

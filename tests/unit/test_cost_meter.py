@@ -21,6 +21,7 @@ from tierbroker.broker.cli.prices import (
     select,
     topic_cost,
 )
+from tierbroker.broker.config.listeners import Listener, SecurityProtocol
 from tierbroker.broker.handlers import fetch
 from tierbroker.broker.metadata.zk_data import BrokerRegistration
 from tierbroker.broker.metrics.served_bytes import Direction, ServedBytesMeter, Tier, direction
@@ -41,6 +42,8 @@ from tierbroker.storage.remote.request_meter import (
     Transfer,
 )
 from tierbroker.storage.topic_partition import TopicPartition
+
+PLAINTEXT = Listener("PLAINTEXT", SecurityProtocol.PLAINTEXT, "h", 1)
 
 
 def test_counts_from_many_threads_add_up_per_topic_and_kind() -> None:
@@ -258,8 +261,8 @@ def test_a_fetch_counts_each_partition_by_tier_and_its_readers_rack(
         config=SimpleNamespace(broker_rack="az1"),
         metadata=SimpleNamespace(
             brokers={
-                2: BrokerRegistration(2, "h", 1, "az1"),
-                3: BrokerRegistration(3, "h", 1, "az2"),
+                2: BrokerRegistration(2, (PLAINTEXT,), "az1"),
+                3: BrokerRegistration(3, (PLAINTEXT,), "az2"),
             }
         ),
         topic_metrics=BrokerTopicMetrics(registry),

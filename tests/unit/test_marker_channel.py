@@ -13,6 +13,7 @@ from tierbroker.broker.coordinator.transaction.marker_channel import (
     TransactionMarkerChannelManager,
     TxnMarkers,
 )
+from tierbroker.broker.network.inter_broker import InterBrokerChannel
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -47,7 +48,13 @@ async def test_an_unexpected_error_is_logged_and_the_markers_retried(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     replicas = FlakyReplicas()
-    channel = TransactionMarkerChannelManager(replicas, Cache(), 1000, retry_backoff_ms=1)  # type: ignore[arg-type]
+    channel = TransactionMarkerChannelManager(
+        replicas,  # type: ignore[arg-type]
+        Cache(),  # type: ignore[arg-type]
+        1000,
+        InterBrokerChannel(),
+        retry_backoff_ms=1,
+    )
     written = asyncio.Event()
 
     async def on_written() -> None:

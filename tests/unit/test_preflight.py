@@ -67,7 +67,7 @@ def test_the_metrics_port_cannot_be_the_listeners(tmp_path: Path, taken_port: in
     message = refused(
         tmp_path, f"listeners=PLAINTEXT://127.0.0.1:{taken_port}", f"metrics.port={taken_port}"
     )
-    assert message.startswith(f"metrics.port={taken_port}: the broker listens on that port")
+    assert message.startswith(f"metrics.port={taken_port}: a listener uses that port")
 
 
 def test_an_address_not_of_this_machine_is_refused(tmp_path: Path) -> None:
@@ -193,7 +193,7 @@ def test_bind_ports_without_metrics(tmp_path: Path) -> None:
 def test_a_host_name_binds_its_ipv4_address(tmp_path: Path) -> None:
     ports = bind_ports(load_config(None, config_for(tmp_path, "listeners=PLAINTEXT://localhost:0")))
     try:
-        assert ports.broker.getsockname()[0] == "127.0.0.1"
+        assert ports.listeners["PLAINTEXT"].getsockname()[0] == "127.0.0.1"
         assert ports.metrics is not None and ports.metrics.getsockname()[0] == "127.0.0.1"
     finally:
         ports.close()

@@ -27,7 +27,8 @@ from kio.schema.write_txn_markers.v2 import request as markers_request
 from kio.static.primitive import i8, i16, i32
 
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
-from tierbroker.broker.network.broker_client import BrokerClients, BrokerUnavailable
+from tierbroker.broker.network.broker_client import BrokerUnavailable
+from tierbroker.broker.network.inter_broker import InterBrokerChannel, InterBrokerClients
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.protocol.records.control import ControlRecordType, EndTxnMarker
@@ -62,13 +63,16 @@ class TransactionMarkerChannelManager:
         replicas: ReplicaManager,
         cache: MetadataCache,
         request_timeout_ms: int,
+        channel: InterBrokerChannel,
         retry_backoff_ms: int = 100,
     ) -> None:
         self.replicas = replicas
         self.cache = cache
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self._clients = BrokerClients(f"broker-{replicas.broker_id}", request_timeout_ms)
+        self._clients = InterBrokerClients(
+            channel, cache, f"broker-{replicas.broker_id}", request_timeout_ms
+        )
         self._tasks: set[asyncio.Task[None]] = set()
 
     def send(
@@ -156,10 +160,9 @@ class TransactionMarkerChannelManager:
                 self.request_timeout_ms,
                 markers.transaction_version,
             )
-        endpoint = self.cache.brokers.get(leader)
-        if endpoint is None:
+        client = self._clients.for_broker(leader)
+        if client is None:
             return dict.fromkeys(partitions, ErrorCode.not_leader_or_follower)
-        client = self._clients.get(endpoint.host, endpoint.port)
         try:
             response = await client.send(_request(markers, partitions))
         except BrokerUnavailable as e:

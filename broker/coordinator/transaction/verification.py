@@ -20,7 +20,8 @@ from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoo
 from tierbroker.broker.coordinator.transaction.metadata import TV_2
 from tierbroker.broker.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
-from tierbroker.broker.network.broker_client import BrokerClients, BrokerUnavailable
+from tierbroker.broker.network.broker_client import BrokerUnavailable
+from tierbroker.broker.network.inter_broker import InterBrokerChannel, InterBrokerClients
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
 
@@ -34,11 +35,14 @@ class TransactionVerifier:
         coordinator: TransactionCoordinator,
         cache: MetadataCache,
         request_timeout_ms: int,
+        channel: InterBrokerChannel,
     ) -> None:
         self.broker_id = broker_id
         self.coordinator = coordinator
         self.cache = cache
-        self._clients = BrokerClients(f"broker-{broker_id}", request_timeout_ms)
+        self._clients = InterBrokerClients(
+            channel, cache, f"broker-{broker_id}", request_timeout_ms
+        )
 
     async def verify(
         self,
@@ -62,10 +66,9 @@ class TransactionVerifier:
             return self.coordinator.verify(
                 transactional_id, producer_id, producer_epoch, partitions
             )
-        endpoint = self.cache.brokers.get(leader)
-        if endpoint is None:
+        client = self._clients.for_broker(leader)
+        if client is None:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        client = self._clients.get(endpoint.host, endpoint.port)
         try:
             response = await client.send(
                 _request(transactional_id, producer_id, producer_epoch, partitions, add)
