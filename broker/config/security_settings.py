@@ -40,7 +40,6 @@ SECURITY_CONFIG_NAMES = frozenset(
     sasl.oauthbearer.clock.skew.seconds sasl.oauthbearer.sub.claim.name
     sasl.oauthbearer.scope.claim.name
     authorizer.class.name super.users allow.everyone.if.no.acl.found
-    quota.window.num quota.window.size.seconds
     """.split()
 )
 

@@ -32,6 +32,7 @@ from tierbroker.broker.metadata.zk_data import BrokerRegistration
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.network.request_context import current_request
+from tierbroker.broker.quota.quota_managers import QuotaManagers
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -50,6 +51,7 @@ class BrokerContext:
     controller: Controller
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound
+    quotas: QuotaManagers
 
 
 def client_endpoint(registration: BrokerRegistration) -> Listener | None:

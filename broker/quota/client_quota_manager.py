@@ -45,6 +45,14 @@ class ClientQuotaManager:
         """Whether this client has a quota of this kind."""
         return self.quotas().resolve(self.key, user, client_id) is not None
 
+    def max_value_in_window(self, user: str, client_id: str) -> float | None:
+        """The most one request may record without being throttled for sure (Kafka's
+        `getMaxValueInQuotaWindow`): a fetch asks no more bytes; None without a quota."""
+        resolved = self.quotas().resolve(self.key, user, client_id)
+        if resolved is None:
+            return None
+        return resolved.bound * (self.window.samples - 1) * self.window.window_ms / 1000
+
     def record(self, user: str, client_id: str, value: float, now_ms: int | None = None) -> int:
         """Record `value` for the client; the milliseconds to throttle it (0: within quota)."""
         resolved = self.quotas().resolve(self.key, user, client_id)

@@ -80,6 +80,9 @@ from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.network.socket_server import SocketServer
 from tierbroker.broker.network.socket_server_metrics import SocketServerMetrics
+from tierbroker.broker.quota.quota_managers import QuotaManagers
+from tierbroker.broker.quota.quota_store import ClientQuotaStore
+from tierbroker.broker.quota.rate import QuotaWindow
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
@@ -121,6 +124,7 @@ class BrokerServer:
             config, ports.listener_ports, ports.metrics_port
         )
         self.cache = MetadataCache(store)
+        self.quota_store = ClientQuotaStore(store)
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
         )
@@ -219,6 +223,10 @@ class BrokerServer:
             self.controller,
             topic_metrics,
             self.endpoints,
+            QuotaManagers.create(
+                self.quota_store,
+                QuotaWindow(c.quota_window_num, c.quota_window_size_seconds * 1000),
+            ),
         )
         return SocketServer(
             RequestDispatcher(context).handle,
@@ -276,6 +284,7 @@ class BrokerServer:
         await self.store.start()
         await self._join_cluster()
         await self.cache.start()
+        await self.quota_store.start()
         await loop.run_in_executor(None, partial(self.log_manager.load_logs, self._config_for))
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
@@ -486,6 +495,7 @@ class BrokerServer:
         await self.lifecycle.close()
         await self.replicas.stop()
         await self.controller.stop()
+        await self.quota_store.close()
         await self.cache.close()
         if self.remote is not None:
             await self.remote.stop(left())
@@ -545,6 +555,7 @@ class BrokerServer:
         await self.lifecycle.close()
         await self.replicas.stop()
         await self.controller.stop()
+        await self.quota_store.close()
         await self.cache.close()
         if self.remote is not None:
             await self.remote.stop(0, crash=True)

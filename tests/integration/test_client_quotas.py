@@ -1,0 +1,212 @@
+"""Client quotas with stock tools and clients: Kafka's `kafka-configs` alters and
+describes them against tierbroker as against Apache Kafka; a producer and a consumer
+over their byte-rate quotas are throttled (they see throttle times, and their rate
+stays near the quota), while clients without a quota are not."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.apache_kafka import run_tool
+from tests.integration.kafka_tools import unique
+from tests.integration.waiting import wait_for
+from tierbroker.testing import cluster_fixture
+from tierbroker.testing.cluster import TierbrokerCluster
+
+# kafka-python 3 loads its protocol schemas with importlib.resources' deprecated calls:
+# the library's warning, not the broker's (filterwarnings=error), at import and later.
+LEGACY_RESOURCES = "(read|open)_text is deprecated"
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", LEGACY_RESOURCES, DeprecationWarning)
+    from kafka import KafkaConsumer
+pytestmark = pytest.mark.filterwarnings(f"ignore:{LEGACY_RESOURCES}:DeprecationWarning")
+
+QUOTA_BYTES = 200_000  # per second
+VALUE = b"x" * 10_000
+# Two samples of a second: the burst a quota lets through first is short, so the
+# throttled rate shows within seconds.
+quota_broker = cluster_fixture(
+    "module", broker_config={"quota.window.num": "2", "quota.window.size.seconds": "1"}
+)
+
+
+def configs(bootstrap: str, *args: str) -> str:
+    return run_tool("kafka.admin.ConfigCommand", "--bootstrap-server", bootstrap, *args)
+
+
+def test_kafka_configs_alters_and_describes_client_quotas(kafka_broker: str) -> None:
+    user, client = unique("user"), unique("client")
+    named = ("--entity-type", "users", "--entity-name", user)
+    clients = ("--entity-type", "clients")
+    rates = "producer_byte_rate=1024,consumer_byte_rate=2048"
+    configs(
+        kafka_broker, "--alter", *named, *clients, "--entity-name", client, "--add-config", rates
+    )
+    configs(
+        kafka_broker,
+        "--alter",
+        *named,
+        *clients,
+        "--entity-default",
+        "--add-config",
+        "request_percentage=50",
+    )
+    configs(kafka_broker, "--alter", *clients, "--entity-name", client, "--add-config", rates)
+    both = configs(kafka_broker, "--describe", *named, *clients)
+    assert sorted(both.splitlines()) == [
+        f"Quota configs for user-principal '{user}', client-id '{client}' are "
+        "consumer_byte_rate=2048.0, producer_byte_rate=1024.0",
+        f"Quota configs for user-principal '{user}', the default client-id are "
+        "request_percentage=50.0",
+    ]
+    described = configs(kafka_broker, "--describe", *clients, "--entity-name", client)
+    assert described == (
+        f"Quota configs for client-id '{client}' are "
+        "consumer_byte_rate=2048.0, producer_byte_rate=1024.0\n"
+    )
+    configs(
+        kafka_broker,
+        "--alter",
+        *clients,
+        "--entity-name",
+        client,
+        "--delete-config",
+        "producer_byte_rate,consumer_byte_rate",
+    )
+    assert configs(kafka_broker, "--describe", *clients, "--entity-name", client) == ""
+    with pytest.raises(AssertionError) as refused:
+        configs(
+            kafka_broker,
+            "--alter",
+            *clients,
+            "--entity-name",
+            client,
+            "--add-config",
+            "producer_byte_rate=10.5",
+        )
+    assert "producer_byte_rate cannot be a fractional value" in str(refused.value)
+
+
+@pytest.fixture
+def throttled_client(quota_broker: TierbrokerCluster) -> Iterator[str]:
+    """A client id with byte-rate quotas for producing and consuming."""
+    client = unique("throttled")
+    rates = f"producer_byte_rate={QUOTA_BYTES},consumer_byte_rate={QUOTA_BYTES}"
+    entity = ("--entity-type", "clients", "--entity-name", client)
+    configs(quota_broker.bootstrap_servers, "--alter", *entity, "--add-config", rates)
+    yield client
+    configs(
+        quota_broker.bootstrap_servers,
+        "--alter",
+        *entity,
+        "--delete-config",
+        "producer_byte_rate,consumer_byte_rate",
+    )
+
+
+def _produce_for(bootstrap: str, topic: str, client_id: str, seconds: float) -> tuple[int, int]:
+    """Produce as fast as acknowledged for `seconds` after a second of warm-up; the bytes
+    acknowledged in that time, and the largest throttle the client's statistics showed."""
+    acked = [0]
+    throttle_ms = [0]
+
+    def stats(text: str) -> None:
+        for broker in json.loads(text)["brokers"].values():
+            throttle_ms[0] = max(throttle_ms[0], broker["throttle"]["max"])
+
+    def delivered(error: object, message: object) -> None:
+        if error is None:
+            acked[0] += len(VALUE)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            "statistics.interval.ms": 500,
+            "stats_cb": stats,
+            "queue.buffering.max.kbytes": 1024,
+        }
+    )
+    warm_up_end = time.monotonic() + 1
+    end = warm_up_end + seconds
+    counted_from = 0
+    while time.monotonic() < end:
+        try:
+            producer.produce(topic, VALUE, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.05)
+        producer.poll(0)
+        if not counted_from and time.monotonic() >= warm_up_end:
+            counted_from = acked[0] or 1
+    counted = acked[0] - counted_from
+    producer.purge()  # what waits in the client's queue is not counted: not sent in time
+    producer.flush(30)
+    return counted, throttle_ms[0]
+
+
+def test_a_producer_over_its_quota_is_throttled(
+    quota_broker: TierbrokerCluster, throttled_client: str
+) -> None:
+    topic = unique("produce-quota")
+    quota_broker.create_topic(topic, 1)
+    seconds = 5
+    free_bytes, free_throttle = _produce_for(
+        quota_broker.bootstrap_servers, topic, unique("free"), seconds
+    )
+    assert free_throttle == 0
+    throttled_bytes, throttle_ms = _produce_for(
+        quota_broker.bootstrap_servers, topic, throttled_client, seconds
+    )
+    assert throttle_ms > 0
+    # Not a timing bound: unthrottled, the same producer sends ten times the quota or more.
+    assert free_bytes > 10 * QUOTA_BYTES * seconds
+    assert throttled_bytes < 2 * QUOTA_BYTES * seconds
+
+
+def test_a_consumer_over_its_quota_is_throttled(
+    quota_broker: TierbrokerCluster, throttled_client: str
+) -> None:
+    topic = unique("fetch-quota")
+    quota_broker.create_topic(topic, 1)
+    # Batches well below what the quota lets through in a window: a larger one could never
+    # be sent within the quota (as in Kafka, whose fetch returns at least one batch).
+    producer = Producer({"bootstrap.servers": quota_broker.bootstrap_servers, "batch.size": 16_384})
+    for _ in range(1500):  # 15 MB, more than the consumer may read in the time
+        producer.produce(topic, VALUE)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    seconds = 5
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=quota_broker.bootstrap_servers,
+        client_id=throttled_client,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    try:
+        wait_for(lambda: consumer.poll(timeout_ms=500), "the first records", timeout_s=30)
+        read = 0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for records in consumer.poll(timeout_ms=200).values():
+                read += sum(len(r.value) for r in records)
+        # kafka-python 3 keeps the throttle times of every response, per connection.
+        throttles = [
+            value
+            for group in consumer.metrics().values()
+            for name, value in group.items()
+            if name == "throttle-time-max"
+        ]
+        assert max(throttles) > 0
+        assert read < 2 * QUOTA_BYTES * seconds
+        assert read > 0
+    finally:
+        consumer.close()
