@@ -9,13 +9,17 @@ import json
 import time
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from kio.static.primitive import f64, i8
 
 from tests.apache_kafka import run_tool
 from tests.integration.kafka_tools import unique
 from tests.integration.waiting import wait_for
+from tests.integration.wire import WireClient, request_module
+from tierbroker.protocol.errors import ErrorCode
 from tierbroker.testing import cluster_fixture
 from tierbroker.testing.cluster import TierbrokerCluster
 
@@ -210,3 +214,79 @@ def test_a_consumer_over_its_quota_is_throttled(
         assert read > 0
     finally:
         consumer.close()
+
+
+def _alter(
+    client: WireClient, entity: dict[str, str | None], ops: Any, validate_only: bool = False
+) -> Any:
+    m = request_module(49, 1)
+    request = m.AlterClientQuotasRequest(
+        entries=(
+            m.EntryData(
+                entity=tuple(m.EntityData(entity_type=k, entity_name=v) for k, v in entity.items()),
+                ops=tuple(m.OpData(key=k, value=f64(v or 0.0), remove=v is None) for k, v in ops),
+            ),
+        ),
+        validate_only=validate_only,
+    )
+    (entry,) = client.request(request).entries
+    return entry.error_code, entry.error_message
+
+
+def _describe(
+    client: WireClient, *components: tuple[str, int, str | None], strict: bool = False
+) -> Any:
+    m = request_module(48, 1)
+    return client.request(
+        m.DescribeClientQuotasRequest(
+            components=tuple(
+                m.ComponentData(entity_type=t, match_type=i8(kind), match=match)
+                for t, kind, match in components
+            ),
+            strict=strict,
+        )
+    )
+
+
+def _entities(response: Any) -> set[tuple[tuple[str, str | None], ...]]:
+    return {
+        tuple((e.entity_type, e.entity_name) for e in entry.entity) for entry in response.entries
+    }
+
+
+def test_alter_and_describe_client_quotas_as_kafka_checks_them(
+    quota_broker: TierbrokerCluster,
+) -> None:
+    user, client_id = unique("u"), unique("c")
+    port = int(quota_broker.bootstrap_servers.rsplit(":", 1)[1])
+    with WireClient(port) as client:
+        invalid = ErrorCode.invalid_request
+        assert _alter(client, {"user": user}, [("no_such_quota", 1.0)])[0] == invalid
+        assert (
+            _alter(client, {"ip": "127.0.0.1"}, [("connection_creation_rate", 1.0)])[0] == invalid
+        )
+        assert _alter(client, {"user": ""}, [("producer_byte_rate", 1.0)])[0] == invalid
+        assert _alter(client, {"user": user}, [("producer_byte_rate", 0.0)])[0] == invalid
+        assert (
+            _alter(client, {"user": user}, [("producer_byte_rate", 1.0)], True)[0] == ErrorCode.none
+        )
+        assert _entities(_describe(client, ("user", 0, user))) == set()  # validate_only
+        assert _alter(client, {"user": user}, [("request_percentage", 12.5)])[0] == ErrorCode.none
+        both = {"user": user, "client-id": client_id}
+        assert _alter(client, both, [("consumer_byte_rate", 2048.0)])[0] == ErrorCode.none
+        assert _entities(_describe(client, ("user", 0, user))) == {
+            (("user", user),),
+            (("user", user), ("client-id", client_id)),
+        }
+        assert _entities(_describe(client, ("user", 0, user), strict=True)) == {(("user", user),)}
+        assert _entities(_describe(client, ("user", 0, user), ("client-id", 2, None))) == {
+            (("user", user), ("client-id", client_id)),
+        }
+        (entry,) = _describe(client, ("user", 0, user), strict=True).entries
+        assert [(v.key, v.value) for v in entry.values] == [("request_percentage", 12.5)]
+        malformed = _describe(client, ("user", 0, None))
+        assert malformed.error_code == invalid and malformed.entries is None
+        assert _describe(client, ("ip", 2, None)).error_code == ErrorCode.unsupported_version
+        assert _alter(client, {"user": user}, [("request_percentage", None)])[0] == ErrorCode.none
+        assert _alter(client, both, [("consumer_byte_rate", None)])[0] == ErrorCode.none
+        assert _entities(_describe(client, ("user", 0, user))) == set()
