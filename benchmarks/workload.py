@@ -60,16 +60,25 @@ def create_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> str:
     raise RuntimeError(f"topic {topic} has no leader after {timeout_s}s")
 
 
-def produce(bootstrap: str, topic: str, value: bytes, count: int, broker_cpu: CpuClock) -> Phase:
+def produce(
+    bootstrap: str,
+    topic: str,
+    value: bytes,
+    count: int,
+    broker_cpu: CpuClock,
+    client: dict[str, Any] | None = None,
+) -> Phase:
     """Produce `count` copies of `value`; timed from the first produce() to the end of flush().
 
     `broker_cpu()` is read around the timed part; the client's CPU is this process's.
+    `client`: more settings (security.protocol, ssl.ca.location, ...).
     """
     stats: list[dict[str, Any]] = []
     errors: list[str] = []
     producer = Producer({
         "bootstrap.servers": bootstrap,
         **PRODUCER_SETTINGS,
+        **(client or {}),
         "stats_cb": lambda s: stats.append(json.loads(s)),
         "error_cb": lambda e: errors.append(str(e)),
     })  # fmt: skip
@@ -116,9 +125,17 @@ def produce_request_stats(stats: dict[str, Any]) -> dict[str, Any]:
     return {"produce_requests": requests, "avg_request_bytes": tx_bytes // requests}
 
 
-def consume(bootstrap: str, topic: str, count: int, value_size: int, broker_cpu: CpuClock) -> Phase:
-    """Read `count` messages from partition 0, offset 0; timed from assign() to the last one."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_SETTINGS})
+def consume(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    value_size: int,
+    broker_cpu: CpuClock,
+    client: dict[str, Any] | None = None,
+) -> Phase:
+    """Read `count` messages from partition 0, offset 0; timed from assign() to the last one.
+    `client`: more settings, as `produce`'s."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_SETTINGS, **(client or {})})
     try:
         cpu, broker_cpu_before = time.process_time(), broker_cpu()
         started = time.perf_counter()

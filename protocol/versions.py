@@ -33,6 +33,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     26: (0, 5),  # EndTxn (v5: transactions v2, KIP-890 part 2)
     27: (1, 2),  # WriteTxnMarkers
     28: (0, 5),  # TxnOffsetCommit (v5: transactions v2)
+    29: (1, 3),  # DescribeAcls (v0 gone in Kafka 4, and from kio)
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
     35: (1, 5),  # DescribeLogDirs

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from tierbroker.broker.cli import (
+    acls,
     clients,
     cluster,
     groups,
@@ -217,6 +218,7 @@ app.command()(clients.produce)
 app.command()(clients.consume)
 app.add_typer(groups.app, name="group")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(acls.app, name="acl")
 app.add_typer(partitions.app, name="partition")
 app.add_typer(tier.app, name="tier")
 app.add_typer(transactions.app, name="txn")

@@ -8,6 +8,8 @@ reassign`, as for Kafka's `kafka-reassign-partitions.sh`), and a broker its own 
 or, any broker, the cluster's (`tierbroker cluster config`, as `kafka-configs.sh`).
 librdkafka has no transaction admin either: `brokers`, `leader` and
 `transaction_coordinator` name the brokers `tierbroker txn` asks (`broker.cli.transactions`).
+The ACL requests (`tierbroker acl`) go this way too: librdkafka drops DescribeAcls' error
+code, so a refusal would read as an empty list.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import asyncio
 import datetime
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from kio.schema.alter_partition_reassignments.v0 import request as alter
+from kio.schema.create_acls.v3 import request as create_acls
+from kio.schema.delete_acls.v3 import request as delete_acls
+from kio.schema.describe_acls.v3 import request as describe_acls
 from kio.schema.describe_configs.v4 import request as describe
 from kio.schema.find_coordinator.v4 import request as find
 from kio.schema.incremental_alter_configs.v1 import request as incremental
@@ -30,6 +35,16 @@ from kio.static.primitive import i8, i32, i32Timedelta
 
 from tierbroker.broker.cli.common import fail
 from tierbroker.broker.network.broker_client import BrokerClient, BrokerClients
+from tierbroker.broker.security.authorizer.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from tierbroker.protocol.errors import ErrorCode
 
 CLIENT_ID = "tierbroker-cli"
@@ -160,6 +175,13 @@ class WireAdmin:
             f"{self.bootstrap} names no "
             + ("controller" if broker_id < 0 else f"broker {broker_id}")
         )
+
+    async def any_broker(self) -> BrokerClient:
+        """A client of the first bootstrap broker that answers Metadata."""
+        answer = await self._metadata(())
+        if not answer.brokers:
+            raise WireError(f"{self.bootstrap} names no broker")
+        return self._client_of(answer, answer.brokers[0].node_id)
 
     async def brokers(self) -> dict[int, BrokerClient]:
         """A client of each broker in the cluster, by id."""
@@ -313,6 +335,89 @@ class WireAdmin:
             for t in answer.topics
             for p in t.partitions
         }
+
+
+def _binding(resource: Any, entry: Any) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(
+            ResourceType(resource.resource_type),
+            resource.resource_name,
+            PatternType(resource.pattern_type),
+        ),
+        AccessControlEntry(
+            entry.principal,
+            entry.host,
+            AclOperation(entry.operation),
+            AclPermissionType(entry.permission_type),
+        ),
+    )
+
+
+def _filter_fields(selected: AclBindingFilter) -> dict[str, Any]:
+    return {
+        "resource_type_filter": i8(selected.resource_type),
+        "resource_name_filter": selected.name,
+        "pattern_type_filter": i8(selected.pattern_type),
+        "principal_filter": selected.principal,
+        "host_filter": selected.host,
+        "operation": i8(selected.operation),
+        "permission_type": i8(selected.permission_type),
+    }
+
+
+async def describe_acl_bindings(admin: WireAdmin, selected: AclBindingFilter) -> list[AclBinding]:
+    """DescribeAcls: the ACLs `selected` matches."""
+    client = await admin.any_broker()
+    answer = await client.send(describe_acls.DescribeAclsRequest(**_filter_fields(selected)))
+    if answer.error_code != ErrorCode.none:
+        raise WireError(error_text(answer.error_code, answer.error_message))
+    return [_binding(r, e) for r in answer.resources for e in r.acls]
+
+
+async def create_acl_bindings(admin: WireAdmin, bindings: Sequence[AclBinding]) -> list[str | None]:
+    """CreateAcls: each binding's error, None for one created."""
+    client = await admin.any_broker()
+    answer = await client.send(
+        create_acls.CreateAclsRequest(
+            creations=tuple(
+                create_acls.AclCreation(
+                    resource_type=i8(b.pattern.resource_type),
+                    resource_name=b.pattern.name,
+                    resource_pattern_type=i8(b.pattern.pattern_type),
+                    principal=b.entry.principal,
+                    host=b.entry.host,
+                    operation=i8(b.entry.operation),
+                    permission_type=i8(b.entry.permission_type),
+                )
+                for b in bindings
+            )
+        )
+    )
+    return [
+        None if r.error_code == ErrorCode.none else error_text(r.error_code, r.error_message)
+        for r in answer.results
+    ]
+
+
+async def delete_acl_bindings(
+    admin: WireAdmin, filters: Sequence[AclBindingFilter]
+) -> list[AclBinding]:
+    """DeleteAcls: the ACLs deleted; WireError naming the first failure."""
+    client = await admin.any_broker()
+    answer = await client.send(
+        delete_acls.DeleteAclsRequest(
+            filters=tuple(delete_acls.DeleteAclsFilter(**_filter_fields(f)) for f in filters)
+        )
+    )
+    deleted = []
+    for result in answer.filter_results:
+        if result.error_code != ErrorCode.none:
+            raise WireError(error_text(result.error_code, result.error_message))
+        for acl in result.matching_acls:
+            if acl.error_code != ErrorCode.none:
+                raise WireError(error_text(acl.error_code, acl.error_message))
+            deleted.append(_binding(acl, acl))
+    return deleted
 
 
 def run_admin(

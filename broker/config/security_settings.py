@@ -31,7 +31,7 @@ SECURITY_CONFIG_NAMES = frozenset(
     ssl.keystore.certificate.chain ssl.keystore.key ssl.truststore.type ssl.truststore.location
     ssl.truststore.password ssl.truststore.certificates ssl.client.auth ssl.enabled.protocols
     ssl.protocol ssl.cipher.suites ssl.endpoint.identification.algorithm
-    ssl.principal.mapping.rules
+    ssl.principal.mapping.rules ssl.allow.dn.changes ssl.allow.san.changes
     sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol sasl.jaas.config
     sasl.server.max.receive.size connections.max.reauth.ms
     connection.failed.authentication.delay.ms

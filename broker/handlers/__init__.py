@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tierbroker.broker.handlers import (
+    acls,
     admin,
     api_versions,
     client_quotas,
@@ -72,6 +73,9 @@ _HANDLERS: dict[int, Handler] = {
     26: transactions.handle_end_txn,
     27: transactions.handle_write_txn_markers,
     28: transactions.handle_txn_offset_commit,
+    29: acls.handle_describe_acls,
+    30: acls.handle_create_acls,
+    31: acls.handle_delete_acls,
     32: configs.handle_describe_configs,
     33: configs.handle_alter_configs,
     35: log_dirs.handle_describe_log_dirs,

@@ -1,5 +1,6 @@
 """Topic administration: CreateTopics, DeleteTopics and CreatePartitions (the config APIs
-are in `configs`)."""
+are in `configs`). With an authorizer they need CREATE on the cluster or the topic, DELETE
+and ALTER on the topic (TOPIC_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import Op, authorized_cluster, require
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -18,6 +20,7 @@ from tierbroker.broker.handlers.configs import topic_configs
 from tierbroker.broker.metadata.create_options import split_create_options
 from tierbroker.broker.metadata.topic_admin import check_request_size
 from tierbroker.broker.metadata.zk_data import TopicAssignment
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 
@@ -48,6 +51,7 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
         too_large = e
     # A name given twice is refused, with one result, and neither entry is created.
     counts = Counter(t.name for t in request.body.topics)
+    create_any = authorized_cluster(ctx, Op.CREATE)  # else CREATE on each topic is asked
     answered: set[str] = set()
     results = []
     for t in request.body.topics:
@@ -63,6 +67,8 @@ async def handle_create_topics(ctx: BrokerContext, request: Request, _splicer: o
                 raise KafkaError(
                     ErrorCode.invalid_request, f"topic {t.name!r} is given more than once"
                 )
+            if not create_any:
+                require(ctx, Op.CREATE, ResourceType.TOPIC, t.name)
             if too_large is not None:
                 raise too_large
             partitions, replication = t.num_partitions, t.replication_factor
@@ -132,6 +138,7 @@ async def handle_delete_topics(ctx: BrokerContext, request: Request, _splicer: o
                 name = ctx.metadata.topic_by_id(topic_id) if topic_id else None
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic with id {topic_id}")
+            require(ctx, Op.DELETE, ResourceType.TOPIC, name)
             topic_id = await ctx.admin.delete_topic(name, body.timeout.total_seconds())
         except KafkaError as e:
             error, message = _error(e)
@@ -159,6 +166,7 @@ async def handle_create_partitions(ctx: BrokerContext, request: Request, _splice
     for t in request.body.topics:
         error, message = ErrorCode.none, None
         try:
+            require(ctx, Op.ALTER, ResourceType.TOPIC, t.name)
             if too_large is not None:
                 raise too_large
             await ctx.admin.create_partitions(

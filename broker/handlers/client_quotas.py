@@ -10,8 +10,8 @@ values above 0, integral for the byte rates, each key once; a failed entity is a
 with its error and the others are applied. `validate_only` checks and writes nothing.
 Every broker may answer: they write the same znodes (`ClientQuotaStore`).
 
-Authorization (DESCRIBE_CONFIGS, ALTER_CONFIGS on the cluster, as Kafka) is the
-authorizer's: it answers CLUSTER_AUTHORIZATION_FAILED before these handlers run.
+As in Kafka, describing needs DESCRIBE_CONFIGS on the cluster and altering ALTER_CONFIGS
+(CLUSTER_AUTHORIZATION_FAILED: the whole describe, every entry of an alteration).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import Op, unauthorized_cluster
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
 from tierbroker.broker.quota.entity import (
     CLIENT_ID,
@@ -42,6 +43,9 @@ async def handle_describe_client_quotas(
 ) -> Any:
     m = response_module(request.api_key, request.api_version)
     try:
+        refused = unauthorized_cluster(ctx, Op.DESCRIBE_CONFIGS)
+        if refused is not None:
+            raise KafkaError(refused, "DESCRIBE_CONFIGS on the cluster is not allowed")
         exact, specified = _filter(request.body.components)
     except KafkaError as e:
         log.info("DescribeClientQuotas refused: %s", e.args[0])
@@ -122,9 +126,12 @@ async def handle_alter_client_quotas(ctx: BrokerContext, request: Request, _spli
     m = response_module(request.api_key, request.api_version)
     results = []
     seen: set[QuotaEntity] = set()
+    refused = unauthorized_cluster(ctx, Op.ALTER_CONFIGS)
     for entry in request.body.entries:
         error, message = ErrorCode.none, None
         try:
+            if refused is not None:
+                raise KafkaError(refused, "ALTER_CONFIGS on the cluster is not allowed")
             entity = _entity(entry.entity)
             if entity in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"Ignoring duplicate entity {entity}")

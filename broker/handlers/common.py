@@ -25,6 +25,7 @@ from tierbroker.broker.config.listeners import Listener
 from tierbroker.broker.controller.controller import Controller
 from tierbroker.broker.coordinator.group.coordinator import GroupCoordinator
 from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoordinator
+from tierbroker.broker.metadata.acl_store import AclStore
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
@@ -34,6 +35,7 @@ from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.network.request_context import current_request
 from tierbroker.broker.quota.quota_managers import QuotaManagers
 from tierbroker.broker.replication.replica_manager import ReplicaManager
+from tierbroker.broker.security.authorizer.authorizer import Authorizer
 
 NO_THROTTLE = datetime.timedelta(0)
 _FIELD = re.compile(r"^    ([a-z]\w*): ", re.M)  # a field of a kio dataclass
@@ -52,6 +54,9 @@ class BrokerContext:
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound
     quotas: QuotaManagers
+    # With `authorizer.class.name` set: the ACLs' decision and their store; else None.
+    authorizer: Authorizer | None = None
+    acl_store: AclStore | None = None
 
 
 def client_endpoint(registration: BrokerRegistration) -> Listener | None:

@@ -3,6 +3,8 @@
 A topic's configs are its overrides over the topic defaults in force; a broker's are
 its properties, static (server.properties) or, for the topic defaults (`log.*`), dynamic
 (`DynamicBrokerConfig`): sources and synonyms as Kafka's `ConfigHelper` reports them.
+With an authorizer, describing needs DESCRIBE_CONFIGS and altering ALTER_CONFIGS, on the
+topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, the cluster (CLUSTER_...).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from tierbroker.broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIG_TYPES
+from tierbroker.broker.handlers.authorize import require
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -23,6 +26,7 @@ from tierbroker.broker.handlers.common import (
 )
 from tierbroker.broker.metadata.dynamic_broker_config import DYNAMIC_LOG_CONFIGS
 from tierbroker.broker.metadata.zk_data import DEFAULT_BROKER_ENTITY
+from tierbroker.broker.security.authorizer.acl import CLUSTER_NAME, AclOperation, ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_configs import (
@@ -167,7 +171,16 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
     return make(m.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
+def _require(ctx: BrokerContext, operation: AclOperation, resource_type: int, name: str) -> None:
+    """A topic's configs need `operation` on the topic, a broker's on the cluster."""
+    if resource_type == TOPIC_RESOURCE:
+        require(ctx, operation, ResourceType.TOPIC, name)
+    elif resource_type == BROKER_RESOURCE:
+        require(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
 def _describe(ctx: BrokerContext, resource_type: int, name: str) -> list[ConfigRow]:
+    _require(ctx, AclOperation.DESCRIBE_CONFIGS, resource_type, name)
     if resource_type == TOPIC_RESOURCE:
         ctx.admin.topic_or_error(name)
         return topic_configs(ctx, ctx.metadata.configs.get(name, {}))
@@ -352,6 +365,7 @@ async def _alter(
     for r in request.body.resources:
         error, message = ErrorCode.none, None
         try:
+            _require(ctx, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name)
             if r.resource_type == TOPIC_RESOURCE:
                 ctx.admin.topic_or_error(r.resource_name)
                 await ctx.admin.alter_configs(

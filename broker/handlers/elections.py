@@ -4,7 +4,8 @@ for leaderless partitions uncleanly, through the controller.
 As in Kafka's ZooKeeper mode, the controller decides; any other broker answers
 NOT_CONTROLLER per partition (admin clients send the request to the controller). The
 answer waits, up to the request's timeout, until this broker's metadata shows the new
-leaders, as Kafka's DelayedElectLeader does.
+leaders, as Kafka's DelayedElectLeader does. With an authorizer it needs ALTER on the
+cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from tierbroker.broker.controller.controller import NotController
 from tierbroker.broker.controller.leader_election import Election, ElectionType
+from tierbroker.broker.handlers.authorize import Op, unauthorized_cluster
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -33,6 +35,8 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request, _splicer: o
         if body.topic_partitions is None
         else [TopicPartition(t.topic, p) for t in body.topic_partitions for p in t.partitions]
     )
+    if denied := unauthorized_cluster(ctx, Op.ALTER):
+        return _answer(m, wanted or [], Election(denied), denied)
     try:
         election_type = ElectionType(field(body, "election_type", ElectionType.PREFERRED))
     except ValueError:
@@ -62,11 +66,18 @@ async def handle_elect_leaders(ctx: BrokerContext, request: Request, _splicer: o
     return _response(m, outcomes)
 
 
-def _answer(m: Any, partitions: list[TopicPartition], election: Election) -> Any:
-    return _response(m, dict.fromkeys(partitions, election))
+def _answer(
+    m: Any,
+    partitions: list[TopicPartition],
+    election: Election,
+    error: ErrorCode = ErrorCode.none,
+) -> Any:
+    return _response(m, dict.fromkeys(partitions, election), error)
 
 
-def _response(m: Any, outcomes: dict[TopicPartition, Election]) -> Any:
+def _response(
+    m: Any, outcomes: dict[TopicPartition, Election], error: ErrorCode = ErrorCode.none
+) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for tp, e in sorted(outcomes.items()):
         result = m.PartitionResult(
@@ -76,7 +87,7 @@ def _response(m: Any, outcomes: dict[TopicPartition, Election]) -> Any:
     return make(
         m.ElectLeadersResponse,
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
+        error_code=error,
         replica_election_results=tuple(
             m.ReplicaElectionResult(topic=topic, partition_result=tuple(results))
             for topic, results in by_topic.items()

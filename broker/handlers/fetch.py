@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import Op, authorized, authorized_cluster
 from tierbroker.broker.handlers.common import (
     BrokerContext,
     field,
@@ -24,6 +25,7 @@ from tierbroker.broker.replication.fetch_reader import (
     FetchResultPartition,
 )
 from tierbroker.broker.replication.replica_selector import ClientMetadata
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import RecordsSplicer, Request
 from tierbroker.protocol.errors import ErrorCode
 from tierbroker.storage.topic_partition import TopicPartition
@@ -38,14 +40,18 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
     layout: list[
         tuple[Any, list[tuple[int, int | ErrorCode]]]
     ] = []  # (topic key, [(partition, index|error)])
+    replica_state = field(body, "replica_state")
+    # v15+ names a follower in ReplicaState, older versions in ReplicaId.
+    replica_id = replica_state.replica_id if replica_state else field(body, "replica_id", -1)
+    as_follower = replica_id >= 0
+    cluster_action = as_follower and authorized_cluster(ctx, Op.CLUSTER_ACTION)
     for topic in body.topics:
         name = cache.topic_by_id(topic.topic_id) if by_id else topic.topic
-        known = name is not None and name in cache.topics
-        unknown = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+        error = _refusal(ctx, name, by_id, as_follower, cluster_action)
         entries: list[tuple[int, int | ErrorCode]] = []
         for p in topic.partitions:
-            if not known or name is None:
-                entries.append((p.partition, unknown))
+            if error is not None or name is None:
+                entries.append((p.partition, error or ErrorCode.unknown_topic_or_partition))
                 continue
             entries.append((p.partition, len(requested)))
             requested.append(
@@ -59,7 +65,6 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
                 )
             )
         layout.append((topic.topic_id if by_id else topic.topic, entries))
-    replica_state = field(body, "replica_state")
     # From v11 a consumer may be sent to, and read from, another replica (KIP-392).
     client = (
         ClientMetadata(
@@ -68,10 +73,8 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
         if request.api_version >= 11
         else None
     )
-    # v15+ names a follower in ReplicaState, older versions in ReplicaId.
-    replica_id = replica_state.replica_id if replica_state else field(body, "replica_id", -1)
     max_bytes = field(body, "max_bytes", 2**31 - 1)
-    if replica_id < 0:  # as Kafka: a consumer asks no more than its quota lets through at once
+    if not as_follower:  # as Kafka: a consumer asks no more than its quota lets through at once
         context = current_request()
         within = ctx.quotas.fetch.max_value_in_window(context.principal.name, context.client_id)
         max_bytes = max_bytes if within is None else max(min(max_bytes, int(within)), 1)
@@ -129,6 +132,22 @@ def _consumer_throttle_ms(ctx: BrokerContext, results: list[FetchResultPartition
     if throttle_ms:
         ctx.quotas.fetch.unrecord(user, client_id, size)
     return throttle_ms
+
+
+def _refusal(
+    ctx: BrokerContext, name: str | None, by_id: bool, as_follower: bool, cluster_action: bool
+) -> ErrorCode | None:
+    """Why a topic's partitions are not read, None if they are: a topic id not known; no
+    READ on the topic (for a follower, no CLUSTER_ACTION on the cluster), asked before the
+    topic's existence as Kafka does; a topic not known."""
+    known = name is not None and name in ctx.metadata.topics
+    if by_id and not known:
+        return ErrorCode.unknown_topic_id
+    if not (
+        cluster_action if as_follower else authorized(ctx, Op.READ, ResourceType.TOPIC, name or "")
+    ):
+        return ErrorCode.topic_authorization_failed
+    return None if known else ErrorCode.unknown_topic_or_partition
 
 
 def _count_bytes_out(

@@ -1,5 +1,10 @@
 """Consumer-group membership: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-DescribeGroups, ListGroups and DeleteGroups."""
+DescribeGroups, ListGroups and DeleteGroups.
+
+With an authorizer: membership needs READ on the group, FindCoordinator and DescribeGroups
+DESCRIBE (on the transactional id for a transaction's coordinator), DeleteGroups DELETE;
+ListGroups lists every group with DESCRIBE on the cluster, else those the principal may
+describe. A refusal is GROUP_AUTHORIZATION_FAILED (TRANSACTIONAL_ID_... for a txn id)."""
 
 from __future__ import annotations
 
@@ -7,8 +12,10 @@ import logging
 from typing import Any
 
 from tierbroker.broker.coordinator.group.coordinator import JoinRequest
+from tierbroker.broker.coordinator.group.group import JoinResult
 from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
 from tierbroker.broker.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
+from tierbroker.broker.handlers.authorize import Op, authorized, authorized_cluster, unauthorized
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -18,6 +25,7 @@ from tierbroker.broker.handlers.common import (
     response_module,
 )
 from tierbroker.broker.network.request_context import current_request
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -26,6 +34,10 @@ log = logging.getLogger(__name__)
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+_KEY_RESOURCE = {
+    GROUP_KEY_TYPE: ResourceType.GROUP,
+    TRANSACTION_KEY_TYPE: ResourceType.TRANSACTIONAL_ID,
+}
 
 
 async def handle_find_coordinator(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
@@ -69,7 +81,11 @@ async def handle_find_coordinator(ctx: BrokerContext, request: Request, _splicer
 async def _coordinator(
     ctx: BrokerContext, key_type: int, key: str
 ) -> tuple[ErrorCode, int, str, int]:
-    """(error, node id, host, port) of the coordinator of `key`."""
+    """(error, node id, host, port) of the coordinator of `key`, which needs DESCRIBE on
+    the group or transactional id."""
+    resource_type = _KEY_RESOURCE.get(key_type)
+    if resource_type is not None and (denied := unauthorized(ctx, Op.DESCRIBE, resource_type, key)):
+        return denied, -1, "", -1
     try:
         if key_type == GROUP_KEY_TYPE:
             await ctx.groups.store.ensure_topic()
@@ -101,23 +117,26 @@ async def handle_join_group(ctx: BrokerContext, request: Request, _splicer: obje
     body = request.body
     session_timeout_ms = int(body.session_timeout.total_seconds() * 1000)
     rebalance = field(body, "rebalance_timeout")
-    result = await ctx.groups.join_group(
-        JoinRequest(
-            group_id=body.group_id,
-            member_id=body.member_id,
-            group_instance_id=field(body, "group_instance_id"),
-            client_id=request.client_id or "",
-            client_host=current_request().client_host,
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=int(rebalance.total_seconds() * 1000)
-            if rebalance
-            else session_timeout_ms,
-            protocol_type=body.protocol_type,
-            protocols=[(p.name, p.metadata) for p in body.protocols],
-            require_known_member_id=request.api_version >= 4,
-            supports_skip_assignment=request.api_version >= 9,
+    if denied := unauthorized(ctx, Op.READ, ResourceType.GROUP, body.group_id):
+        result = JoinResult(denied, member_id=body.member_id)
+    else:
+        result = await ctx.groups.join_group(
+            JoinRequest(
+                group_id=body.group_id,
+                member_id=body.member_id,
+                group_instance_id=field(body, "group_instance_id"),
+                client_id=request.client_id or "",
+                client_host=current_request().client_host,
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=int(rebalance.total_seconds() * 1000)
+                if rebalance
+                else session_timeout_ms,
+                protocol_type=body.protocol_type,
+                protocols=[(p.name, p.metadata) for p in body.protocols],
+                require_known_member_id=request.api_version >= 4,
+                supports_skip_assignment=request.api_version >= 9,
+            )
         )
-    )
     return make(
         m.JoinGroupResponse,
         throttle_time=NO_THROTTLE,
@@ -140,6 +159,15 @@ async def handle_join_group(ctx: BrokerContext, request: Request, _splicer: obje
 async def handle_sync_group(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
     body = request.body
+    if denied := unauthorized(ctx, Op.READ, ResourceType.GROUP, body.group_id):
+        return make(
+            m.SyncGroupResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=denied,
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
     result = await ctx.groups.sync_group(
         body.group_id,
         body.generation_id,
@@ -162,7 +190,7 @@ async def handle_sync_group(ctx: BrokerContext, request: Request, _splicer: obje
 async def handle_heartbeat(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
     body = request.body
-    error = ctx.groups.heartbeat(
+    error = unauthorized(ctx, Op.READ, ResourceType.GROUP, body.group_id) or ctx.groups.heartbeat(
         body.group_id, body.member_id, field(body, "group_instance_id"), body.generation_id
     )
     return make(m.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)
@@ -175,7 +203,11 @@ async def handle_leave_group(ctx: BrokerContext, request: Request, _splicer: obj
         leaving = [(mi.member_id, mi.group_instance_id) for mi in body.members]
     else:
         leaving = [(body.member_id, None)]
-    error, results = ctx.groups.leave_group(body.group_id, leaving)
+    results: list[tuple[str, str | None, ErrorCode]] = []
+    if denied := unauthorized(ctx, Op.READ, ResourceType.GROUP, body.group_id):
+        error = denied
+    else:
+        error, results = ctx.groups.leave_group(body.group_id, leaving)
     if request.api_version < 3:
         return make(
             m.LeaveGroupResponse,
@@ -198,7 +230,9 @@ async def handle_describe_groups(ctx: BrokerContext, request: Request, _splicer:
     described = []
     for group_id in request.body.groups:
         group = ctx.groups.groups.get(group_id)
-        coordinator_error = ctx.groups.coordinator_error(group_id)
+        coordinator_error = unauthorized(
+            ctx, Op.DESCRIBE, ResourceType.GROUP, group_id
+        ) or ctx.groups.coordinator_error(group_id)
         if group is None or coordinator_error != ErrorCode.none:
             error = coordinator_error
             if error == ErrorCode.none:
@@ -237,6 +271,8 @@ async def handle_list_groups(ctx: BrokerContext, request: Request, _splicer: obj
     m = response_module(request.api_key, request.api_version)
     states = {s.lower() for s in field(request.body, "states_filter", ()) or ()}
     types = {t.lower() for t in field(request.body, "types_filter", ()) or ()}
+    # Every group with DESCRIBE on the cluster, else those the principal may describe.
+    every = authorized_cluster(ctx, Op.DESCRIBE)
     listed = [
         make(
             m.ListedGroup,
@@ -246,7 +282,9 @@ async def handle_list_groups(ctx: BrokerContext, request: Request, _splicer: obj
             group_type="classic",
         )
         for g in ctx.groups.groups.values()
-        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
+        if (not states or g.state.value.lower() in states)
+        and (not types or "classic" in types)
+        and (every or authorized(ctx, Op.DESCRIBE, ResourceType.GROUP, g.group_id, False))
     ]
     return make(
         m.ListGroupsResponse,
@@ -258,7 +296,10 @@ async def handle_list_groups(ctx: BrokerContext, request: Request, _splicer: obj
 
 async def handle_delete_groups(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
-    results = await ctx.groups.offsets.delete_groups(list(request.body.groups_names))
+    names = list(request.body.groups_names)
+    refused = {g: e for g in names if (e := unauthorized(ctx, Op.DELETE, ResourceType.GROUP, g))}
+    results = await ctx.groups.offsets.delete_groups([g for g in names if g not in refused])
+    results.update(refused)
     return make(
         m.DeleteGroupsResponse,
         throttle_time=NO_THROTTLE,

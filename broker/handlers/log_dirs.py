@@ -1,11 +1,17 @@
-"""Log administration: DeleteRecords (moves the log start offset) and DescribeLogDirs."""
+"""Log administration: DeleteRecords (moves the log start offset) and DescribeLogDirs.
+
+With an authorizer, DeleteRecords needs DELETE on the topic (TOPIC_AUTHORIZATION_FAILED)
+and DescribeLogDirs DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED, no dirs).
+"""
 
 from __future__ import annotations
 
 import shutil
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import Op, require, unauthorized_cluster
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -18,6 +24,7 @@ async def handle_delete_records(ctx: BrokerContext, request: Request, _splicer: 
         partitions = []
         for p in topic.partitions:
             try:
+                require(ctx, Op.DELETE, ResourceType.TOPIC, topic.name)
                 low = ctx.replicas.delete_records(
                     TopicPartition(topic.name, p.partition_index), p.offset
                 )
@@ -40,6 +47,10 @@ async def handle_delete_records(ctx: BrokerContext, request: Request, _splicer: 
 
 async def handle_describe_log_dirs(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
+    if denied := unauthorized_cluster(ctx, Op.DESCRIBE):
+        return make(
+            m.DescribeLogDirsResponse, throttle_time=NO_THROTTLE, error_code=denied, results=()
+        )
     wanted = None
     if request.body.topics is not None:
         wanted = {TopicPartition(t.topic, p) for t in request.body.topics for p in t.partitions}

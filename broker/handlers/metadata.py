@@ -1,7 +1,9 @@
 """Metadata, DescribeCluster and DescribeTopicPartitions: what exists and who leads it.
 
 Metadata creates unknown topics when the client allows it and
-`auto.create.topics.enable` is on, as Kafka does.
+`auto.create.topics.enable` is on, as Kafka does. With an authorizer, a list of every
+topic leaves out those the principal may not DESCRIBE, a topic asked for by name is
+answered TOPIC_AUTHORIZATION_FAILED, and creating one needs CREATE on the cluster or it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,12 @@ import logging
 import uuid
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import (
+    Op,
+    authorized,
+    authorized_cluster,
+    authorized_topics,
+)
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -20,6 +28,7 @@ from tierbroker.broker.handlers.common import (
 )
 from tierbroker.broker.metadata.topic_admin import INTERNAL_TOPICS, validate_topic_name
 from tierbroker.broker.metadata.zk_data import TopicAssignment
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -68,12 +77,18 @@ def _partitions(
 async def _resolve(
     ctx: BrokerContext, name: str | None, topic_id: uuid.UUID | None, allow_create: bool
 ) -> tuple[ErrorCode, str | None, TopicAssignment | None]:
+    """A requested topic: DESCRIBE on it is asked first (its existence is not told to who
+    may not describe it); creating it needs CREATE on the cluster or the topic."""
     cache = ctx.metadata
     if not name:
         found = cache.topic_by_id(topic_id) if topic_id else None
         if found is None:
             return ErrorCode.unknown_topic_id, None, None
+        if not authorized(ctx, Op.DESCRIBE, ResourceType.TOPIC, found):
+            return ErrorCode.topic_authorization_failed, None, None
         return ErrorCode.none, found, cache.topics[found]
+    if not authorized(ctx, Op.DESCRIBE, ResourceType.TOPIC, name):
+        return ErrorCode.topic_authorization_failed, name, None
     try:
         validate_topic_name(name)
     except KafkaError as e:
@@ -81,6 +96,11 @@ async def _resolve(
         return e.code, name, None
     topic = cache.topics.get(name)
     if topic is None and allow_create:
+        if not (
+            authorized_cluster(ctx, Op.CREATE)
+            or authorized(ctx, Op.CREATE, ResourceType.TOPIC, name)
+        ):
+            return ErrorCode.topic_authorization_failed, name, None
         try:
             topic = await ctx.admin.create_topic(name, -1, -1, {}, timeout_s=AUTO_CREATE_WAIT_S)
         except KafkaError as e:
@@ -102,7 +122,11 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
         field(body, "allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable
     )
     if body.topics is None or (request.api_version == 0 and not body.topics):
-        wanted = [(name, t.topic_id) for name, t in sorted(cache.topics.items())]
+        wanted = [
+            (name, t.topic_id)
+            for name, t in sorted(cache.topics.items())
+            if authorized(ctx, Op.DESCRIBE, ResourceType.TOPIC, name, log_if_denied=False)
+        ]
         allow_create = False
     else:
         wanted = [(t.name, field(t, "topic_id")) for t in body.topics]
@@ -170,7 +194,10 @@ async def handle_describe_topic_partitions(
     m = response_module(request.api_key, request.api_version)
     body = request.body
     cache = ctx.metadata
-    names = [t.name for t in body.topics] if body.topics else sorted(cache.topics)
+    if body.topics:
+        names = [t.name for t in body.topics]
+    else:  # every topic the principal may describe
+        names = sorted(authorized_topics(ctx, Op.DESCRIBE, cache.topics, log_if_denied=False))
     cursor = body.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
@@ -178,11 +205,14 @@ async def handle_describe_topic_partitions(
     topics, next_cursor = [], None
     for name in names:
         topic = cache.topics.get(name)
-        if topic is None:
+        allowed = authorized(ctx, Op.DESCRIBE, ResourceType.TOPIC, name)
+        if topic is None or not allowed:
             topics.append(
                 make(
                     m.DescribeTopicPartitionsResponseTopic,
-                    error_code=ErrorCode.unknown_topic_or_partition,
+                    error_code=ErrorCode.unknown_topic_or_partition
+                    if allowed
+                    else ErrorCode.topic_authorization_failed,
                     name=name,
                     topic_id=ZERO_UUID,
                     is_internal=False,

@@ -1,10 +1,15 @@
-"""ListOffsets and OffsetForLeaderEpoch: offsets by timestamp, and where epochs end."""
+"""ListOffsets and OffsetForLeaderEpoch: offsets by timestamp, and where epochs end.
+
+With an authorizer both need DESCRIBE on the topic (TOPIC_AUTHORIZATION_FAILED); a
+follower's OffsetForLeaderEpoch needs CLUSTER_ACTION (CLUSTER_AUTHORIZATION_FAILED).
+"""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import Op, require, unauthorized_cluster
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -12,6 +17,7 @@ from tierbroker.broker.handlers.common import (
     make,
     response_module,
 )
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -38,6 +44,7 @@ async def handle_list_offsets(ctx: BrokerContext, request: Request, _splicer: ob
             "leader_epoch": -1,
         }
         try:
+            require(ctx, Op.DESCRIBE, ResourceType.TOPIC, topic)
             if request.api_version < _SPECIAL_TIMESTAMP_SINCE.get(p.timestamp, 0):
                 raise KafkaError(
                     ErrorCode.unsupported_version,
@@ -79,11 +86,17 @@ async def handle_offset_for_leader_epoch(
     ctx: BrokerContext, request: Request, _splicer: object
 ) -> Any:
     m = response_module(request.api_key, request.api_version)
+    from_follower = field(request.body, "replica_id", -1) >= 0
+    follower_denied = from_follower and unauthorized_cluster(ctx, Op.CLUSTER_ACTION)
     topics = []
     for topic in request.body.topics:
         partitions = []
         for p in topic.partitions:
             try:
+                if follower_denied:
+                    raise KafkaError(follower_denied, "CLUSTER_ACTION is needed")
+                if not from_follower:
+                    require(ctx, Op.DESCRIBE, ResourceType.TOPIC, topic.topic)
                 epoch, end_offset = ctx.replicas.last_offset_for_leader_epoch(
                     TopicPartition(topic.topic, p.partition),
                     field(p, "current_leader_epoch", -1),

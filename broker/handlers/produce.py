@@ -4,6 +4,10 @@ A request with a transactional id may carry transactional batches (their produce
 transaction is opened by the first); without one, they are refused with
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka refuses them.
 
+With an authorizer, a transactional request needs WRITE on its transactional id (else
+every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and each topic WRITE
+(else TOPIC_AUTHORIZATION_FAILED, asked before whether the topic exists, as Kafka does).
+
 A partition whose log dir is below its free-space floor (`FreeSpaceGuard`) is answered
 KAFKA_STORAGE_ERROR without an append.
 """
@@ -14,12 +18,14 @@ import datetime
 import logging
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import Op, authorized, unauthorized
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
 from tierbroker.broker.metadata.topic_admin import validate_topic_name
 from tierbroker.broker.replication.replica_manager import ProduceResult
 from tierbroker.broker.replication.transaction_verification import (
     TransactionSupportedOperation,
 )
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records.batch import LOG_OVERHEAD, whole_batches_size
@@ -37,11 +43,23 @@ async def handle_produce(ctx: BrokerContext, request: Request, _splicer: object)
     entries: dict[TopicPartition, bytes] = {}
     results: dict[TopicPartition, ProduceResult] = {}
     keys: list[tuple[Any, list[tuple[int, TopicPartition]]]] = []
+    txn_refused = (
+        unauthorized(ctx, Op.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+        if body.transactional_id is not None
+        else None
+    )
     for topic in body.topic_data:
         found = cache.topic_by_id(topic.topic_id) if by_id else topic.name
         known = found is not None and found in cache.topics
         name = found if known and found else ("" if by_id else topic.name)
-        error = _topic_error(name, known, by_id)
+        error = txn_refused
+        # Asked before the topic's existence (not told to whoever may not write it); a
+        # topic id is looked up first, as it names nothing until found.
+        if error is None and (known or not by_id):
+            if not authorized(ctx, Op.WRITE, ResourceType.TOPIC, name):
+                error = ErrorCode.topic_authorization_failed
+        if error is None:
+            error = _topic_error(name, known, by_id)
         if error is not None:
             log.info("produce to topic %r refused: %s", name or topic.topic_id, error.name.upper())
         partitions = []

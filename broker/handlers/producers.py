@@ -3,6 +3,11 @@ DescribeProducers.
 
 A transactional id goes to its transaction coordinator; PRODUCER_FENCED is
 INVALID_PRODUCER_EPOCH for requests below v4, which know no other code for it.
+
+With an authorizer, as Kafka: a transactional producer needs WRITE on its transactional
+id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), an idempotent one IDEMPOTENT_WRITE on the
+cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED); DescribeProducers READ
+on the topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,6 +15,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tierbroker.broker.handlers.authorize import (
+    Op,
+    authorized_by_resource_type,
+    authorized_cluster,
+    require,
+    unauthorized,
+)
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -18,6 +30,7 @@ from tierbroker.broker.handlers.common import (
     response_module,
 )
 from tierbroker.broker.handlers.transactions import fenced_as
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.storage.topic_partition import TopicPartition
@@ -28,6 +41,14 @@ log = logging.getLogger(__name__)
 async def handle_init_producer_id(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
     body = request.body
+    if denied := _init_refused(ctx, body.transactional_id):
+        return make(
+            m.InitProducerIdResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=denied,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     if body.transactional_id is not None:
         result = await ctx.transactions.init_producer_id(
             body.transactional_id,
@@ -65,6 +86,16 @@ async def handle_init_producer_id(ctx: BrokerContext, request: Request, _splicer
     )
 
 
+def _init_refused(ctx: BrokerContext, transactional_id: str | None) -> ErrorCode | None:
+    if transactional_id is not None:
+        return unauthorized(ctx, Op.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    if authorized_cluster(ctx, Op.IDEMPOTENT_WRITE) or authorized_by_resource_type(
+        ctx, Op.WRITE, ResourceType.TOPIC
+    ):
+        return None
+    return ErrorCode.cluster_authorization_failed
+
+
 async def handle_describe_producers(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
     topics = []
@@ -72,6 +103,7 @@ async def handle_describe_producers(ctx: BrokerContext, request: Request, _splic
         partitions = []
         for index in topic.partition_indexes:
             try:
+                require(ctx, Op.READ, ResourceType.TOPIC, topic.name)
                 state = ctx.replicas.partition_or_error(
                     TopicPartition(topic.name, index)
                 ).log.producer_state

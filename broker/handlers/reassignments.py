@@ -4,7 +4,8 @@ partitions to other replicas, or cancels a move, and lists the moves in progress
 As in Kafka's ZooKeeper mode, the controller decides and answers; any other broker
 answers NOT_CONTROLLER for the whole request (admin clients send it to the controller).
 An accepted move is answered at once: the new replicas catch up afterwards, which
-ListPartitionReassignments shows.
+ListPartitionReassignments shows. With an authorizer, moving needs ALTER on the cluster
+and listing DESCRIBE (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tierbroker.broker.controller.controller import NotController
+from tierbroker.broker.handlers.authorize import Op, unauthorized_cluster
 from tierbroker.broker.handlers.common import NO_THROTTLE, BrokerContext, make, response_module
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode
@@ -29,6 +31,8 @@ async def handle_alter_partition_reassignments(
         for t in request.body.topics
         for p in t.partitions
     }
+    if denied := unauthorized_cluster(ctx, Op.ALTER):
+        return _refused(m.AlterPartitionReassignmentsResponse, denied, responses=())
     try:
         outcomes = await ctx.controller.alter_reassignments(targets)
     except NotController:
@@ -64,6 +68,8 @@ async def handle_list_partition_reassignments(
         if topics is None
         else [TopicPartition(t.name, p) for t in topics for p in t.partition_indexes]
     )
+    if denied := unauthorized_cluster(ctx, Op.DESCRIBE):
+        return _refused(m.ListPartitionReassignmentsResponse, denied, topics=())
     try:
         moves = ctx.controller.list_reassignments(wanted)
     except NotController:
@@ -91,10 +97,18 @@ async def handle_list_partition_reassignments(
 
 
 def _not_controller(response: type, **empty: Any) -> Any:
+    return _refused(response, ErrorCode.not_controller, **empty)
+
+
+def _refused(response: type, error: ErrorCode, **empty: Any) -> Any:
+    messages = {
+        ErrorCode.not_controller: "this broker is not the controller",
+        ErrorCode.cluster_authorization_failed: "ALTER or DESCRIBE on the cluster is needed",
+    }
     return make(
         response,
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.not_controller,
-        error_message="this broker is not the controller",
+        error_code=error,
+        error_message=messages.get(error),
         **empty,
     )

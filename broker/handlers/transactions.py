@@ -4,6 +4,12 @@ DescribeTransactions and ListTransactions (KIP-664) for operators.
 
 Clients that send old versions know no PRODUCER_FENCED: as Kafka does, they are told
 INVALID_PRODUCER_EPOCH instead (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2).
+
+With an authorizer, as Kafka: a producer's requests need WRITE on its transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on the topics it adds, READ on the
+group and the topics it commits offsets of; brokers' requests (AddPartitionsToTxn v4+,
+WriteTxnMarkers) need CLUSTER_ACTION (CLUSTER_AUTHORIZATION_FAILED); DescribeTransactions
+DESCRIBE on the transactional id, and ListTransactions lists only those.
 """
 
 from __future__ import annotations
@@ -16,6 +22,13 @@ from typing import Any
 from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
 from tierbroker.broker.coordinator.group.records import OffsetValue
 from tierbroker.broker.coordinator.transaction.metadata import TV_2, TransactionState
+from tierbroker.broker.handlers.authorize import (
+    Op,
+    authorized,
+    authorized_topics,
+    unauthorized,
+    unauthorized_cluster,
+)
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -26,6 +39,7 @@ from tierbroker.broker.handlers.common import (
 from tierbroker.broker.replication.transaction_verification import (
     TransactionSupportedOperation,
 )
+from tierbroker.broker.security.authorizer.acl import ResourceType
 from tierbroker.protocol.codec import Request
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 from tierbroker.protocol.records.control import ControlRecordType, EndTxnMarker
@@ -50,24 +64,33 @@ async def handle_add_partitions_to_txn(
     m = response_module(request.api_key, request.api_version)
     body = request.body
     if request.api_version >= 4:
+        denied = unauthorized_cluster(ctx, Op.CLUSTER_ACTION)
         return make(
             m.AddPartitionsToTxnResponse,
             throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.none,
-            results_by_transaction=tuple(
-                [await _verify_or_add(ctx, m, txn) for txn in body.transactions]
-            ),
+            error_code=denied or ErrorCode.none,
+            results_by_transaction=()
+            if denied
+            else tuple([await _verify_or_add(ctx, m, txn) for txn in body.transactions]),
         )
     wanted = {TopicPartition(t.name, p) for t in body.v3_and_below_topics for p in t.partitions}
-    # As Kafka: unknown partitions fail the request, the others are not attempted.
-    unknown = {tp for tp in wanted if not _exists(ctx, tp)}
-    if unknown:
-        errors = {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
+    writable = authorized_topics(ctx, Op.WRITE, {tp.topic for tp in wanted})
+    # As Kafka: unauthorized or unknown partitions fail the request, the others are not
+    # attempted.
+    failed = {
+        tp: ErrorCode.topic_authorization_failed
+        if tp.topic not in writable
+        else ErrorCode.unknown_topic_or_partition
+        for tp in wanted
+        if tp.topic not in writable or not _exists(ctx, tp)
+    }
+    txn_denied = unauthorized(
+        ctx, Op.WRITE, ResourceType.TRANSACTIONAL_ID, body.v3_and_below_transactional_id
+    )
+    if txn_denied:
+        errors = dict.fromkeys(wanted, txn_denied)
+    elif failed:
+        errors = {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
     else:
         error = await ctx.transactions.add_partitions(
             body.v3_and_below_transactional_id,
@@ -126,20 +149,27 @@ def _topic_results(m: Any, errors: dict[TopicPartition, ErrorCode]) -> tuple[Any
 async def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
     body = request.body
-    try:
-        await ctx.groups.store.ensure_topic()
-    except KafkaError as e:
-        log.info("AddOffsetsToTxn for group %r: %s", body.group_id, e)
-        error = ErrorCode.coordinator_not_available
-    else:
-        offsets = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(body.group_id))
-        error = await ctx.transactions.add_partitions(
-            body.transactional_id, body.producer_id, body.producer_epoch, {offsets}
-        )
+    error = await _add_offsets(ctx, body)
     return make(
         m.AddOffsetsToTxnResponse,
         throttle_time=NO_THROTTLE,
         error_code=fenced_as(error, request.api_version, 2),
+    )
+
+
+async def _add_offsets(ctx: BrokerContext, body: Any) -> ErrorCode:
+    if denied := unauthorized(
+        ctx, Op.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+    ) or unauthorized(ctx, Op.READ, ResourceType.GROUP, body.group_id):
+        return denied
+    try:
+        await ctx.groups.store.ensure_topic()
+    except KafkaError as e:
+        log.info("AddOffsetsToTxn for group %r: %s", body.group_id, e)
+        return ErrorCode.coordinator_not_available
+    offsets = TopicPartition(OFFSETS_TOPIC, ctx.groups.store.partition_of(body.group_id))
+    return await ctx.transactions.add_partitions(
+        body.transactional_id, body.producer_id, body.producer_epoch, {offsets}
     )
 
 
@@ -148,6 +178,14 @@ async def handle_end_txn(ctx: BrokerContext, request: Request, _splicer: object)
     producer goes on with."""
     m = response_module(request.api_key, request.api_version)
     body = request.body
+    if denied := unauthorized(ctx, Op.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        return make(
+            m.EndTxnResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=denied,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     result = await ctx.transactions.end_transaction(
         body.transactional_id,
         body.producer_id,
@@ -178,17 +216,29 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request, _splice
         for t in body.topics
         for p in t.partitions
     }
-    results = await ctx.groups.offsets.commit_transactional(
-        body.group_id,
-        field(body, "member_id", ""),
-        field(body, "group_instance_id"),
-        field(body, "generation_id", -1),
-        body.transactional_id,
-        body.producer_id,
-        body.producer_epoch,
-        offsets,
-        TransactionSupportedOperation.of_txn_offset_commit(request.api_version),
-    )
+    results: dict[TopicPartition, ErrorCode]
+    if denied := unauthorized(
+        ctx, Op.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+    ) or unauthorized(ctx, Op.READ, ResourceType.GROUP, body.group_id):
+        results = dict.fromkeys(offsets, denied)
+    else:
+        readable = authorized_topics(ctx, Op.READ, {tp.topic for tp in offsets})
+        results = {
+            tp: ErrorCode.topic_authorization_failed for tp in offsets if tp.topic not in readable
+        }
+        results.update(
+            await ctx.groups.offsets.commit_transactional(
+                body.group_id,
+                field(body, "member_id", ""),
+                field(body, "group_instance_id"),
+                field(body, "generation_id", -1),
+                body.transactional_id,
+                body.producer_id,
+                body.producer_epoch,
+                {tp: v for tp, v in offsets.items() if tp not in results},
+                TransactionSupportedOperation.of_txn_offset_commit(request.api_version),
+            )
+        )
     return make(
         m.TxnOffsetCommitResponse,
         throttle_time=NO_THROTTLE,
@@ -213,17 +263,21 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: Request, _splice
 async def handle_write_txn_markers(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
     results = []
+    denied = unauthorized_cluster(ctx, Op.CLUSTER_ACTION)
     for marker in request.body.markers:
         kind = ControlRecordType.COMMIT if marker.transaction_result else ControlRecordType.ABORT
         partitions = [TopicPartition(t.name, p) for t in marker.topics for p in t.partition_indexes]
-        errors = await ctx.replicas.write_txn_marker(
-            marker.producer_id,
-            marker.producer_epoch,
-            EndTxnMarker(kind, marker.coordinator_epoch),
-            partitions,
-            ctx.config.request_timeout_ms,
-            field(marker, "transaction_version", 0),
-        )
+        if denied:
+            errors = dict.fromkeys(partitions, denied)
+        else:
+            errors = await ctx.replicas.write_txn_marker(
+                marker.producer_id,
+                marker.producer_epoch,
+                EndTxnMarker(kind, marker.coordinator_epoch),
+                partitions,
+                ctx.config.request_timeout_ms,
+                field(marker, "transaction_version", 0),
+            )
         results.append(
             make(
                 m.WritableTxnMarkerResult,
@@ -261,7 +315,12 @@ async def handle_describe_transactions(
     m = response_module(request.api_key, request.api_version)
     states = []
     for transactional_id in request.body.transactional_ids:
-        error, metadata = ctx.transactions.describe(transactional_id)
+        if denied := unauthorized(
+            ctx, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ):
+            error, metadata = denied, None
+        else:
+            error, metadata = ctx.transactions.describe(transactional_id)
         by_topic: dict[str, list[int]] = {}
         for tp in sorted(metadata.partitions if metadata else ()):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -325,5 +384,8 @@ async def handle_list_transactions(ctx: BrokerContext, request: Request, _splice
                 transaction_state=t.state.kafka_name,
             )
             for t in listed
+            if authorized(
+                ctx, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id, False
+            )
         ),
     )

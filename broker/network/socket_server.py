@@ -14,7 +14,8 @@ The request task waits for the socket to drain before the next response.
 
 Records that live in log files are sent with `sendfile` where the event loop
 supports it (the stock asyncio loop): straight away as far as the socket takes
-them, the rest with `loop.sendfile`; otherwise read with `os.pread` and written.
+them, the rest with `loop.sendfile`; otherwise (TLS, uvloop) read with `os.pread`
+a 1 MiB slice at a time, each once the socket has drained, and written.
 Parts in memory above 1 MiB (records read from the remote tier) are written a
 slice at a time, each once the socket has drained, so the transport does not
 copy what the socket cannot take at once.
@@ -129,7 +130,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.principal = security.principal_for(self)
         if self.listener.security_protocol.uses_sasl:
             self.authenticator = security.authenticator_for(self)
-        else:  # in the clear or over TLS alone, the connection is authenticated once set up
+        elif not self.transport.is_closing():  # (a TLS principal failing closes it)
+            # In the clear or over TLS alone, the connection is authenticated once set up.
             metrics.authenticated(name)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"connection {self.peer}"
@@ -176,7 +178,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.reader.has_partial_frame:
             log.info("connection from %s closed in the middle of a request", self.peer)
         self._frames.put_nowait(None)
-        return True  # keep the transport open until queued responses are written
+        # Keep the transport open until queued responses are written; TLS has no half-close
+        # (asyncio closes a TLS transport at EOF, and warns if asked to keep it).
+        return not self.listener.security_protocol.uses_tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.metrics.connection_close.labels(self.listener.name).inc()
@@ -290,10 +294,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     transport, region.file, position + sent, length - sent
                 )
             return
-        data = os.pread(region.file.fileno(), region.length, region.position)
-        if len(data) < region.length:  # the file shrank under us: pad so framing stays intact
-            data += bytes(region.length - len(data))
-        await self._write(transport, data)
+        # A slice at a time, each read once the socket has drained: a region read whole
+        # would hold all of it in memory while the TLS layer encrypts a slice at a time.
+        end = region.position + region.length
+        for position in range(region.position, end, WRITE_SLICE_BYTES):
+            await self._can_write.wait()
+            if transport.is_closing():
+                return
+            size = min(WRITE_SLICE_BYTES, end - position)
+            data = os.pread(region.file.fileno(), size, position)
+            if len(data) < size:  # the file shrank under us: pad so framing stays intact
+                data += bytes(size - len(data))
+            transport.write(data)
 
     def _sendfile_now(
         self, transport: asyncio.Transport, fd: int, position: int, length: int

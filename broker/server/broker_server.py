@@ -62,6 +62,7 @@ from tierbroker.broker.coordinator.transaction.verification import TransactionVe
 from tierbroker.broker.handlers import RequestDispatcher
 from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.metadata import zk_data as zk
+from tierbroker.broker.metadata.acl_store import AclStore
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
 from tierbroker.broker.metadata.store import (
@@ -87,8 +88,13 @@ from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
 from tierbroker.broker.replication.replica_selector import load_selector
+from tierbroker.broker.security.authorizer.authorizer import Authorizer, AuthorizerConfig
 from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
-from tierbroker.broker.server.listener_security import inter_broker_channel, listener_security
+from tierbroker.broker.server.listener_security import (
+    inter_broker_channel,
+    listener_security,
+    listener_ssl,
+)
 from tierbroker.broker.server.preflight import BoundPorts
 from tierbroker.broker.server.remote_storage import build_remote_log_manager
 from tierbroker.broker.server.scheduler import Scheduler
@@ -125,12 +131,15 @@ class BrokerServer:
         )
         self.cache = MetadataCache(store)
         self.quota_store = ClientQuotaStore(store)
+        self.authorizer, self.acl_store = _authorizer(config, store)
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
         )
+        self.listener_ssl = listener_ssl(config)
         self.dynamic_config = DynamicBrokerConfig(
-            config.broker_id, store, self.cache, config.log_defaults
+            config.broker_id, store, self.cache, config.log_defaults, self.listener_ssl
         )
+        self.cache.add_listener(self.dynamic_config.maybe_reconfigure_listeners)
         self.admin = TopicAdmin(
             config.broker_id,
             store,
@@ -227,13 +236,15 @@ class BrokerServer:
                 self.quota_store,
                 QuotaWindow(c.quota_window_num, c.quota_window_size_seconds * 1000),
             ),
+            self.authorizer,
+            self.acl_store,
         )
         return SocketServer(
             RequestDispatcher(context).handle,
             c.socket_request_max_bytes,
             c.queued_max_request_bytes,
             c.connection_limits,
-            listener_security(c),
+            listener_security(c, self.listener_ssl),
             SocketServerMetrics(self.registry),
         )
 
@@ -285,6 +296,8 @@ class BrokerServer:
         await self._join_cluster()
         await self.cache.start()
         await self.quota_store.start()
+        if self.acl_store is not None:  # read whole before the first request is authorized
+            await self.acl_store.start()
         await loop.run_in_executor(None, partial(self.log_manager.load_logs, self._config_for))
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
@@ -497,6 +510,8 @@ class BrokerServer:
         await self.controller.stop()
         await self.quota_store.close()
         await self.cache.close()
+        if self.acl_store is not None:
+            await self.acl_store.close()
         if self.remote is not None:
             await self.remote.stop(left())
         await self.cleaner.stop(left())
@@ -557,12 +572,24 @@ class BrokerServer:
         await self.controller.stop()
         await self.quota_store.close()
         await self.cache.close()
+        if self.acl_store is not None:
+            await self.acl_store.close()
         if self.remote is not None:
             await self.remote.stop(0, crash=True)
         await self.cleaner.stop(0)
         for lg in self.log_manager.logs.values():
             for segment in lg.segments:
                 segment.close()
+
+
+def _authorizer(c: BrokerConfig, store: MetadataStore) -> tuple[Authorizer | None, AclStore | None]:
+    """The authorizer `authorizer.class.name` asks for (checked by the preflight) and the
+    store of its ACLs; (None, None) without one."""
+    config = AuthorizerConfig.from_properties(c.security.values)
+    if config is None:
+        return None, None
+    authorizer = Authorizer(config)
+    return authorizer, AclStore(store, authorizer.acls)
 
 
 def _replication_config(c: BrokerConfig) -> ReplicationConfig:

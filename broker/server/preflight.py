@@ -3,8 +3,9 @@
 `load_config` has already checked every value on its own; these checks need the
 machine: the log dirs (each an existing writable directory, or one that can be
 created), the remote tier's plugins (their classes load; the built-in ones' required
-`rsm.config.*` settings are there and valid), the replica selector's class, the
-directory of the ports file, and the ports. Each broker's listeners and metrics
+`rsm.config.*` settings are there and valid), the replica selector's class, the TLS
+listeners' key and trust stores (`check_tls`), the authorizer (`authorizer.class.name`,
+`super.users`), the directory of the ports file, and the ports. Each broker's listeners and metrics
 endpoint are bound here but not yet listened on, so a port in use is found before
 anything is written, and a port of 0 is already the free port the broker will
 advertise. Every failure is a `ConfigError`
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError, Endpoint
 from tierbroker.broker.replication.replica_selector import selector_class
+from tierbroker.broker.security.authorizer.authorizer import AuthorizerConfig
+from tierbroker.broker.server.listener_security import check_tls
 from tierbroker.broker.server.remote_storage import (
     STORAGE_MANAGERS,
     chunk_cache_config,
@@ -76,6 +79,7 @@ def preflight(configs: list[BrokerConfig], ports_file: Path | None = None) -> li
     for config in configs:
         for log_dir in config.log_dir_paths:
             check_writable_dir(log_dir, "log.dirs")
+        check_tls(config)
     if configs[0].remote_log_storage_system_enable:  # the brokers' plugins are the same
         check_remote_tier(configs[0])
     if configs[0].replica_selector_class:
@@ -83,6 +87,10 @@ def preflight(configs: list[BrokerConfig], ports_file: Path | None = None) -> li
             selector_class(configs[0].replica_selector_class)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+    try:
+        AuthorizerConfig.from_properties(configs[0].security.values)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if ports_file is not None:
         parent = Path(os.path.abspath(ports_file)).parent
         if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):

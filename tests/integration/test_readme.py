@@ -189,6 +189,20 @@ def test_everyday_commands(broker: BrokerProcess, tmp_path: Path) -> None:
     assert "k1:hello\tsource=cli" in out
 
 
+def test_acls(tmp_path: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("\n### ACLs\n") :]
+    (properties,) = re.findall(r"```properties\n(.*?)```", section, flags=re.DOTALL)[:1]
+    settings = dict(line.split("=", 1) for line in properties.splitlines())
+    secured = BrokerProcess(tmp_path, settings).start()
+    try:
+        (block,) = sh_blocks("### ACLs")
+        out = run(block, secured, tmp_path).stdout
+    finally:
+        secured.kill()
+    assert "User:bob" in out and "User:alice" in out
+
+
 def test_tiered_storage(broker: BrokerProcess, tmp_path: Path) -> None:
     (block,) = sh_blocks("### Tiered storage")
     out = run(block, broker, tmp_path).stdout

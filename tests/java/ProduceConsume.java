@@ -1,12 +1,14 @@
 // Kafka's Java client end to end: creates TOPIC with PARTITIONS partitions, sends COUNT
 // records with the idempotent producer (acks=all), then reads them all back with a
 // consumer in GROUP and commits. Prints one "name value" line per result for the test.
-// Usage: java -cp 'JARS/*' ProduceConsume.java BOOTSTRAP TOPIC PARTITIONS COUNT GROUP
+// CLIENT_PROPERTIES, if given, is a properties file every client takes (security.protocol,
+// ssl.truststore.location, ...).
+// Usage: java -cp 'JARS/*' ProduceConsume.java BOOTSTRAP TOPIC PARTITIONS COUNT GROUP [CLIENT_PROPERTIES]
 
+import java.io.FileInputStream;
 import java.time.Duration;
 import java.util.HashSet;
 import java.util.List;
-import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import org.apache.kafka.clients.admin.Admin;
@@ -24,12 +26,19 @@ public class ProduceConsume {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1], group = args[4];
         int partitions = Integer.parseInt(args[2]), count = Integer.parseInt(args[3]);
-        try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
+        Properties common = new Properties();
+        if (args.length > 5) {
+            try (FileInputStream in = new FileInputStream(args[5])) {
+                common.load(in);
+            }
+        }
+        common.put("bootstrap.servers", bootstrap);
+        try (Admin admin = Admin.create(common)) {
             admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
         }
 
         Properties produce = new Properties();
-        produce.put("bootstrap.servers", bootstrap);
+        produce.putAll(common);
         produce.put("enable.idempotence", "true");
         produce.put("acks", "all");
         produce.put("key.serializer", StringSerializer.class.getName());
@@ -48,7 +57,7 @@ public class ProduceConsume {
         System.out.println("acked " + acked);
 
         Properties consume = new Properties();
-        consume.put("bootstrap.servers", bootstrap);
+        consume.putAll(common);
         consume.put("group.id", group);
         consume.put("auto.offset.reset", "earliest");
         consume.put("enable.auto.commit", "false");

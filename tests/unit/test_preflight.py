@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.certs import STORE_PASSWORD, session_certs
 from tierbroker.broker.config.broker_config import ConfigError, load_config
 from tierbroker.broker.server.preflight import bind_ports, preflight
 from tierbroker.broker.server.remote_storage import LOCAL_REMOTE_DIR, local_remote_dir
@@ -197,3 +198,21 @@ def test_a_host_name_binds_its_ipv4_address(tmp_path: Path) -> None:
         assert ports.metrics is not None and ports.metrics.getsockname()[0] == "127.0.0.1"
     finally:
         ports.close()
+
+
+def test_tls_listener_stores_are_checked_before_anything_is_written(tmp_path: Path) -> None:
+    certs = session_certs()
+    tls = ("listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",)
+    assert "listener SSL uses TLS and has no key store" in refused(tmp_path, *tls)
+    wrong = (f"ssl.keystore.location={certs.broker.p12}", "ssl.keystore.password=wrong")
+    assert "or the password is wrong" in refused(tmp_path, *tls, *wrong)
+    inter_broker = (
+        "listeners=SSL://127.0.0.1:0",
+        "security.inter.broker.protocol=SSL",
+        f"ssl.keystore.location={certs.broker.p12}",
+        f"ssl.keystore.password={STORE_PASSWORD}",
+        "ssl.endpoint.identification.algorithm=ldaps",
+    )
+    assert "ssl.endpoint.identification.algorithm=ldaps: use https" in refused(
+        tmp_path, *inter_broker
+    )
