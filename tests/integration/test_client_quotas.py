@@ -5,6 +5,7 @@ stays near the quota), while clients without a quota are not."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import warnings
@@ -290,3 +291,28 @@ def test_alter_and_describe_client_quotas_as_kafka_checks_them(
         assert _alter(client, {"user": user}, [("request_percentage", None)])[0] == ErrorCode.none
         assert _alter(client, both, [("consumer_byte_rate", None)])[0] == ErrorCode.none
         assert _entities(_describe(client, ("user", 0, user))) == set()
+
+
+def test_a_client_over_its_request_percentage_is_throttled(
+    quota_broker: TierbrokerCluster,
+) -> None:
+    busy, free = unique("busy"), unique("free")
+    port = int(quota_broker.bootstrap_servers.rsplit(":", 1)[1])
+    metadata = request_module(3, 12)
+    request = metadata.MetadataRequest(
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    with WireClient(port) as client:
+        # 0.01% of the loop: a tenth of a millisecond of handling per second.
+        _alter(client, {"client-id": busy}, [("request_percentage", 0.01)])
+        throttle = datetime.timedelta(0)
+        for _ in range(50):
+            throttle = client.request(request, busy).throttle_time
+            if throttle:
+                break
+        # Throttled, for at most one quota window, as Kafka's request quota.
+        assert 0 < throttle.total_seconds() <= 1
+        unthrottled = [client.request(request, free).throttle_time for _ in range(50)]
+        assert max(unthrottled).total_seconds() == 0

@@ -4,6 +4,7 @@ another CA, every call fails at once (not retried) naming the property that fixe
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -11,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.certs import session_certs
-from tests.integration.moto_server import InstrumentedS3, MotoServer, rsm_configs
+from tests.integration.moto_server import CREDENTIALS, InstrumentedS3, MotoServer, rsm_configs
 from tests.integration.test_s3_rsm import FAST, synthetic_segment
 from tierbroker.storage.remote.storage_manager import RemoteStorageError
+from tierbroker.testing.clients import produce
+from tierbroker.testing.cluster import S3Tier, TierbrokerCluster
 
 CA_BUNDLE_PROPERTY = "rsm.config.storage.s3.ca.bundle"
 
@@ -87,3 +90,25 @@ def test_a_ca_bundle_needs_https_and_a_certificate(tmp_path: Path) -> None:
         rsm.configure(
             rsm_configs("https://127.0.0.1:1", "b", **{"storage.s3.ca.bundle": str(tmp_path / "x")})
         )
+
+
+def test_a_broker_whose_store_is_untrusted_says_so_and_serves(
+    https_moto: MotoServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bucket = f"tls-{uuid.uuid4().hex[:12]}"
+    https_moto.create_bucket(bucket)
+    tier = S3Tier(
+        https_moto.endpoint,
+        bucket,
+        access_key_id=CREDENTIALS["aws_access_key_id"],
+        secret_access_key=CREDENTIALS["aws_secret_access_key"],
+    )
+    untrusted = {CA_BUNDLE_PROPERTY: str(session_certs().other_ca.cert)}
+    with TierbrokerCluster(tmp_path, s3=tier, broker_config=untrusted) as cluster:
+        cluster.create_topic("t", 1)
+        assert len(produce(cluster.bootstrap_servers, "t", [b"still served"] * 10)) == 10
+        assert cluster.metric("RemoteStorageHealthy") == 0
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    refusals = [m for m in logged if "TLS certificate is not trusted" in m]
+    assert refusals and all(CA_BUNDLE_PROPERTY in m for m in refusals)
+    assert not any("Traceback" in m for m in logged)
