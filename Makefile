@@ -73,6 +73,7 @@ bench: install-test
 	$(BIN)/python -m benchmarks.follower_fetching
 	$(BIN)/python -m benchmarks.log_cleaner
 	$(BIN)/python -m benchmarks.fixtures
+	$(BIN)/python -m benchmarks.sasl_connections
 
 clean:
 	rm -rf $(VENV) data

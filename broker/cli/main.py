@@ -40,6 +40,7 @@ from tierbroker.broker.cli import (
     tier,
     topics,
     transactions,
+    users,
 )
 from tierbroker.broker.cli.common import command_group
 from tierbroker.broker.network.request_log import REQUEST_LOGGER
@@ -223,6 +224,7 @@ app.add_typer(partitions.app, name="partition")
 app.add_typer(tier.app, name="tier")
 app.add_typer(transactions.app, name="txn")
 app.add_typer(remote.app, name="remote")
+app.add_typer(users.app, name="user")
 
 
 @app.command()

@@ -28,6 +28,8 @@ from tierbroker.broker.handlers import (
     produce,
     producers,
     reassignments,
+    sasl,
+    scram_credentials,
     transactions,
 )
 from tierbroker.broker.handlers.common import BrokerContext
@@ -88,6 +90,8 @@ _HANDLERS: dict[int, Handler] = {
     47: group_offsets.handle_offset_delete,
     48: client_quotas.handle_describe_client_quotas,
     49: client_quotas.handle_alter_client_quotas,
+    50: scram_credentials.handle_describe_user_scram_credentials,
+    51: scram_credentials.handle_alter_user_scram_credentials,
     60: metadata.handle_describe_cluster,
     61: producers.handle_describe_producers,
     65: transactions.handle_describe_transactions,
@@ -96,7 +100,9 @@ _HANDLERS: dict[int, Handler] = {
 }
 HANDLERS: dict[int, Handler] = {
     **_HANDLERS,
-    api_versions.API_VERSIONS: api_versions.make_handler([*_HANDLERS, api_versions.API_VERSIONS]),
+    api_versions.API_VERSIONS: api_versions.make_handler(
+        [*_HANDLERS, api_versions.API_VERSIONS, *sasl.API_KEYS]
+    ),
 }
 
 
@@ -127,6 +133,8 @@ class RequestDispatcher:
         peer = connection.peer
         logged = request_log.isEnabledFor(logging.DEBUG)
         started_s = time.perf_counter() if logged else 0.0
+        if sasl.expects_raw_token(connection):
+            return await sasl.raw_token(connection, frame)
         try:
             request = parse_request(frame)
         except UnsupportedVersionError as e:
@@ -140,6 +148,9 @@ class RequestDispatcher:
             raise ConnectionClosing(str(e)) from None
         except KafkaError as e:
             raise ConnectionClosing(str(e)) from None
+        sasl.admit(connection, request.api_key)
+        if request.api_key in sasl.API_KEYS:
+            return await sasl.handle(connection, request)
         handler = HANDLERS.get(request.api_key)
         if handler is None:
             raise ConnectionClosing(f"api_key {request.api_key} is not supported")

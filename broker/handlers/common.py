@@ -28,6 +28,7 @@ from tierbroker.broker.coordinator.transaction.coordinator import TransactionCoo
 from tierbroker.broker.metadata.acl_store import AclStore
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.scram_credentials import ScramCredentialStore
 from tierbroker.broker.metadata.topic_admin import TopicAdmin
 from tierbroker.broker.metadata.zk_data import BrokerRegistration
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
@@ -57,6 +58,8 @@ class BrokerContext:
     # With `authorizer.class.name` set: the ACLs' decision and their store; else None.
     authorizer: Authorizer | None = None
     acl_store: AclStore | None = None
+    # The SCRAM users (DescribeUserScramCredentials / AlterUserScramCredentials).
+    scram_credentials: ScramCredentialStore | None = None
 
 
 def client_endpoint(registration: BrokerRegistration) -> Listener | None:

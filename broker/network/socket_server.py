@@ -36,6 +36,7 @@ handling, wait up to the timeout, then cancel what is left and close the sockets
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -88,7 +89,13 @@ class ListenerSecurity:
 
 
 class ConnectionClosing(Exception):
-    """The request cannot be answered; the connection is closed, as Kafka does."""
+    """The request cannot be answered; the connection is closed, as Kafka does. A last
+    response, if given (a failed authentication's), is sent first; its failure was
+    logged where it was found, so the close is not logged again."""
+
+    def __init__(self, message: str, last_response: list[ResponsePart] | None = None) -> None:
+        super().__init__(message)
+        self.last_response = last_response
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -218,7 +225,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if self._mute_ms:
                     await self._muted()
         except ConnectionClosing as e:
-            log.warning("closing connection from %s: %s", self.peer, e)
+            if e.last_response is None:
+                log.warning("closing connection from %s: %s", self.peer, e)
+            else:
+                log.debug("closing connection from %s: %s", self.peer, e)
+                with contextlib.suppress(ConnectionError):
+                    await self._send(e.last_response)
         except ConnectionError as e:  # the client went away mid-response: routine
             log.info("connection from %s lost while answering: %s", self.peer, e)
         except Exception:

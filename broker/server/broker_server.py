@@ -65,6 +65,7 @@ from tierbroker.broker.metadata import zk_data as zk
 from tierbroker.broker.metadata.acl_store import AclStore
 from tierbroker.broker.metadata.dynamic_broker_config import DynamicBrokerConfig
 from tierbroker.broker.metadata.metadata_cache import MetadataCache
+from tierbroker.broker.metadata.scram_credentials import ScramCredentialStore
 from tierbroker.broker.metadata.store import (
     MetadataStore,
     NodeExistsError,
@@ -90,6 +91,7 @@ from tierbroker.broker.replication.replica_manager import ReplicaManager, Replic
 from tierbroker.broker.replication.replica_selector import load_selector
 from tierbroker.broker.security.authorizer.authorizer import Authorizer, AuthorizerConfig
 from tierbroker.broker.server.broker_lifecycle import BrokerLifecycle, RegistrationError
+from tierbroker.broker.server.listener_sasl import sasl_settings
 from tierbroker.broker.server.listener_security import (
     inter_broker_channel,
     listener_security,
@@ -132,6 +134,7 @@ class BrokerServer:
         self.cache = MetadataCache(store)
         self.quota_store = ClientQuotaStore(store)
         self.authorizer, self.acl_store = _authorizer(config, store)
+        self.scram_credentials = ScramCredentialStore(store)
         self.log_manager = LogManager(
             config.log_dir_paths, min_free_bytes=config.log_dir_min_free_bytes
         )
@@ -238,13 +241,16 @@ class BrokerServer:
             ),
             self.authorizer,
             self.acl_store,
+            scram_credentials=self.scram_credentials,
         )
         return SocketServer(
             RequestDispatcher(context).handle,
             c.socket_request_max_bytes,
             c.queued_max_request_bytes,
             c.connection_limits,
-            listener_security(c, self.listener_ssl),
+            listener_security(
+                c, self.listener_ssl, sasl_settings(c, self.scram_credentials.lookup)
+            ),
             SocketServerMetrics(self.registry),
         )
 
@@ -298,6 +304,7 @@ class BrokerServer:
         await self.quota_store.start()
         if self.acl_store is not None:  # read whole before the first request is authorized
             await self.acl_store.start()
+        await self.scram_credentials.start()  # read whole before the first login
         await loop.run_in_executor(None, partial(self.log_manager.load_logs, self._config_for))
         if self.fatal_error is not None or not self.log_manager.online_log_dirs:
             raise LogDirsOffline(self.fatal_error or "no log dir is online")
@@ -509,6 +516,7 @@ class BrokerServer:
         await self.replicas.stop()
         await self.controller.stop()
         await self.quota_store.close()
+        await self.scram_credentials.close()
         await self.cache.close()
         if self.acl_store is not None:
             await self.acl_store.close()
@@ -571,6 +579,7 @@ class BrokerServer:
         await self.replicas.stop()
         await self.controller.stop()
         await self.quota_store.close()
+        await self.scram_credentials.close()
         await self.cache.close()
         if self.acl_store is not None:
             await self.acl_store.close()

@@ -1,6 +1,6 @@
 """The security of each listener, built from the broker's config: what the socket server
 applies to the connections it accepts, and what this broker's own connections to the
-others use on the inter-broker listener.
+others use on the inter-broker listener. SASL's part is `listener_sasl`'s.
 
 TLS: `ListenerSsl` gives each TLS listener's context (swapped by a reload) and the
 principal of its connections; a connection whose certificate no
@@ -20,9 +20,14 @@ from tierbroker.broker.network.inter_broker import InterBrokerChannel
 from tierbroker.broker.network.socket_server import KafkaConnection, ListenerSecurity
 from tierbroker.broker.security.listener_ssl import ListenerSsl
 from tierbroker.broker.security.principal import ANONYMOUS, KafkaPrincipal
+from tierbroker.broker.security.sasl.settings import SaslListenerSettings
 from tierbroker.broker.security.ssl_factory import client_context
 from tierbroker.broker.security.ssl_principal import NoMatchingRule
 from tierbroker.broker.security.ssl_stores import StoreSettings
+from tierbroker.broker.server.listener_sasl import (
+    authenticator_factory,
+    inter_broker_authenticator,
+)
 
 
 def listener_ssl(config: BrokerConfig) -> ListenerSsl:
@@ -37,8 +42,11 @@ def check_tls(config: BrokerConfig) -> None:
     inter_broker_channel(config)
 
 
-def listener_security(config: BrokerConfig, tls: ListenerSsl) -> ListenerSecurity:
-    """How accepted connections are secured, listener by listener."""
+def listener_security(
+    config: BrokerConfig, tls: ListenerSsl, sasl: dict[str, SaslListenerSettings]
+) -> ListenerSecurity:
+    """How accepted connections are secured, listener by listener (`sasl`: the SASL
+    listeners' settings, `listener_sasl.sasl_settings`)."""
 
     def principal_for(connection: KafkaConnection) -> KafkaPrincipal:
         transport = connection.transport
@@ -52,14 +60,26 @@ def listener_security(config: BrokerConfig, tls: ListenerSsl) -> ListenerSecurit
                 transport.close()
             return ANONYMOUS
 
-    return ListenerSecurity(ssl_context_for=tls.context_for, principal_for=principal_for)
+    return ListenerSecurity(
+        ssl_context_for=tls.context_for,
+        principal_for=principal_for,
+        authenticator_for=authenticator_factory(sasl),
+    )
 
 
 def inter_broker_channel(config: BrokerConfig) -> InterBrokerChannel:
-    """The inter-broker listener, and how this broker connects to it on its peers."""
+    """The inter-broker listener, and how this broker connects to it on its peers: TLS
+    with the listener's stores, then a SASL login, as its protocol says."""
     name = config.listener_config.inter_broker
     listener = config.listener_config.listener(name)
-    if not listener.security_protocol.uses_tls:
+    authenticate = inter_broker_authenticator(config)
+    context = (
+        client_context(StoreSettings(config.security, name))
+        if listener.security_protocol.uses_tls
+        else None
+    )
+    if context is None and authenticate is None:
         return InterBrokerChannel(listener=name)
-    context = client_context(StoreSettings(config.security, name))
-    return InterBrokerChannel(listener=name, security=ClientSecurity(ssl_context=context))
+    return InterBrokerChannel(
+        listener=name, security=ClientSecurity(ssl_context=context, authenticate=authenticate)
+    )

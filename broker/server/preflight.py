@@ -24,6 +24,7 @@ from pathlib import Path
 from tierbroker.broker.config.broker_config import BrokerConfig, ConfigError, Endpoint
 from tierbroker.broker.replication.replica_selector import selector_class
 from tierbroker.broker.security.authorizer.authorizer import AuthorizerConfig
+from tierbroker.broker.server.listener_sasl import check_sasl
 from tierbroker.broker.server.listener_security import check_tls
 from tierbroker.broker.server.remote_storage import (
     STORAGE_MANAGERS,
@@ -80,6 +81,7 @@ def preflight(configs: list[BrokerConfig], ports_file: Path | None = None) -> li
         for log_dir in config.log_dir_paths:
             check_writable_dir(log_dir, "log.dirs")
         check_tls(config)
+        check_sasl(config)
     if configs[0].remote_log_storage_system_enable:  # the brokers' plugins are the same
         check_remote_tier(configs[0])
     if configs[0].replica_selector_class:

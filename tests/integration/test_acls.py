@@ -25,16 +25,21 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 
 from tests.apache_kafka import run_tool
 from tests.integration.broker_process import executable
 from tests.integration.waiting import wait_for
+from tests.integration.wire import WireClient, request_module
 from tierbroker.broker.metadata.store import put
 from tierbroker.broker.security.authorizer.acl import AclOperation as AclOperation_
 from tierbroker.broker.security.authorizer.acl import PatternType, ResourcePattern
 from tierbroker.broker.security.authorizer.acl import ResourceType as ResourceType_
 from tierbroker.broker.server.embedded import EmbeddedCluster
+from tierbroker.protocol.errors import ErrorCode
 
 ANONYMOUS = "User:ANONYMOUS"
 CLUSTER_ZNODE = "/kafka-acl/Cluster/kafka-cluster"
@@ -281,6 +286,21 @@ def test_cluster_admin_apis_need_the_cluster(cluster: EmbeddedCluster, admin: Ad
         with pytest.raises(KafkaException) as refused:
             future.result(10)
         assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # SCRAM users are the cluster's too (KIP-554): ALTER to change, DESCRIBE to list.
+    scram = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    alteration = UserScramCredentialUpsertion("alice", scram, b"password")
+    [altered] = admin.alter_user_scram_credentials([alteration], request_timeout=10).values()
+    with pytest.raises(KafkaException) as refused:
+        altered.result(10)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # (librdkafka 2.16 corrupts its heap freeing a refused DescribeUserScramCredentials.)
+    port = int(cluster.bootstrap_servers.rsplit(":", 1)[1])
+    with WireClient(port) as wire:
+        described = wire.request(
+            request_module(50, 0).DescribeUserScramCredentialsRequest(users=None)
+        )
+    assert described.error_code == ErrorCode.cluster_authorization_failed
+    assert described.results == ()
 
 
 def tierbroker_acl(cluster: EmbeddedCluster, *args: str) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 
-from tierbroker.broker.handlers import HANDLERS
+from tierbroker.broker.handlers import HANDLERS, sasl
 from tierbroker.protocol.versions import SUPPORTED_VERSIONS
 
 
@@ -20,4 +20,5 @@ def test_every_pinned_version_has_a_kio_schema() -> None:
 
 
 def test_every_handler_has_a_pinned_range_and_no_range_lacks_a_handler() -> None:
-    assert set(SUPPORTED_VERSIONS) == set(HANDLERS)
+    """SaslHandshake and SaslAuthenticate are the connection's authenticator's (`sasl`)."""
+    assert set(SUPPORTED_VERSIONS) == set(HANDLERS) | set(sasl.API_KEYS)
