@@ -33,8 +33,9 @@ from tierbroker.protocol.codec import Request
 
 PRODUCE = 0
 FETCH = 1
-# SaslHandshake, ApiVersions, SaslAuthenticate: a client must be able to connect.
-REQUEST_TIME_EXEMPT = frozenset({17, 18, 36})
+# ApiVersions: a client must be able to connect (the SASL exchange, which the dispatcher
+# hands to the authenticator, never reaches the quotas).
+REQUEST_TIME_EXEMPT = frozenset({18})
 
 
 @dataclass(frozen=True, slots=True)

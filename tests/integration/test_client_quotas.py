@@ -70,6 +70,11 @@ def test_kafka_configs_alters_and_describes_client_quotas(kafka_broker: str) -> 
         f"Quota configs for user-principal '{user}', the default client-id are "
         "request_percentage=50.0",
     ]
+    configs(kafka_broker, "--alter", *named, "--add-config", "consumer_byte_rate=4096")
+    user_only = configs(kafka_broker, "--describe", *named)
+    assert user_only == (
+        f"Quota configs for user-principal '{user}' are consumer_byte_rate=4096.0\n"
+    )
     described = configs(kafka_broker, "--describe", *clients, "--entity-name", client)
     assert described == (
         f"Quota configs for client-id '{client}' are "
