@@ -10,6 +10,7 @@ import json
 import time
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -321,3 +322,20 @@ def test_a_client_over_its_request_percentage_is_throttled(
         assert 0 < throttle.total_seconds() <= 1
         unthrottled = [client.request(request, free).throttle_time for _ in range(50)]
         assert max(unthrottled).total_seconds() == 0
+
+
+def test_quotas_need_the_cluster_configs_acls(tmp_path: Path) -> None:
+    """As Kafka: DESCRIBE_CONFIGS on the cluster to describe quotas, ALTER_CONFIGS to alter
+    them; User:ANONYMOUS has neither here."""
+    acls = {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+    }
+    with TierbrokerCluster(tmp_path, broker_config=acls) as cluster:
+        port = int(cluster.bootstrap_servers.rsplit(":", 1)[1])
+        with WireClient(port) as client:
+            refused = _describe(client, ("client-id", 2, None))
+            assert refused.error_code == ErrorCode.cluster_authorization_failed
+            assert _alter(client, {"client-id": "c"}, [("producer_byte_rate", 1.0)])[0] == (
+                ErrorCode.cluster_authorization_failed
+            )
