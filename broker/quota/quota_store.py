@@ -126,6 +126,10 @@ class ClientQuotaStore:
             configs = _configs(data)
         except NoNodeError:
             configs, stat = {}, None
+        except zk.UNDECODABLE as e:  # written by another tool: not overwritten blindly
+            raise KafkaError(
+                ErrorCode.unknown_server_error, f"{path} holds configs that do not decode: {e}"
+            ) from None
         updated = dict(configs)
         for key, value in changes.items():
             if value is None:

@@ -20,6 +20,7 @@ from tierbroker.broker.quota.entity import (
     QuotaEntity,
 )
 from tierbroker.broker.quota.quota_store import ClientQuotaStore, parse_entity_path
+from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 SCRAM = "SCRAM-SHA-512"
 
@@ -164,3 +165,21 @@ async def test_a_listener_that_missed_purged_notices_reads_everything(
         assert handled[2] == ["users/f"]
     finally:
         await listener.close()
+
+
+async def test_a_znode_another_tool_wrote_badly_is_neither_read_nor_overwritten(
+    sessions: Callable[[], InProcessSession],
+) -> None:
+    session = sessions()
+    await session.start()
+    await session.create("/config/clients/odd", b"not json")
+    await session.create("/config/clients/fine", zk.encode_config({PRODUCER_BYTE_RATE: "10"}))
+    store = await _started(session)
+    try:
+        assert store.quotas.quotas == {QuotaEntity(None, "fine"): {PRODUCER_BYTE_RATE: 10.0}}
+        with pytest.raises(KafkaError) as refused:
+            await store.alter(QuotaEntity(None, "odd"), {PRODUCER_BYTE_RATE: 1.0})
+        assert refused.value.code == ErrorCode.unknown_server_error
+        assert (await session.get("/config/clients/odd"))[0] == b"not json"
+    finally:
+        await store.close()
