@@ -8,6 +8,7 @@ import os
 import socket
 import ssl
 import struct
+from typing import Any
 
 from tests.certs import session_certs
 from tierbroker.broker.config.listeners import Listener, SecurityProtocol
@@ -124,3 +125,29 @@ class Recorder(logging.Handler):
 
 def server_port(sock: socket.socket) -> int:
     return int(sock.getsockname()[1])
+
+
+async def test_a_throttled_connection_is_answered_then_muted() -> None:
+    """KIP-219: the response goes out at once; then nothing more is read or handled from
+    the client until the throttle time has passed (or the server stops)."""
+    handled: list[bytes] = []
+
+    async def handler(frame: bytes | memoryview, connection: Any) -> list[bytes]:
+        handled.append(bytes(frame))
+        connection.mute_after_response(600_000)
+        return [struct.pack(">i", 4), b"pong"]
+
+    server = SocketServer(handler, max_request_bytes=MIB, max_queued_bytes=MIB)
+    server.listen("127.0.0.1", 0)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(struct.pack(">i", 3) + b"one" + struct.pack(">i", 3) + b"two")
+        assert await reader.readexactly(8) == struct.pack(">i", 4) + b"pong"
+        (connection,) = server.connections
+        assert connection.transport is not None and not connection.transport.is_reading()
+        await asyncio.sleep(0.1)  # the loop runs on; the second request waits for the mute
+        assert handled == [b"one"]
+        writer.close()
+    finally:
+        await server.stop(30)  # the mute ends with the server, not after ten minutes
