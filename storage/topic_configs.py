@@ -42,6 +42,7 @@ class ConfigType(enum.IntEnum):
     LONG = 5
     DOUBLE = 6
     LIST = 7
+    PASSWORD = 9  # a secret: described as sensitive, without its value
 
 
 @dataclass(frozen=True, slots=True)

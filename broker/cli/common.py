@@ -44,13 +44,17 @@ OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table or j
 
 def client_config(bootstrap: str, timeout_s: float) -> dict[str, Any]:
     """librdkafka settings shared by every command: quiet (errors reach the user once,
-    as one line), and no request outlives the command's timeout."""
+    as one line), no request outlives the command's timeout, and the listener's security
+    from `--command-config`."""
+    from tierbroker.broker.cli.command_config import librdkafka_settings
+
     timeout_ms = max(int(timeout_s * 1000), 1)
     return {
         "bootstrap.servers": bootstrap,
         "log_level": 0,
         "socket.timeout.ms": max(timeout_ms, 10),
         "socket.connection.setup.timeout.ms": max(timeout_ms, 1000),
+        **librdkafka_settings(),
     }
 
 

@@ -42,6 +42,7 @@ from tierbroker.broker.cli import (
     transactions,
     users,
 )
+from tierbroker.broker.cli import command_config as command_config_option
 from tierbroker.broker.cli.common import command_group
 from tierbroker.broker.network.request_log import REQUEST_LOGGER
 
@@ -64,8 +65,18 @@ def _main(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="print the version"),
     ] = False,
+    command_config: Annotated[
+        Path | None,
+        typer.Option(
+            command_config_option.OPTION,
+            envvar=command_config_option.ENV,
+            help="client properties of a secured listener (security.protocol, "
+            "sasl.jaas.config, ssl.truststore.location, ...), as Kafka's tools take them",
+        ),
+    ] = None,
 ) -> None:
     """tierbroker: serve a broker, or work with one."""
+    command_config_option.load(command_config)
 
 
 @app.command()

@@ -1,8 +1,8 @@
 """`tierbroker user scram set|describe|delete`: SCRAM users, as `kafka-configs.sh
 --entity-type users --alter --add-config 'SCRAM-SHA-512=[password=...]'` manages them.
 
-Through a broker (AlterUserScramCredentials / DescribeUserScramCredentials; `-X` passes
-librdkafka settings to reach a secured listener, e.g. `-X security.protocol=SASL_SSL`),
+Through a broker (AlterUserScramCredentials / DescribeUserScramCredentials; a secured
+listener is reached with `tierbroker --command-config client.properties user scram ...`),
 or, before any broker runs, straight into ZooKeeper (`--zookeeper host:port/chroot`, as
 `kafka-configs.sh --zookeeper` did): how the brokers' own inter-broker user is made.
 The password comes from `--password`, `TIERBROKER_SCRAM_PASSWORD` or a prompt.
@@ -23,7 +23,6 @@ from tierbroker.broker.cli.common import (
     command_group,
     fail,
     failing,
-    key_values,
     print_json,
     print_table,
     wait_each,
@@ -47,10 +46,6 @@ ZooKeeper = Annotated[
         help="host:port[/chroot]: write ZooKeeper directly (before the brokers start)",
     ),
 ]
-Properties = Annotated[
-    list[str] | None,
-    typer.Option("-X", help="librdkafka setting key=value for the broker connection"),
-]
 
 
 def _mechanism(name: str) -> ScramMechanism:
@@ -60,12 +55,12 @@ def _mechanism(name: str) -> ScramMechanism:
     return mechanism
 
 
-def _admin(bootstrap: str, timeout: float, properties: list[str] | None) -> AdminClient:
+def _admin(bootstrap: str, timeout: float) -> AdminClient:
     from confluent_kafka.admin import AdminClient
 
     from tierbroker.broker.cli.common import client_config
 
-    return AdminClient({**client_config(bootstrap, timeout), **key_values(properties, "-X")})
+    return AdminClient(client_config(bootstrap, timeout))
 
 
 @scram.command("set")
@@ -81,7 +76,6 @@ def set_credential(
     iterations: Annotated[int, typer.Option(help="4096 to 16384")] = MIN_ITERATIONS,
     bootstrap: Bootstrap = "127.0.0.1:9092",
     zookeeper: ZooKeeper = None,
-    properties: Properties = None,
     timeout: Timeout = 30.0,
 ) -> None:
     """Create or replace USER's credential of one mechanism."""
@@ -98,7 +92,7 @@ def set_credential(
 
         info = ScramCredentialInfo(ClientMechanism[scram_mechanism.name], iterations)
         with failing(f"set the {mechanism} credential of {user}", bootstrap):
-            admin = _admin(bootstrap, timeout, properties)
+            admin = _admin(bootstrap, timeout)
             futures = admin.alter_user_scram_credentials(
                 [UserScramCredentialUpsertion(user, info, password.encode())],
                 request_timeout=timeout,
@@ -113,7 +107,6 @@ def delete_credential(
     mechanism: MechanismOption = "SCRAM-SHA-512",
     bootstrap: Bootstrap = "127.0.0.1:9092",
     zookeeper: ZooKeeper = None,
-    properties: Properties = None,
     timeout: Timeout = 30.0,
 ) -> None:
     """Delete USER's credential of one mechanism."""
@@ -125,7 +118,7 @@ def delete_credential(
         from confluent_kafka.admin import UserScramCredentialDeletion
 
         with failing(f"delete the {mechanism} credential of {user}", bootstrap):
-            admin = _admin(bootstrap, timeout, properties)
+            admin = _admin(bootstrap, timeout)
             futures = admin.alter_user_scram_credentials(
                 [UserScramCredentialDeletion(user, ClientMechanism[scram_mechanism.name])],
                 request_timeout=timeout,
@@ -138,14 +131,13 @@ def delete_credential(
 def describe(
     users: Annotated[list[str] | None, typer.Argument(help="users (all when none)")] = None,
     bootstrap: Bootstrap = "127.0.0.1:9092",
-    properties: Properties = None,
     timeout: Timeout = 30.0,
     output: OutputOption = Output.table,
 ) -> None:
     """The mechanisms and iterations of users' credentials (never a secret)."""
     rows: list[dict[str, Any]] = []
     with failing("describe SCRAM users", bootstrap):
-        admin = _admin(bootstrap, timeout, properties)
+        admin = _admin(bootstrap, timeout)
         # One future for every user, or one per user named.
         result = admin.describe_user_scram_credentials(users or None, request_timeout=timeout)
         if isinstance(result, dict):

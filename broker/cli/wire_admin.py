@@ -33,6 +33,7 @@ from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
+from tierbroker.broker.cli.command_config import wire_security
 from tierbroker.broker.cli.common import fail
 from tierbroker.broker.network.broker_client import BrokerClient, BrokerClients
 from tierbroker.broker.security.authorizer.acl import (
@@ -124,7 +125,8 @@ class WireAdmin:
     def __init__(self, bootstrap: str, timeout_s: float) -> None:
         self.bootstrap = bootstrap
         self.timeout_ms = max(int(timeout_s * 1000), 1)
-        self._clients = BrokerClients(CLIENT_ID, self.timeout_ms)  # one connection a broker
+        # One connection a broker, secured as `--command-config` says.
+        self._clients = BrokerClients(CLIENT_ID, self.timeout_ms, wire_security())
 
     async def close(self) -> None:
         await self._clients.close()

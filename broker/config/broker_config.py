@@ -124,6 +124,9 @@ class BrokerConfig(BaseModel):
     max_connections_per_ip: int = Field(2**31 - 1, alias="max.connections.per.ip", ge=0)
     max_connections_per_ip_overrides: str = Field("", alias="max.connections.per.ip.overrides")
     connections_max_idle_ms: int = Field(600_000, alias="connections.max.idle.ms", ge=1)
+    # Client quotas' rates: this many samples of this many seconds each (Kafka's).
+    quota_window_num: int = Field(11, alias="quota.window.num", ge=1)
+    quota_window_size_seconds: int = Field(1, alias="quota.window.size.seconds", ge=1)
     # tierbroker's own: below this much free space on its filesystem, a log dir refuses
     # produce (KAFKA_STORAGE_ERROR) until space is freed. None: the larger of 1 GiB and 5%
     # of the filesystem; 0: no floor (a full disk takes the dir offline, as in Kafka).

@@ -12,15 +12,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 LISTENER_PREFIX = "listener.name."
+# Kafka's PASSWORD-type properties (any `*.password` too), and the plugins' secrets (under
+# `rsm.config.` and `rlmm.config.`): never logged, shown or described with their value.
 SECRET_NAMES = frozenset(
     {
         "ssl.keystore.password",
         "ssl.key.password",
         "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
         "ssl.truststore.password",
+        "ssl.truststore.certificates",
         "sasl.jaas.config",
+        "delegation.token.secret.key",
+        "storage.aws.secret.access.key",
     }
 )
+PLUGIN_PREFIXES = ("rsm.config.", "rlmm.config.")
+# A plugin's setting named so is taken for a secret whatever its plugin.
+_SECRET_WORDS = ("password", "secret", "credentials")
 
 # Kafka's security properties that tierbroker implements (the rest of Kafka's are noted
 # as ignored when set).
@@ -40,15 +49,16 @@ SECURITY_CONFIG_NAMES = frozenset(
     sasl.oauthbearer.clock.skew.seconds sasl.oauthbearer.sub.claim.name
     sasl.oauthbearer.scope.claim.name
     authorizer.class.name super.users allow.everyone.if.no.acl.found
-    quota.window.num quota.window.size.seconds
     """.split()
 )
 
 
 def is_secret(name: str) -> bool:
     """A property whose value is never shown (`listener.name.*` overrides of one too)."""
-    return name.endswith(".password") or any(
-        name == s or name.endswith("." + s) for s in SECRET_NAMES
+    return (
+        name.endswith(".password")
+        or any(name == s or name.endswith("." + s) for s in SECRET_NAMES)
+        or (name.startswith(PLUGIN_PREFIXES) and any(w in name for w in _SECRET_WORDS))
     )
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tierbroker.broker.handlers import (
     acls,
     admin,
     api_versions,
+    client_quotas,
     configs,
     elections,
     fetch,
@@ -35,6 +36,7 @@ from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.network.request_context import RequestContext, set_current_request
 from tierbroker.broker.network.request_log import log_completed, request_log
 from tierbroker.broker.network.socket_server import ConnectionClosing, KafkaConnection
+from tierbroker.broker.quota.request_time import LoopTime
 from tierbroker.protocol.codec import (
     RecordsSplicer,
     Request,
@@ -47,7 +49,7 @@ from tierbroker.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[BrokerContext, Request, RecordsSplicer], Awaitable[Any]]
+Handler = Callable[[BrokerContext, Request, RecordsSplicer], Coroutine[Any, Any, Any]]
 
 _HANDLERS: dict[int, Handler] = {
     0: produce.handle_produce,
@@ -86,6 +88,8 @@ _HANDLERS: dict[int, Handler] = {
     45: reassignments.handle_alter_partition_reassignments,
     46: reassignments.handle_list_partition_reassignments,
     47: group_offsets.handle_offset_delete,
+    48: client_quotas.handle_describe_client_quotas,
+    49: client_quotas.handle_alter_client_quotas,
     50: scram_credentials.handle_describe_user_scram_credentials,
     51: scram_credentials.handle_alter_user_scram_credentials,
     60: metadata.handle_describe_cluster,
@@ -151,16 +155,23 @@ class RequestDispatcher:
         if handler is None:
             raise ConnectionClosing(f"api_key {request.api_key} is not supported")
         splicer = RecordsSplicer()
-        set_current_request(
-            RequestContext(
-                connection.principal,
-                connection.ip,
-                connection.listener.name,
-                connection.listener.security_protocol,
-                request.client_id or "",
-            )
+        context = RequestContext(
+            connection.principal,
+            connection.ip,
+            connection.listener.name,
+            connection.listener.security_protocol,
+            request.client_id or "",
         )
-        body = await handler(self.ctx, request, splicer)
+        set_current_request(context)
+        quotas = self.ctx.quotas
+        handling = handler(self.ctx, request, splicer)
+        timed: LoopTime[Any] | None = (
+            LoopTime(handling) if quotas.time_of(request, context) else None
+        )
+        body = await (handling if timed is None else timed)
+        body, throttle_ms = quotas.settle(request, context, len(frame), timed, body)
+        if throttle_ms:
+            connection.mute_after_response(throttle_ms)
         response = None
         if body is not None and _partitions_listed(body) >= ENCODE_IN_WORKER_PARTITIONS:
             response = await asyncio.get_running_loop().run_in_executor(

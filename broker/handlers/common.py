@@ -34,6 +34,7 @@ from tierbroker.broker.metadata.zk_data import BrokerRegistration
 from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints
 from tierbroker.broker.network.request_context import current_request
+from tierbroker.broker.quota.quota_managers import QuotaManagers
 from tierbroker.broker.replication.replica_manager import ReplicaManager
 from tierbroker.broker.security.authorizer.authorizer import Authorizer
 
@@ -53,6 +54,7 @@ class BrokerContext:
     controller: Controller
     topic_metrics: BrokerTopicMetrics
     endpoints: BrokerEndpoints  # the address advertised, with the ports bound
+    quotas: QuotaManagers
     # With `authorizer.class.name` set: the ACLs' decision and their store; else None.
     authorizer: Authorizer | None = None
     acl_store: AclStore | None = None

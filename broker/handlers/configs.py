@@ -15,7 +15,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from tierbroker.broker.config.broker_config import BrokerConfig
 from tierbroker.broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIG_TYPES
+from tierbroker.broker.config.security_settings import is_secret
 from tierbroker.broker.handlers.authorize import require
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
@@ -138,16 +140,19 @@ async def handle_describe_configs(ctx: BrokerContext, request: Request, _splicer
             error, message = _error(e)
         keys = set(r.configuration_keys) if r.configuration_keys else None
         with_synonyms = field(request.body, "include_synonyms", False)
+        # As Kafka: a secret is sensitive and its value null, in its synonyms too.
         configs = tuple(
             make(
                 m.DescribeConfigsResourceResult,
                 name=row.name,
-                value=row.value,
+                value=None if is_secret(row.name) else row.value,
                 read_only=row.read_only,
                 config_source=row.source,
-                is_sensitive=False,
+                is_sensitive=is_secret(row.name),
                 synonyms=tuple(
-                    m.DescribeConfigsSynonym(name=name, value=value, source=source)
+                    m.DescribeConfigsSynonym(
+                        name=name, value=None if is_secret(name) else value, source=source
+                    )
                     for name, value, source in row.synonyms
                 )
                 if with_synonyms
@@ -227,7 +232,31 @@ def _broker_configs(ctx: BrokerContext) -> list[ConfigRow]:
         source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
         config_type = _config_type(prop, info.annotation)
         rows.append(ConfigRow(prop, value, source, config_type, tuple(synonyms), read_only=True))
+    rows += _given_properties(config)
     return sorted(rows + _topic_default_properties(_broker_levels(ctx)))
+
+
+def _given_properties(config: BrokerConfig) -> list[ConfigRow]:
+    """The properties read where they are used, as given: security (`ssl.*`, `sasl.*`,
+    `listener.name.*`, ...) and the plugins' (`rsm.config.*`, `rlmm.config.*`); as Kafka
+    lists a broker's original properties."""
+    given = dict(config.security.values)
+    for prefix, plugin_configs in (
+        ("rsm.config.", config.rsm_configs),
+        ("rlmm.config.", config.rlmm_configs),
+    ):
+        given.update({prefix + k: v for k, v in plugin_configs.items()})
+    return [
+        ConfigRow(
+            name,
+            value,
+            STATIC_BROKER_CONFIG,
+            ConfigType.PASSWORD if is_secret(name) else ConfigType.STRING,
+            ((name, value, STATIC_BROKER_CONFIG),),
+            read_only=True,
+        )
+        for name, value in given.items()
+    ]
 
 
 def _topic_default_properties(levels: Levels) -> list[ConfigRow]:

@@ -6,11 +6,12 @@ partition, empty ones included, as Java and kafka-python clients require.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 from typing import Any
 
 from tierbroker.broker.handlers.authorize import Op, authorized, authorized_cluster
 from tierbroker.broker.handlers.common import (
-    NO_THROTTLE,
     BrokerContext,
     field,
     make,
@@ -72,20 +73,28 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
         if request.api_version >= 11
         else None
     )
+    max_bytes = field(body, "max_bytes", 2**31 - 1)
+    if not as_follower:  # as Kafka: a consumer asks no more than its quota lets through at once
+        context = current_request()
+        within = ctx.quotas.fetch.max_value_in_window(context.principal.name, context.client_id)
+        max_bytes = max_bytes if within is None else max(min(max_bytes, int(within)), 1)
     params = FetchParams(
         max_wait_ms=int(body.max_wait.total_seconds() * 1000),
-        min_bytes=body.min_bytes,
-        max_bytes=field(body, "max_bytes", 2**31 - 1),
+        min_bytes=min(body.min_bytes, max_bytes),
+        max_bytes=max_bytes,
         replica_id=replica_id,
         replica_epoch=replica_state.replica_epoch if replica_state else -1,
         client=client,
         read_committed=field(body, "isolation_level", 0) == 1,
     )
     results = await ctx.replicas.fetch_messages(params, requested)
+    throttle_ms = 0 if params.is_from_follower else _consumer_throttle_ms(ctx, results)
+    if throttle_ms:  # as Kafka: answered at once, without records, then muted
+        results = [dataclasses.replace(r, records=None) for r in results]
     _count_bytes_out(ctx, params, requested, results)
     return make(
         m.FetchResponse,
-        throttle_time=NO_THROTTLE,
+        throttle_time=datetime.timedelta(milliseconds=throttle_ms),
         error_code=ErrorCode.none,
         session_id=0,
         responses=tuple(
@@ -111,6 +120,18 @@ async def handle_fetch(ctx: BrokerContext, request: Request, splicer: RecordsSpl
 
 
 _UNKNOWN = (ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id)
+
+
+def _consumer_throttle_ms(ctx: BrokerContext, results: list[FetchResultPartition]) -> int:
+    """The consumer's fetch quota: the records read count against it; if that puts it over,
+    they are not sent, and not counted (Kafka's `unrecordQuotaSensor`)."""
+    context = current_request()
+    user, client_id = context.principal.name, context.client_id
+    size = sum(r.size for r in results)
+    throttle_ms = ctx.quotas.fetch.record(user, client_id, size)
+    if throttle_ms:
+        ctx.quotas.fetch.unrecord(user, client_id, size)
+    return throttle_ms
 
 
 def _refusal(

@@ -59,16 +59,15 @@ def _sequence(name: str) -> int:
 
 async def notify_change(store: MetadataStore, entity_path: str) -> None:
     """Tell every broker that `entity_path`'s configs changed; drop notices past the kept."""
-    created = await store.create(
-        f"{zk.CONFIG_CHANGES}/{PREFIX}", encode_notice(entity_path), sequential=True
+    await store.create(f"{zk.CONFIG_CHANGES}/{PREFIX}", encode_notice(entity_path), sequential=True)
+    names = sorted(
+        (n for n in await store.children(zk.CONFIG_CHANGES) if _sequence(n) >= 0), key=_sequence
     )
-    newest = _sequence(created.rsplit("/", 1)[1])
-    for name in await store.children(zk.CONFIG_CHANGES):
-        if 0 <= _sequence(name) <= newest - KEPT_NOTICES:
-            try:
-                await store.delete(f"{zk.CONFIG_CHANGES}/{name}")
-            except NoNodeError:
-                pass  # another writer deleted it
+    for name in names[: max(len(names) - KEPT_NOTICES, 0)]:
+        try:
+            await store.delete(f"{zk.CONFIG_CHANGES}/{name}")
+        except NoNodeError:
+            pass  # another writer deleted it
 
 
 class ConfigChangeListener:

@@ -114,9 +114,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self._frames: asyncio.Queue[bytes | memoryview | None] = asyncio.Queue()
         self._queued_scratch_bytes = 0  # queued frames not held in the pool
-        self._paused_for: set[str] = set()  # "queue", "memory": reading resumes when empty
+        # "queue", "memory", "throttle": reading resumes when empty
+        self._paused_for: set[str] = set()
         self._can_write = asyncio.Event()
         self._can_write.set()
+        self._mute_ms = 0  # after the response in hand, read nothing for this long
+        self._closing = asyncio.Event()  # ends a mute early
         self._task: asyncio.Task[None] | None = None
 
     # Transport callbacks: short and synchronous. -------------------------------------
@@ -195,6 +198,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.reader.close()
         self._frames.put_nowait(None)
         self._can_write.set()
+        self._closing.set()
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -218,6 +222,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 del frame
                 if response is not None and not await self._send(response):
                     break
+                if self._mute_ms:
+                    await self._muted()
         except ConnectionClosing as e:
             if e.last_response is None:
                 log.warning("closing connection from %s: %s", self.peer, e)
@@ -232,6 +238,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
         finally:
             self._close()
             self._release_queued()
+
+    def mute_after_response(self, throttle_ms: int) -> None:
+        """Read and handle nothing more from this client for `throttle_ms` once the
+        response in hand is sent (KIP-219: a client over its quota is answered at once,
+        with the throttle time, then muted)."""
+        self._mute_ms = max(self._mute_ms, throttle_ms)
+
+    async def _muted(self) -> None:
+        mute_s, self._mute_ms = self._mute_ms / 1000, 0
+        self._pause("throttle")
+        try:
+            async with asyncio.timeout(mute_s):
+                await self._closing.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._resume("throttle")
 
     def _dequeued(self, nbytes: int) -> None:
         if not pooled_bytes(nbytes):
@@ -317,6 +340,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def shutdown(self, timeout_s: float) -> None:
         """Finish the request in hand, then close; cancel after `timeout_s`."""
         self._frames.put_nowait(None)
+        self._closing.set()
         task = self._task
         if task is None:
             return

@@ -82,6 +82,9 @@ from tierbroker.broker.metrics.topic_metrics import BrokerTopicMetrics
 from tierbroker.broker.network.endpoints import BrokerEndpoints, broker_endpoints
 from tierbroker.broker.network.socket_server import SocketServer
 from tierbroker.broker.network.socket_server_metrics import SocketServerMetrics
+from tierbroker.broker.quota.quota_managers import QuotaManagers
+from tierbroker.broker.quota.quota_store import ClientQuotaStore
+from tierbroker.broker.quota.rate import QuotaWindow
 from tierbroker.broker.replication.partition import Partition
 from tierbroker.broker.replication.replica_fetcher import FetcherConfig
 from tierbroker.broker.replication.replica_manager import ReplicaManager, ReplicationConfig
@@ -129,6 +132,7 @@ class BrokerServer:
             config, ports.listener_ports, ports.metrics_port
         )
         self.cache = MetadataCache(store)
+        self.quota_store = ClientQuotaStore(store)
         self.authorizer, self.acl_store = _authorizer(config, store)
         self.scram_credentials = ScramCredentialStore(store)
         self.log_manager = LogManager(
@@ -231,6 +235,10 @@ class BrokerServer:
             self.controller,
             topic_metrics,
             self.endpoints,
+            QuotaManagers.create(
+                self.quota_store,
+                QuotaWindow(c.quota_window_num, c.quota_window_size_seconds * 1000),
+            ),
             self.authorizer,
             self.acl_store,
             scram_credentials=self.scram_credentials,
@@ -293,6 +301,7 @@ class BrokerServer:
         await self.store.start()
         await self._join_cluster()
         await self.cache.start()
+        await self.quota_store.start()
         if self.acl_store is not None:  # read whole before the first request is authorized
             await self.acl_store.start()
         await self.scram_credentials.start()  # read whole before the first login
@@ -506,6 +515,7 @@ class BrokerServer:
         await self.lifecycle.close()
         await self.replicas.stop()
         await self.controller.stop()
+        await self.quota_store.close()
         await self.scram_credentials.close()
         await self.cache.close()
         if self.acl_store is not None:
@@ -568,6 +578,7 @@ class BrokerServer:
         await self.lifecycle.close()
         await self.replicas.stop()
         await self.controller.stop()
+        await self.quota_store.close()
         await self.scram_credentials.close()
         await self.cache.close()
         if self.acl_store is not None:

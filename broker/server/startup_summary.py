@@ -19,7 +19,6 @@ from tierbroker.broker.server.remote_storage import STORAGE_MANAGERS, local_remo
 from tierbroker.storage.topic_configs import TOPIC_CONFIGS, format_value
 
 HIDDEN = "[hidden]"
-_SECRET_WORDS = ("password", "secret", "token", "credentials")
 
 
 def tierbroker_version() -> str:
@@ -93,7 +92,7 @@ def non_default_settings(config: BrokerConfig) -> list[str]:
 
 
 def _shown(name: str, value: Any) -> str:
-    if is_secret(name) or any(word in name for word in _SECRET_WORDS):
+    if is_secret(name):
         return HIDDEN
     return format_value(value)
 

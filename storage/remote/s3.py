@@ -35,6 +35,9 @@ once. `check()` is one HeadBucket, not retried.
 Settings (the `rsm.config.` prefix removed), named as Aiven's plugin names them:
 `storage.s3.bucket.name` (required), `storage.s3.region` (us-east-1),
 `storage.s3.endpoint.url`, `storage.s3.path.style.access.enabled` (false),
+`storage.s3.ca.bundle` (PEM certificates of the CAs that may sign an https endpoint's
+certificate, botocore's `ca_bundle`; unset: the system's, or `AWS_CA_BUNDLE`; an
+untrusted certificate is a configuration mistake, not retried),
 `storage.aws.access.key.id` and `storage.aws.secret.access.key` (both or neither:
 without them the default AWS credential chain is used), `key.prefix`,
 `key.prefix.entropy.bits`, `cluster.id`; tuning: `storage.s3.multipart.upload.part.size`
@@ -93,6 +96,7 @@ from tierbroker.storage.remote.s3_errors import (
     explain,
     explain_client_error,
     is_retriable,
+    untrusted_certificate,
 )
 from tierbroker.storage.remote.s3_payload import HashedBody, sign_prehashed_payloads
 from tierbroker.storage.remote.segment_codec import (
@@ -211,10 +215,19 @@ class S3RemoteStorageManager(RemoteStorageManager):
             "max_pool_connections": self.max_connections,
         }
         # Plain HTTP has no certificate to verify; loading the CA bundle for it anyway cost
-        # the first request tens of milliseconds of CPU. HTTPS keeps botocore's own choice,
-        # which honours AWS_CA_BUNDLE and the profile's ca_bundle.
+        # the first request tens of milliseconds of CPU. HTTPS verifies the endpoint's
+        # certificate with `storage.s3.ca.bundle` if set, else botocore's own choice, which
+        # honours AWS_CA_BUNDLE and the profile's ca_bundle.
+        ca_bundle = configs.get("storage.s3.ca.bundle") or None
         if (endpoint or "").lower().startswith("http://"):
+            if ca_bundle is not None:
+                raise ValueError(
+                    f"storage.s3.ca.bundle is set, but storage.s3.endpoint.url={endpoint} is "
+                    "plain HTTP: use an https:// endpoint, or unset storage.s3.ca.bundle"
+                )
             self._client_args["verify"] = False
+        elif ca_bundle is not None:
+            self._client_args["verify"] = _ca_bundle(ca_bundle)
 
     async def start(self) -> None:
         await self.client()
@@ -266,6 +279,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     raise RemoteStorageError(message, retriable=False) from e
                 error = e
             except RETRIABLE_EXCEPTIONS as e:
+                if (untrusted := untrusted_certificate(e, self.where)) is not None:
+                    raise RemoteStorageError(f"{what}: {untrusted}", retriable=False) from e
                 error = e
             except BotoCoreError as e:  # credentials, parameters: trying again will not help
                 reason = explain_client_error(e) or str(e)
@@ -302,6 +317,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 f"{self.where}: no answer within {timeout_s:g}s: check {ENDPOINT_PROPERTY}"
             ) from e
         except RETRIABLE_EXCEPTIONS as e:
+            if (untrusted := untrusted_certificate(e, self.where)) is not None:
+                raise RemoteStorageError(untrusted, retriable=False) from e
             raise RemoteStorageError(
                 f"{self.where}: cannot reach it ({e}): check {ENDPOINT_PROPERTY}"
             ) from e
@@ -694,6 +711,18 @@ def _int(
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValueError(f"{name}={value} must be in [{minimum}, {maximum}]")
     return value
+
+
+def _ca_bundle(path: str) -> str:
+    """`storage.s3.ca.bundle`: a file of PEM certificates, checked before any request."""
+    try:
+        with open(path, "rb") as f:
+            pem = f.read()
+    except OSError as e:
+        raise ValueError(f"storage.s3.ca.bundle={path}: cannot read it: {e.strerror}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ValueError(f"storage.s3.ca.bundle={path}: holds no PEM certificate")
+    return path
 
 
 def _bool(configs: Mapping[str, str], name: str, default: bool) -> bool:

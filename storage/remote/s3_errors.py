@@ -10,6 +10,8 @@ settings are `rsm.config.*` properties of the broker).
 
 from __future__ import annotations
 
+import ssl
+
 import aiohttp
 from botocore.exceptions import (
     BotoCoreError,
@@ -27,6 +29,7 @@ ENDPOINT_PROPERTY = PROPERTY_PREFIX + "storage.s3.endpoint.url"
 REGION_PROPERTY = PROPERTY_PREFIX + "storage.s3.region"
 KEY_ID_PROPERTY = PROPERTY_PREFIX + "storage.aws.access.key.id"
 SECRET_PROPERTY = PROPERTY_PREFIX + "storage.aws.secret.access.key"
+CA_BUNDLE_PROPERTY = PROPERTY_PREFIX + "storage.s3.ca.bundle"
 
 # Error codes worth another attempt (besides HTTP 429, 5xx and anything named Throttl*).
 RETRIABLE_CODES = frozenset(
@@ -110,4 +113,29 @@ def explain_client_error(error: BotoCoreError) -> str | None:
             f"no AWS credentials: set {KEY_ID_PROPERTY} and {SECRET_PROPERTY}, "
             "or give the broker the default AWS credential chain"
         )
+    return None
+
+
+_CERTIFICATE_ERRORS = (ssl.SSLCertVerificationError, aiohttp.ClientConnectorCertificateError)
+
+
+def untrusted_certificate(error: BaseException, where: str) -> str | None:
+    """Why the endpoint's TLS certificate was refused (not signed by a trusted CA, or not
+    for the endpoint's host), with the property that fixes it; None for another error.
+    Time does not fix it: not retried."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, _CERTIFICATE_ERRORS):
+            return (
+                f"{where}: the endpoint's TLS certificate is not trusted ({cause}): set "
+                f"{CA_BUNDLE_PROPERTY} to the CA bundle that signed it, or fix "
+                f"{ENDPOINT_PROPERTY}"
+            )
+        # botocore keeps the HTTP library's error in its `error` keyword.
+        wrapped = getattr(cause, "kwargs", {}).get("error")
+        if not isinstance(wrapped, BaseException):
+            wrapped = cause.__cause__ or cause.__context__
+        cause = wrapped
     return None

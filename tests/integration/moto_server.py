@@ -17,6 +17,7 @@ import asyncio
 import functools
 import http.client
 import re
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -39,22 +40,29 @@ REGION = "us-east-1"
 
 class MotoServer:
     """`latency_ms` > 0: every request is answered that much later (an object store's
-    round trip; concurrent requests wait together, as they would on a real endpoint)."""
+    round trip; concurrent requests wait together, as they would on a real endpoint).
+    `tls`: (certificate chain, key) PEM files: served over HTTPS with that chain, which
+    the test clients trust."""
 
-    def __init__(self, port: int | None = None, latency_ms: int = 0) -> None:
+    def __init__(
+        self, port: int | None = None, latency_ms: int = 0, tls: tuple[Path, Path] | None = None
+    ) -> None:
         self.port = free_port() if port is None else port
         self.latency_ms = latency_ms
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 20) -> MotoServer:
         """Start `moto_server` and wait until it answers HTTP."""
         executable("moto_server", 'pip install "moto[server]"')
         command = [sys.executable, "-m", "tests.integration.moto_server", str(self.latency_ms)]
+        if self.tls is not None:
+            command += ["-c", str(self.tls[0]), "-k", str(self.tls[1])]
         self._stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [*command, "-H", "127.0.0.1", "-p", str(self.port)],
@@ -73,7 +81,13 @@ class MotoServer:
 
     def answers(self) -> bool:
         """True if an HTTP request gets any answer."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+        connection = (
+            http.client.HTTPSConnection(
+                "127.0.0.1", self.port, timeout=1, context=ssl._create_unverified_context()
+            )
+            if self.tls
+            else http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+        )
         try:
             connection.request("GET", "/moto-api/data.json")
             connection.getresponse().read()
@@ -122,7 +136,13 @@ class MotoServer:
         """A boto3 client of this server (synchronous: for fixtures and sync tests)."""
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION, **CREDENTIALS)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            verify=str(self.tls[0]) if self.tls else None,
+            **CREDENTIALS,
+        )
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)

@@ -84,14 +84,20 @@ def as_user(brokers: list[BrokerProcess], user: str, password: str) -> dict[str,
 
 
 def test_brokers_replicate_over_scram_and_the_cli_manages_users(
-    brokers: list[BrokerProcess],
+    brokers: list[BrokerProcess], tmp_path: Path
 ) -> None:
     broker = as_user(brokers, "broker", "broker-pw")
-    connection = [f"-X{k}={v}" for k, v in broker.items() if k != "bootstrap.servers"]
+    client_properties = tmp_path / "client.properties"
+    client_properties.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="broker" password="broker-pw";\n'
+    )
+    connection = ["--command-config", str(client_properties)]
     bootstrap = ["-b", broker["bootstrap.servers"]]
-    cli("user", "scram", "set", "app", "--password", "app-pw", "--iterations", "8192",
-        *bootstrap, *connection)  # fmt: skip
-    described = json.loads(cli("user", "scram", "describe", "-o", "json", *bootstrap, *connection))
+    cli(*connection, "user", "scram", "set", "app", "--password", "app-pw",
+        "--iterations", "8192", *bootstrap)  # fmt: skip
+    described = json.loads(cli(*connection, "user", "scram", "describe", "-o", "json", *bootstrap))
     assert {"user": "app", "mechanism": "SCRAM-SHA-512", "iterations": 8192} in described
     assert {"user": "broker", "mechanism": "SCRAM-SHA-512", "iterations": 4096} in described
 
@@ -119,6 +125,6 @@ def test_brokers_replicate_over_scram_and_the_cli_manages_users(
     metadata = admin.list_topics("scram-zk", timeout=10)
     isr = [len(p.isrs) for p in metadata.topics["scram-zk"].partitions.values()]
     assert isr == [2, 2]  # followers fetch over the SCRAM inter-broker listener
-    cli("user", "scram", "delete", "app", *bootstrap, *connection)
-    described = json.loads(cli("user", "scram", "describe", "-o", "json", *bootstrap, *connection))
+    cli(*connection, "user", "scram", "delete", "app", *bootstrap)
+    described = json.loads(cli(*connection, "user", "scram", "describe", "-o", "json", *bootstrap))
     assert [d["user"] for d in described] == ["broker"]

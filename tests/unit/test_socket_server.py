@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import struct
+from typing import Any
 
 from tierbroker.broker.network.socket_server import WRITE_SLICE_BYTES, SocketServer
 
@@ -64,3 +65,29 @@ async def test_accepted_connections_send_small_parts_without_waiting_for_an_ack(
         writer.close()
     finally:
         await server.stop(1)
+
+
+async def test_a_throttled_connection_is_answered_then_muted() -> None:
+    """KIP-219: the response goes out at once; then nothing more is read or handled from
+    the client until the throttle time has passed (or the server stops)."""
+    handled: list[bytes] = []
+
+    async def handler(frame: bytes | memoryview, connection: Any) -> list[bytes]:
+        handled.append(bytes(frame))
+        connection.mute_after_response(600_000)
+        return [struct.pack(">i", 4), b"pong"]
+
+    server = SocketServer(handler, max_request_bytes=MIB, max_queued_bytes=MIB)
+    server.listen("127.0.0.1", 0)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(struct.pack(">i", 3) + b"one" + struct.pack(">i", 3) + b"two")
+        assert await reader.readexactly(8) == struct.pack(">i", 4) + b"pong"
+        (connection,) = server.connections
+        assert connection.transport is not None and not connection.transport.is_reading()
+        await asyncio.sleep(0.1)  # the loop runs on; the second request waits for the mute
+        assert handled == [b"one"]
+        writer.close()
+    finally:
+        await server.stop(30)  # the mute ends with the server, not after ten minutes

@@ -1,0 +1,1 @@
+"""Client quotas per user and client id, as Kafka's `ClientQuotaManager`s keep them."""
