@@ -3,7 +3,8 @@
 grant himself ACLs), and a mutual-TLS principal, its certificate's subject, granted READ
 and WRITE by ACLs and refused without them. Then KIP-430: describe_topics,
 describe_cluster and describe_consumer_groups with include_authorized_operations answer
-what each principal may do, as Kafka encodes it.
+what each principal may do, as Kafka encodes it, and as Apache Kafka answers for the
+same ACLs.
 """
 
 from __future__ import annotations
@@ -22,15 +23,22 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
 )
 
+from tests.apache_kafka import ApacheKafka
 from tests.certs import STORE_PASSWORD, Certificates, session_certs
 from tests.integration.waiting import wait_for
 from tierbroker.broker.server.embedded import EmbeddedCluster
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+USERS_JAAS = (
+    f'{PLAIN_MODULE} required username="admin" password="admin-pw" '
+    'user_admin="admin-pw" user_alice="alice-pw" user_bob="bob-pw";'
+)
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 CERTIFICATE_PRINCIPAL = "User:CN=client,O=tierbroker-tests"
 TIMEOUT_S = 30.0
 EVERY_ACL = AclBindingFilter(
@@ -60,17 +68,14 @@ def cluster(
         "inter.broker.listener.name": "SASL",
         "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "listener.name.sasl.sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl.plain.sasl.jaas.config": (
-            f'{PLAIN_MODULE} required username="admin" password="admin-pw" '
-            'user_admin="admin-pw" user_alice="alice-pw" user_bob="bob-pw";'
-        ),
+        "listener.name.sasl.plain.sasl.jaas.config": USERS_JAAS,
         "ssl.keystore.type": "PKCS12",
         "ssl.keystore.location": str(certs.broker.p12),
         "ssl.keystore.password": STORE_PASSWORD,
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(certs.ca.cert),
         "listener.name.mtls.ssl.client.auth": "required",
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "authorizer.class.name": STANDARD_AUTHORIZER,
         "super.users": "User:admin",
         "offsets.topic.num.partitions": "1",
         "log.dir.min.free.bytes": "0",
@@ -85,8 +90,12 @@ def cluster(
 
 def as_user(cluster: EmbeddedCluster, user: str) -> dict[str, str]:
     endpoint = cluster.brokers[0].endpoints.listener("SASL")
+    return plain_login(f"{endpoint.host}:{endpoint.port}", user)
+
+
+def plain_login(bootstrap: str, user: str) -> dict[str, str]:
     return {
-        "bootstrap.servers": f"{endpoint.host}:{endpoint.port}",
+        "bootstrap.servers": bootstrap,
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanisms": "PLAIN",
         "sasl.username": user,
@@ -219,14 +228,18 @@ def test_a_certificate_principal_is_granted_by_acls_and_refused_without(
 # KIP-430 --------------------------------------------------------------------------------
 
 
-def operations(found: Any) -> set[AclOperation]:
-    return set(found.authorized_operations)
+Operations = frozenset[AclOperation] | None  # None: the answer carried no list
 
 
-def test_authorized_operations_are_what_each_principal_may_do(
-    cluster: EmbeddedCluster, admin: AdminClient
-) -> None:
-    alice_config = as_user(cluster, "alice")
+def operations(found: Any) -> Operations:
+    listed = found.authorized_operations
+    return None if listed is None else frozenset(listed)
+
+
+def alices_operations(alice_config: dict[str, str], admin: AdminClient) -> dict[str, Operations]:
+    """Grant alice ACLs on topics `orders` and `payments`, a group and the cluster (ALL,
+    implied operations, a DENY) through `admin`; what describe_topics, describe_cluster
+    and describe_consumer_groups then tell her she may do."""
     group = f"alice-{uuid.uuid4().hex[:8]}"
     grant(
         admin,
@@ -243,37 +256,43 @@ def test_authorized_operations_are_what_each_principal_may_do(
     consumer.commit(offsets=[Partition("orders", 0, 0)], asynchronous=False)
     consumer.close()
     alice = AdminClient(alice_config)
-
+    answers: dict[str, Operations] = {}
     topics = alice.describe_topics(
         TopicCollection(["orders", "payments"]), include_authorized_operations=True
     )
-    orders, payments = (topics[name].result(TIMEOUT_S) for name in ("orders", "payments"))
-    # READ and WRITE imply DESCRIBE; ALL is every topic operation, less what is denied.
-    assert operations(orders) == {AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE}
-    assert operations(payments) == {
-        AclOperation.READ,
-        AclOperation.CREATE,
-        AclOperation.DESCRIBE,
-        AclOperation.DELETE,
-        AclOperation.ALTER,
-        AclOperation.DESCRIBE_CONFIGS,
-        AclOperation.ALTER_CONFIGS,
-    }
-    # Without DESCRIBE on the cluster nothing of it is told (ALTER_CONFIGS implies only
-    # DESCRIBE_CONFIGS): Kafka's 0, which librdkafka shows as no list.
-    cluster_ops = alice.describe_cluster(include_authorized_operations=True).result(TIMEOUT_S)
-    assert cluster_ops.authorized_operations is None
+    for name, future in topics.items():
+        answers[name] = operations(future.result(TIMEOUT_S))
+    described = alice.describe_cluster(include_authorized_operations=True)
+    answers["cluster without DESCRIBE"] = operations(described.result(TIMEOUT_S))
     grant(admin, binding("User:alice", AclOperation.DESCRIBE, ResourceType.BROKER, "kafka-cluster"))
-    cluster_ops = alice.describe_cluster(include_authorized_operations=True).result(TIMEOUT_S)
-    assert operations(cluster_ops) == {
-        AclOperation.DESCRIBE,
-        AclOperation.ALTER_CONFIGS,
-        AclOperation.DESCRIBE_CONFIGS,
-    }
-    described = alice.describe_consumer_groups([group], include_authorized_operations=True)
-    assert operations(described[group].result(TIMEOUT_S)) == {
-        AclOperation.READ,
-        AclOperation.DESCRIBE,
+    described = alice.describe_cluster(include_authorized_operations=True)
+    answers["cluster"] = operations(described.result(TIMEOUT_S))
+    groups = alice.describe_consumer_groups([group], include_authorized_operations=True)
+    answers["group"] = operations(groups[group].result(TIMEOUT_S))
+    return answers
+
+
+def test_authorized_operations_are_what_each_principal_may_do(
+    cluster: EmbeddedCluster, admin: AdminClient
+) -> None:
+    Op = AclOperation
+    assert alices_operations(as_user(cluster, "alice"), admin) == {
+        # READ and WRITE imply DESCRIBE; ALL is every topic operation, less what is denied.
+        "orders": {Op.READ, Op.WRITE, Op.DESCRIBE},
+        "payments": {
+            Op.READ,
+            Op.CREATE,
+            Op.DESCRIBE,
+            Op.DELETE,
+            Op.ALTER,
+            Op.DESCRIBE_CONFIGS,
+            Op.ALTER_CONFIGS,
+        },
+        # Without DESCRIBE on the cluster nothing of it is told (ALTER_CONFIGS implies only
+        # DESCRIBE_CONFIGS): Kafka's 0, which librdkafka gives as no list.
+        "cluster without DESCRIBE": None,
+        "cluster": {Op.DESCRIBE, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS},
+        "group": {Op.READ, Op.DESCRIBE},
     }
 
 
@@ -281,7 +300,8 @@ def test_authorized_operations_of_a_super_user_and_when_not_asked(
     cluster: EmbeddedCluster, admin: AdminClient
 ) -> None:
     orders = admin.describe_topics(TopicCollection(["orders"]), include_authorized_operations=True)
-    assert len(operations(orders["orders"].result(TIMEOUT_S))) == 8  # every topic operation
+    every_topic_operation = operations(orders["orders"].result(TIMEOUT_S))
+    assert every_topic_operation is not None and len(every_topic_operation) == 8
     described = admin.describe_cluster(include_authorized_operations=True).result(TIMEOUT_S)
     assert operations(described) == {
         AclOperation.CREATE,
@@ -295,3 +315,33 @@ def test_authorized_operations_of_a_super_user_and_when_not_asked(
     not_asked = admin.describe_topics(TopicCollection(["orders"]))["orders"].result(TIMEOUT_S)
     assert not_asked.authorized_operations is None
     assert admin.describe_cluster().result(TIMEOUT_S).authorized_operations is None
+
+
+@pytest.fixture(scope="module")
+def apache_kafka_with_acls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """Apache Kafka (one KRaft node) with the same users on SASL PLAIN and the same
+    authorizer; its controller listener stays in the clear, so User:ANONYMOUS (the node
+    talking to itself) is a super user there too."""
+    properties = {
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.plaintext.plain.sasl.jaas.config": USERS_JAAS,
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": "User:admin;User:ANONYMOUS",
+    }
+    kafka = ApacheKafka(tmp_path_factory.mktemp("kafka-acls"), properties).start()
+    admin = AdminClient(plain_login(kafka.bootstrap_servers, "admin"))
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in ("orders", "payments")]).values():
+        future.result(TIMEOUT_S)
+    yield kafka
+    kafka.stop()
+
+
+def test_authorized_operations_are_what_apache_kafka_answers(
+    cluster: EmbeddedCluster, admin: AdminClient, apache_kafka_with_acls: ApacheKafka
+) -> None:
+    bootstrap = apache_kafka_with_acls.bootstrap_servers
+    kafka_admin = AdminClient(plain_login(bootstrap, "admin"))
+    kafkas = alices_operations(plain_login(bootstrap, "alice"), kafka_admin)
+    assert alices_operations(as_user(cluster, "alice"), admin) == kafkas
