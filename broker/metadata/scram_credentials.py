@@ -13,7 +13,6 @@ Lookups are dict reads on the event loop; not shared across event loops.
 from __future__ import annotations
 
 import logging
-import urllib.parse
 from collections.abc import Mapping
 
 from tierbroker.broker.metadata import zk_data as zk
@@ -38,17 +37,8 @@ class ConcurrentChangeError(StoreError):
     """Another writer changed the user's znode every time this one tried."""
 
 
-def sanitize(user: str) -> str:
-    """A user name as a znode name (Kafka's `Sanitizer.sanitize`: URL-encoded)."""
-    return urllib.parse.quote(user, safe="")
-
-
-def desanitize(name: str) -> str:
-    return urllib.parse.unquote_plus(name)
-
-
 def user_path(user: str) -> str:
-    return f"{zk.USER_CONFIGS}/{sanitize(user)}"
+    return f"{zk.USER_CONFIGS}/{zk.sanitize(user)}"
 
 
 def credentials_of(user: str, configs: Mapping[str, str]) -> Credentials:
@@ -84,7 +74,7 @@ async def alter_credentials(
             break
     else:
         raise ConcurrentChangeError(path, "changed concurrently, try again")
-    await notify_change(store, f"users/{sanitize(user)}")
+    await notify_change(store, f"users/{zk.sanitize(user)}")
 
 
 async def _write(
@@ -146,7 +136,7 @@ class ScramCredentialStore:
         for path in dict.fromkeys(paths):
             parts = path.strip("/").split("/")
             if len(parts) == 2 and parts[0] == "users":
-                await self._read_user(desanitize(parts[1]))
+                await self._read_user(zk.desanitize(parts[1]))
 
     async def _read_user(self, user: str) -> None:
         try:
@@ -176,5 +166,5 @@ class ScramCredentialStore:
             names = await self.store.children(zk.USER_CONFIGS)
         except NoNodeError:
             names = []
-        await gather_bounded(read(desanitize(n)) for n in names)
+        await gather_bounded(read(zk.desanitize(n)) for n in names)
         self.users = found

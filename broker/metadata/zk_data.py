@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,17 @@ PERSISTENT_PATHS = (
 )
 
 NO_LEADER = -1
+
+
+def sanitize(name: str) -> str:
+    """A user or client id as a znode name (Kafka's `Sanitizer.sanitize`: URL-encoded,
+    `*` as %2A, `~` kept, space as %20)."""
+    return urllib.parse.quote(name, safe="")
+
+
+def desanitize(name: str) -> str:
+    """The inverse of `sanitize` (Kafka's `Sanitizer.desanitize`)."""
+    return urllib.parse.unquote_plus(name)
 
 
 def broker_path(broker_id: int) -> str:

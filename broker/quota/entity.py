@@ -20,10 +20,11 @@ own): the entity's `tags` for a client.
 from __future__ import annotations
 
 import enum
-import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
+
+from tierbroker.broker.metadata.zk_data import desanitize, sanitize
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -128,17 +129,6 @@ class ClientQuotas:
 
     def __bool__(self) -> bool:
         return bool(self.quotas)
-
-
-def sanitize(name: str) -> str:
-    """A user or client id as a znode name (Kafka's `Sanitizer.sanitize`: URL-encoded,
-    `*` as %2A, `~` kept, space as %20)."""
-    return urllib.parse.quote(name, safe="")
-
-
-def desanitize(name: str) -> str:
-    """The inverse of `sanitize` (Kafka's `Sanitizer.desanitize`)."""
-    return urllib.parse.unquote_plus(name)
 
 
 def znode_name(name: Name) -> str:
