@@ -12,7 +12,12 @@ from collections.abc import Iterable
 
 from tierbroker.broker.handlers.common import BrokerContext
 from tierbroker.broker.network.request_context import current_request
-from tierbroker.broker.security.authorizer.acl import CLUSTER_NAME, AclOperation, ResourceType
+from tierbroker.broker.security.authorizer.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+)
 from tierbroker.protocol.errors import ErrorCode, KafkaError
 
 Op = AclOperation
@@ -23,6 +28,8 @@ DENIED = {
     ResourceType.TRANSACTIONAL_ID: ErrorCode.transactional_id_authorization_failed,
     ResourceType.DELEGATION_TOKEN: ErrorCode.delegation_token_authorization_failed,
 }
+# The schemas' default of an authorized-operations field: the client did not ask (KIP-430).
+OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
 def authorized(
@@ -66,6 +73,24 @@ def authorized_topics(
     if ctx.authorizer is None:
         return names
     return {n for n in names if authorized(ctx, operation, ResourceType.TOPIC, n, log_if_denied)}
+
+
+def authorized_operations(ctx: BrokerContext, resource_type: ResourceType, name: str) -> int:
+    """KIP-430: the operations the principal may do on the resource as Kafka encodes them, bit
+    `code` set for each allowed operation of those the type supports (every one without an
+    authorizer); refusals are not logged at INFO, since nothing was refused."""
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[resource_type]:
+        if authorized(ctx, operation, resource_type, name, log_if_denied=False):
+            bits |= 1 << operation
+    return bits
+
+
+def authorized_cluster_operations(ctx: BrokerContext) -> int:
+    """The cluster's authorized operations, or 0 without DESCRIBE on it (as Kafka answers)."""
+    if not authorized_cluster(ctx, Op.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def authorized_by_resource_type(

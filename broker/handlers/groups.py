@@ -4,7 +4,8 @@ DescribeGroups, ListGroups and DeleteGroups.
 With an authorizer: membership needs READ on the group, FindCoordinator and DescribeGroups
 DESCRIBE (on the transactional id for a transaction's coordinator), DeleteGroups DELETE;
 ListGroups lists every group with DESCRIBE on the cluster, else those the principal may
-describe. A refusal is GROUP_AUTHORIZATION_FAILED (TRANSACTIONAL_ID_... for a txn id)."""
+describe. A refusal is GROUP_AUTHORIZATION_FAILED (TRANSACTIONAL_ID_... for a txn id).
+DescribeGroups v3+ answers, when asked (KIP-430), what the principal may do on each group."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from tierbroker.broker.coordinator.group.coordinator import JoinRequest
 from tierbroker.broker.coordinator.group.group import JoinResult
 from tierbroker.broker.coordinator.group.offsets_store import OFFSETS_TOPIC
 from tierbroker.broker.coordinator.transaction.state_manager import TRANSACTION_STATE_TOPIC
-from tierbroker.broker.handlers.authorize import Op, authorized, authorized_cluster, unauthorized
+from tierbroker.broker.handlers.authorize import (
+    OPERATIONS_NOT_REQUESTED,
+    Op,
+    authorized,
+    authorized_cluster,
+    authorized_operations,
+    unauthorized,
+)
 from tierbroker.broker.handlers.common import (
     NO_THROTTLE,
     BrokerContext,
@@ -227,6 +235,7 @@ async def handle_leave_group(ctx: BrokerContext, request: Request, _splicer: obj
 
 async def handle_describe_groups(ctx: BrokerContext, request: Request, _splicer: object) -> Any:
     m = response_module(request.api_key, request.api_version)
+    operations = field(request.body, "include_authorized_operations", False)
     described = []
     for group_id in request.body.groups:
         group = ctx.groups.groups.get(group_id)
@@ -261,6 +270,11 @@ async def handle_describe_groups(ctx: BrokerContext, request: Request, _splicer:
                 protocol_data=group.protocol_name or "",
                 members=tuple(
                     make(m.DescribedGroupMember, **member) for member in group.describe_members()
+                ),
+                authorized_operations=(
+                    authorized_operations(ctx, ResourceType.GROUP, group_id)
+                    if operations
+                    else OPERATIONS_NOT_REQUESTED
                 ),
             )
         )

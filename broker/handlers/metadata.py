@@ -4,6 +4,8 @@ Metadata creates unknown topics when the client allows it and
 `auto.create.topics.enable` is on, as Kafka does. With an authorizer, a list of every
 topic leaves out those the principal may not DESCRIBE, a topic asked for by name is
 answered TOPIC_AUTHORIZATION_FAILED, and creating one needs CREATE on the cluster or it.
+When the client asks (KIP-430), each topic and the cluster carry the operations the
+principal may do on them; DescribeTopicPartitions always carries them, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import uuid
 from typing import Any
 
 from tierbroker.broker.handlers.authorize import (
+    OPERATIONS_NOT_REQUESTED,
     Op,
     authorized,
     authorized_cluster,
+    authorized_cluster_operations,
+    authorized_operations,
     authorized_topics,
 )
 from tierbroker.broker.handlers.common import (
@@ -35,7 +40,6 @@ from tierbroker.storage.topic_partition import TopicPartition
 
 ZERO_UUID = uuid.UUID(int=0)
 log = logging.getLogger(__name__)
-NO_AUTHORIZED_OPERATIONS = -2147483648
 AUTO_CREATE_WAIT_S = 5.0  # longer, and the client is told LEADER_NOT_AVAILABLE and retries
 
 
@@ -134,6 +138,7 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
     listener_error = (
         ErrorCode.listener_not_found if request.api_version >= 6 else ErrorCode.leader_not_available
     )
+    topic_operations = field(body, "include_topic_authorized_operations", False)
     topics = []
     for requested_name, topic_id in wanted:
         error, name, topic = await _resolve(ctx, requested_name, topic_id, allow_create)
@@ -149,9 +154,16 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
                     if topic and name
                     else ()
                 ),
-                topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                topic_authorized_operations=(
+                    authorized_operations(ctx, ResourceType.TOPIC, name)
+                    if topic_operations and name
+                    else OPERATIONS_NOT_REQUESTED
+                ),
             )
         )
+    cluster_operations = OPERATIONS_NOT_REQUESTED
+    if field(body, "include_cluster_authorized_operations", False):  # v8 to v10
+        cluster_operations = authorized_cluster_operations(ctx)
     return make(
         m.MetadataResponse,
         throttle_time=NO_THROTTLE,
@@ -159,7 +171,7 @@ async def handle_metadata(ctx: BrokerContext, request: Request, _splicer: object
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=cluster_operations,
         error_code=ErrorCode.none,
     )
 
@@ -184,7 +196,11 @@ async def handle_describe_cluster(ctx: BrokerContext, request: Request, _splicer
         cluster_id=ctx.metadata.cluster_id,
         controller_id=ctx.metadata.controller_id,
         brokers=_brokers(ctx, m.DescribeClusterBroker, "broker_id", is_fenced=False),
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=(
+            authorized_cluster_operations(ctx)
+            if request.body.include_cluster_authorized_operations
+            else OPERATIONS_NOT_REQUESTED
+        ),
     )
 
 
@@ -243,6 +259,7 @@ async def handle_describe_topic_partitions(
                 topic_id=topic.topic_id,
                 is_internal=name in INTERNAL_TOPICS,
                 partitions=partitions,
+                topic_authorized_operations=authorized_operations(ctx, ResourceType.TOPIC, name),
             )
         )
         if next_cursor is not None or budget <= 0:

@@ -143,6 +143,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"connection {self.peer}"
         )
+        self.server.own_request_task(self._task)
         self.server.connections.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -376,6 +377,9 @@ class SocketServer:
         self._sockets: dict[Listener, socket.socket] = {}
         self._acceptors: list[Acceptor] = []
         self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections being set up
+        # Each connection's request task until it ends, which may be after the connection
+        # was lost (a handler still waiting): `stop` cancels those.
+        self._request_tasks: set[asyncio.Task[None]] = set()
         self._idle_task: asyncio.Task[None] | None = None
         self._no_connections = asyncio.Event()
 
@@ -497,8 +501,13 @@ class SocketServer:
         """The first listener's port."""
         return int(next(iter(self._sockets.values())).getsockname()[1])
 
+    def own_request_task(self, task: asyncio.Task[None]) -> None:
+        self._request_tasks.add(task)
+        task.add_done_callback(self._request_tasks.discard)
+
     async def stop(self, timeout_s: float) -> None:
-        """Stop accepting, let connections finish their current request, then close them."""
+        """Stop accepting, let connections finish their current request, then close them;
+        requests of connections already lost have no one to answer and are cancelled."""
         if not self._sockets:
             return
         for acceptor in self._acceptors:  # (none when the broker failed before serving)
@@ -517,6 +526,10 @@ class SocketServer:
         await asyncio.gather(*(c.shutdown(timeout_s) for c in connections), return_exceptions=True)
         for c in connections:
             c._close()
+        orphans = list(self._request_tasks)
+        for task in orphans:
+            task.cancel()
+        await asyncio.gather(*orphans, return_exceptions=True)
         if self.connections:
             self._no_connections.clear()
             await self._no_connections.wait()

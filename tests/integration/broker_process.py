@@ -11,6 +11,7 @@ import resource
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -45,13 +46,21 @@ def free_ports(count: int) -> int:
                 s.close()
 
 
-def api_versions_answered(port: int, timeout_s: float = 0.5) -> bool:
-    """True once the broker answers an ApiVersions v0 request."""
+def api_versions_answered(port: int, timeout_s: float = 0.5, tls: bool = False) -> bool:
+    """True once the broker answers an ApiVersions v0 request (over TLS, its certificate
+    unchecked, if `tls`: a SASL listener answers it before authentication too)."""
     request = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
-            s.sendall(struct.pack(">i", len(request)) + request)
-            return len(s.recv(4)) == 4
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as raw:
+            if not tls:
+                raw.sendall(struct.pack(">i", len(request)) + request)
+                return len(raw.recv(4)) == 4
+            unchecked = ssl.create_default_context()
+            unchecked.check_hostname = False
+            unchecked.verify_mode = ssl.CERT_NONE
+            with unchecked.wrap_socket(raw) as s:
+                s.sendall(struct.pack(">i", len(request)) + request)
+                return len(s.recv(4)) == 4
     except OSError:
         return False
 
@@ -83,8 +92,9 @@ class BrokerProcess:
         self.file_limit = file_limit
         self.config = config
         self.serve_args = serve_args
-        self.port = 0  # the ports bound, once started
+        self.port = 0  # the ports bound, once started (`port`: the first listener's)
         self.metrics_port = 0
+        self.listeners: list[dict[str, object]] = []  # name, security_protocol, host, port
         self.overrides = {
             "listeners": "PLAINTEXT://127.0.0.1:0",
             "log.dirs": str(data_dir / "logs"),
@@ -121,7 +131,7 @@ class BrokerProcess:
         )
         log_file.close()
         deadline = time.monotonic() + timeout_s
-        while not self._read_ports_file() or not api_versions_answered(self.port):
+        while not self._read_ports_file() or not api_versions_answered(self.port, tls=self.tls):
             if self.process.poll() is not None:
                 raise RuntimeError(
                     f"tierbroker exited with {self.process.returncode}:\n{self.log()}"
@@ -139,7 +149,13 @@ class BrokerProcess:
         except FileNotFoundError:
             return False
         self.port, self.metrics_port = ports["port"], ports["metrics_port"]
+        self.listeners = ports["listeners"]
         return True
+
+    @property
+    def tls(self) -> bool:
+        """Whether the first listener (where `port` is) speaks TLS."""
+        return str(self.listeners[0]["security_protocol"]).endswith("SSL")
 
     def _limit_files(self) -> None:
         assert self.file_limit is not None
@@ -148,7 +164,7 @@ class BrokerProcess:
     def restarted(self, timeout_s: float = 60.0) -> BrokerProcess:
         """A new broker process on the same data dir, ports, overrides and limits, started."""
         same_ports = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": ",".join(f"{x['name']}://{x['host']}:{x['port']}" for x in self.listeners),
             "metrics.port": str(self.metrics_port),
         }
         new = type(self)(

@@ -3,14 +3,16 @@ starts one: `tierbroker serve` with `metadata.store=zookeeper`.
 
 Fixture: `zookeeper` (one server per test module); import it into a test module to use it.
 `AcknowledgedProducer` produces numbered records while brokers die; `read_all` reads them
-back with confluent-kafka."""
+back with confluent-kafka. Each takes the client settings of a secured listener (`client`,
+librdkafka's names: security.protocol, sasl.*, ssl.*), as `ZooKeeperCluster` does for its
+admin client."""
 
 from __future__ import annotations
 
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,13 @@ class AcknowledgedProducer(threading.Thread):
     padded with `padding` spaces; remembers which the brokers acknowledged."""
 
     def __init__(
-        self, bootstrap: str, topic: str, count: int, padding: int = 0, first: int = 0
+        self,
+        bootstrap: str,
+        topic: str,
+        count: int,
+        padding: int = 0,
+        first: int = 0,
+        client: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.topic = topic
@@ -45,6 +53,7 @@ class AcknowledgedProducer(threading.Thread):
         self.padding = b" " * padding
         self.producer = Producer(
             {
+                **(client or {}),
                 "bootstrap.servers": bootstrap,
                 "enable.idempotence": True,
                 "acks": "all",
@@ -81,10 +90,13 @@ class AcknowledgedProducer(threading.Thread):
         self.producer.flush(180)
 
 
-def read_all(bootstrap: str, topic: str, count: int) -> list[int]:
+def read_all(
+    bootstrap: str, topic: str, count: int, client: Mapping[str, str] | None = None
+) -> list[int]:
     """The sequence numbers of partition 0 from offset 0, with confluent-kafka."""
     consumer = Consumer(
         {
+            **(client or {}),
             "bootstrap.servers": bootstrap,
             "group.id": f"check-{time.monotonic_ns()}",
             "enable.auto.commit": False,
@@ -108,8 +120,11 @@ class ZooKeeperCluster:
         directory: Path,
         brokers: int = 3,
         overrides: dict[str, str] | None = None,
+        client: Mapping[str, str] | None = None,
     ) -> None:
+        """`client`: the settings the cluster's own admin client connects with."""
         self.zookeeper = zookeeper
+        self.client = dict(client or {})
         self.chroot = f"/cluster-{next(_chroots)}"
         self.brokers: dict[int, BrokerProcess] = {}
         for broker_id in range(brokers):
@@ -141,7 +156,7 @@ class ZooKeeperCluster:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
     def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap})
+        return AdminClient({**self.client, "bootstrap.servers": self.bootstrap})
 
     def restart(self, broker_id: int) -> None:
         self.brokers[broker_id] = self.brokers[broker_id].restarted(timeout_s=60)

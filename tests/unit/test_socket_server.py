@@ -10,6 +10,8 @@ import ssl
 import struct
 from typing import Any
 
+import pytest
+
 from tests.certs import session_certs
 from tierbroker.broker.config.listeners import Listener, SecurityProtocol
 from tierbroker.broker.network.socket_server import (
@@ -151,3 +153,42 @@ async def test_a_throttled_connection_is_answered_then_muted() -> None:
         writer.close()
     finally:
         await server.stop(30)  # the mute ends with the server, not after ten minutes
+
+
+async def test_stop_cancels_a_request_whose_client_has_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A handler still waiting when its client disconnected is no connection's any more:
+    stopping the server cancels it, rather than leaving it to outlive the server."""
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handler(frame: bytes | memoryview, connection: Any) -> list[bytes]:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # a wait nothing ends
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return []
+
+    server = SocketServer(handler, max_request_bytes=MIB, max_queued_bytes=MIB)
+    lost = asyncio.Event()
+    closed = server.connection_closed
+
+    def connection_closed(connection: Any) -> None:
+        closed(connection)
+        lost.set()
+
+    monkeypatch.setattr(server, "connection_closed", connection_closed)
+    server.listen("127.0.0.1", 0)
+    await server.start()
+    client = socket.create_connection(("127.0.0.1", server.port))
+    client.sendall(struct.pack(">i", 4) + b"ping")
+    await started.wait()
+    # A reset, not an EOF: the transport is lost at once (as a TLS one is at EOF).
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+    async with asyncio.timeout(10):
+        await lost.wait()
+        await server.stop(1)
+    assert cancelled.is_set()
