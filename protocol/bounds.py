@@ -7,8 +7,10 @@ schema (kio's dataclasses: their field types and `kafka_type` metadata, so nothi
 is hand-written per API), reads only lengths and counts, and raises
 `KafkaError(INVALID_REQUEST)` when one cannot fit in the rest of the frame, or is
 null (-1) where the field is not nullable: kio would hand a handler `None` for a
-non-nullable array, where Kafka's readers refuse the request. Records and bytes
-are skipped, never read.
+non-nullable array, where Kafka's readers refuse the request. A tagged field kio
+knows is decoded by it too, so it is walked as well, and must fill the size its tag
+declares exactly.
+Records and bytes are skipped, never read.
 """
 
 from __future__ import annotations
@@ -79,21 +81,34 @@ class _Cursor:
 @cache
 def _steps(entity_type: type, header: bool) -> tuple[tuple[Step, ...], bool]:
     """The non-tagged fields of an entity as steps, and whether it is flexible."""
-    steps: list[Step] = []
-    for f in dataclasses.fields(entity_type):
-        if "tag" in f.metadata:
-            continue
-        nullable = _nullable(f.type)
-        name = f"{entity_type.__name__}.{f.name}"
-        element, array = _element_type(f.type)
-        if dataclasses.is_dataclass(element):
-            steps.append(("entity_array" if array else "entity", element, nullable, name))
-        else:
-            kafka_type = f.metadata["kafka_type"]  # on every primitive field kio generates
-            if header and f.name == "client_id":
-                kafka_type = "legacy_string"  # always a legacy string, as Kafka special-cases it
-            steps.append(("array" if array else "primitive", kafka_type, nullable, name))
-    return tuple(steps), bool(getattr(entity_type, "__flexible__"))  # noqa: B009
+    steps = tuple(
+        _step(entity_type, f, header)
+        for f in dataclasses.fields(entity_type)
+        if "tag" not in f.metadata
+    )
+    return steps, bool(getattr(entity_type, "__flexible__"))  # noqa: B009
+
+
+@cache
+def _tagged_steps(entity_type: type) -> dict[int, Step]:
+    """The tagged fields of an entity as steps, by tag."""
+    return {
+        int(f.metadata["tag"]): _step(entity_type, f, False)
+        for f in dataclasses.fields(entity_type)
+        if "tag" in f.metadata
+    }
+
+
+def _step(entity_type: type, f: dataclasses.Field[Any], header: bool) -> Step:
+    nullable = _nullable(f.type)
+    name = f"{entity_type.__name__}.{f.name}"
+    element, array = _element_type(f.type)
+    if dataclasses.is_dataclass(element):
+        return ("entity_array" if array else "entity", element, nullable, name)
+    kafka_type = f.metadata["kafka_type"]  # on every primitive field kio generates
+    if header and f.name == "client_id":
+        kafka_type = "legacy_string"  # always a legacy string, as Kafka special-cases it
+    return ("array" if array else "primitive", kafka_type, nullable, name)
 
 
 def _element_type(field_type: Any) -> tuple[Any, bool]:
@@ -121,28 +136,44 @@ def check_bounds(
 
 def _entity(c: _Cursor, entity_type: type, header: bool = False) -> None:
     steps, flexible = _steps(entity_type, header)
-    for kind, what, nullable, name in steps:
-        if kind == "primitive":
-            _primitive(c, what, flexible, nullable, name)
-        elif kind == "entity":
-            if nullable and c.int_be(1) < 0:
-                continue
-            _entity(c, what)
-        else:
-            count = _array_count(c, flexible)
-            if count > c.end - c.pos:
-                raise c.fail(f"array of {count} elements cannot fit")
-            if count < 0 and not nullable:
-                raise c.fail(f"null in non-nullable array {name}")
-            for _ in range(count):
-                if kind == "entity_array":
-                    _entity(c, what)
-                else:
-                    _primitive(c, what, flexible, False, name)
-    if flexible:
-        for _ in range(c.uvarint()):
-            c.uvarint()  # tag
-            c.skip(c.uvarint())
+    for step in steps:
+        _field(c, step, flexible)
+    if not flexible:
+        return
+    tagged = _tagged_steps(entity_type)
+    for _ in range(c.uvarint()):
+        tag, size = c.uvarint(), c.uvarint()
+        known = tagged.get(tag)
+        if known is not None:
+            # kio decodes a known tag's value whatever size the tag declares: the value must
+            # be exactly that size, or kio would read on from elsewhere than this walk.
+            value = _Cursor(c.buf, c.pos)
+            value.end = min(c.end, c.pos + size)
+            _field(value, known, flexible)
+            if value.pos != c.pos + size:
+                raise c.fail(f"tagged field {known[3]} of {size} bytes holds {value.pos - c.pos}")
+        c.skip(size)
+
+
+def _field(c: _Cursor, step: Step, flexible: bool) -> None:
+    kind, what, nullable, name = step
+    if kind == "primitive":
+        _primitive(c, what, flexible, nullable, name)
+    elif kind == "entity":
+        if nullable and c.int_be(1) < 0:
+            return
+        _entity(c, what)
+    else:
+        count = _array_count(c, flexible)
+        if count > c.end - c.pos:
+            raise c.fail(f"array of {count} elements cannot fit")
+        if count < 0 and not nullable:
+            raise c.fail(f"null in non-nullable array {name}")
+        for _ in range(count):
+            if kind == "entity_array":
+                _entity(c, what)
+            else:
+                _primitive(c, what, flexible, False, name)
 
 
 def _array_count(c: _Cursor, flexible: bool) -> int:
