@@ -111,7 +111,7 @@ def test_without_the_command_config_or_with_a_wrong_password_a_command_fails_in_
     cluster: EmbeddedCluster, certs: Certificates, tmp_path: Path
 ) -> None:
     for config in (None, command_config(tmp_path, certs, password="wrong")):
-        done = tierbroker(cluster, config, "topic", "list", "--timeout", "5")
+        done = tierbroker(cluster, config, "topic", "list", "--timeout", "2")
         assert done.returncode == 1
         assert done.stderr.startswith("error: list topics: ") and done.stderr.count("\n") == 1
     wrong = tierbroker(cluster, tmp_path / "missing.properties", "topic", "list")

@@ -105,9 +105,10 @@ def test_replicas_follow_on_the_inter_broker_listener_and_groups_on_the_clients(
 
 
 def _poll_into(consumer: Consumer, seen: set[bytes]) -> int:
-    message = consumer.poll(0.5)
-    if message is not None and message.error() is None:
-        seen.add(message.value())
+    """Read what has arrived (up to 500 records, waiting at most half a second)."""
+    for message in consumer.consume(500, 0.5):
+        if message.error() is None:
+            seen.add(message.value())
     return len(seen)
 
 

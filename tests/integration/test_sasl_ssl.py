@@ -110,9 +110,9 @@ def round_trip(config: dict[str, Any], count: int) -> set[bytes]:
     seen: set[bytes] = set()
 
     def consumed() -> bool:
-        message = consumer.poll(1)
-        if message is not None and not message.error():
-            seen.add(message.value() or b"")
+        for message in consumer.consume(500, 1):
+            if not message.error():
+                seen.add(message.value() or b"")
         return sent <= seen
 
     try:

@@ -113,9 +113,9 @@ def test_brokers_replicate_over_scram_and_the_cli_manages_users(
     seen: set[bytes] = set()
 
     def consumed() -> bool:
-        message = consumer.poll(1)
-        if message is not None and not message.error():
-            seen.add(message.value() or b"")
+        for message in consumer.consume(20, 1):
+            if not message.error():
+                seen.add(message.value() or b"")
         return len(seen) == 20
 
     try:
