@@ -161,54 +161,13 @@ class BrokerServer:
             self.admin.log_config,
         )
         self.admin.applied_here = self.replicas.applied
-        self.controller = Controller(
-            config.broker_id,
-            store,
-            lambda topic: self.admin.log_config(topic).unclean_leader_election_enable,
-            LeaderBalance(
-                config.auto_leader_rebalance_enable,
-                config.leader_imbalance_check_interval_seconds,
-                config.leader_imbalance_per_broker_percentage,
-            ),
-        )
-        offsets = GroupMetadataManager(self.replicas, self.admin, _offsets_config(config))
+        self.controller = self._controller()
         self.cleaner = LogCleaner(self.log_manager, _cleaner_config(config))
         self.registry = CollectorRegistry()
-        CleanerMetrics(self.cleaner, self.registry)
-        replication_metrics = ReplicationMetrics(self.replicas, self.controller, self.registry)
-        self.replicas.isr_change_listeners.append(replication_metrics.isr_changed)
-        topic_metrics = BrokerTopicMetrics(self.registry)
-        self.replicas.stop_listeners.append(topic_metrics.forget)
-        self.groups = GroupCoordinator(_group_config(config), offsets, self._partition_exists)
-        self.transactions = TransactionCoordinator(
-            TransactionStateManager(self.replicas, self.admin, _transaction_config(config)),
-            TransactionMarkerChannelManager(
-                self.replicas,
-                self.cache,
-                config.request_timeout_ms,
-                self.replicas.config.inter_broker,
-            ),
-            self.admin.next_producer_id,
-        )
-        self.verifier = TransactionVerifier(
-            config.broker_id,
-            self.transactions,
-            self.cache,
-            config.request_timeout_ms,
-            self.replicas.config.inter_broker,
-        )
-        self.replicas.verify_transaction = self.verifier.verify
-        self.replicas.leadership_listeners.append(self._on_leadership)
-        self.replicas.txn_marker_listeners.append(self._on_txn_marker)
+        topic_metrics = self._register_metrics()
+        self._build_coordinators()
         self.remote: RemoteLogManager | None = None
-        self.metrics_server = MetricsServer(
-            self.registry,
-            self._tier_status,
-            self._tier_health,
-            self.cleaner.status,
-            self._refresh_remote_metrics,
-            tier_usage=lambda: self._tier_usage(topic_metrics.served),
-        )
+        self.metrics_server = self._metrics_server(topic_metrics)
         self.scheduler = Scheduler()
         self.socket_server = self._socket_server(topic_metrics)
         self.lifecycle = BrokerLifecycle(
@@ -221,6 +180,58 @@ class BrokerServer:
         self.fatal_error: str | None = None
         self.shutdown_error: str | None = None  # why the shutdown went uncontrolled
         self._closing: asyncio.Task[None] | None = None  # closing the store session
+
+    def _register_metrics(self) -> BrokerTopicMetrics:
+        """The cleaner's and replication's metrics in the registry; the topics' returned."""
+        CleanerMetrics(self.cleaner, self.registry)
+        replication_metrics = ReplicationMetrics(self.replicas, self.controller, self.registry)
+        self.replicas.isr_change_listeners.append(replication_metrics.isr_changed)
+        topic_metrics = BrokerTopicMetrics(self.registry)
+        self.replicas.stop_listeners.append(topic_metrics.forget)
+        return topic_metrics
+
+    def _controller(self) -> Controller:
+        c = self.config
+        return Controller(
+            c.broker_id,
+            self.store,
+            lambda topic: self.admin.log_config(topic).unclean_leader_election_enable,
+            LeaderBalance(
+                c.auto_leader_rebalance_enable,
+                c.leader_imbalance_check_interval_seconds,
+                c.leader_imbalance_per_broker_percentage,
+            ),
+        )
+
+    def _metrics_server(self, topic_metrics: BrokerTopicMetrics) -> MetricsServer:
+        return MetricsServer(
+            self.registry,
+            self._tier_status,
+            self._tier_health,
+            self.cleaner.status,
+            self._refresh_remote_metrics,
+            tier_usage=lambda: self._tier_usage(topic_metrics.served),
+        )
+
+    def _build_coordinators(self) -> None:
+        """The group and transaction coordinators, on this broker's internal topics."""
+        c = self.config
+        offsets = GroupMetadataManager(self.replicas, self.admin, _offsets_config(c))
+        self.groups = GroupCoordinator(_group_config(c), offsets, self._partition_exists)
+        inter_broker = self.replicas.config.inter_broker
+        self.transactions = TransactionCoordinator(
+            TransactionStateManager(self.replicas, self.admin, _transaction_config(c)),
+            TransactionMarkerChannelManager(
+                self.replicas, self.cache, c.request_timeout_ms, inter_broker
+            ),
+            self.admin.next_producer_id,
+        )
+        self.verifier = TransactionVerifier(
+            c.broker_id, self.transactions, self.cache, c.request_timeout_ms, inter_broker
+        )
+        self.replicas.verify_transaction = self.verifier.verify
+        self.replicas.leadership_listeners.append(self._on_leadership)
+        self.replicas.txn_marker_listeners.append(self._on_txn_marker)
 
     def _socket_server(self, topic_metrics: BrokerTopicMetrics) -> SocketServer:
         c = self.config
