@@ -40,7 +40,7 @@ run: install
 # and JVMs. A module stays on one worker (loadfile), so its fixtures are made once. The
 # plugin's acceptance suite (tests/plugin) runs in the same session, beside the others.
 test: install-test
-	$(BIN)/pytest -n 3 --dist loadfile -m "not alone" --durations=25 tests tests/plugin
+	$(BIN)/pytest -n 4 --dist loadfile -m "not alone" --durations=25 tests tests/plugin
 	$(BIN)/pytest -m alone
 
 # The inner loop: everything but the tests marked slow (Spark, packaging, leaders killed
