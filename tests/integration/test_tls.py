@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.helpers import create_ssl_context
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -251,6 +252,45 @@ def test_untrusted_clients_are_refused(
     wait_for(
         lambda: failed_authentications(cluster, listener) > before,
         f"a failed authentication counted on {listener}",
+        timeout_s=TIMEOUT_S,
+    )
+
+
+def test_kcat_and_aiokafka_without_a_certificate_are_refused_by_mutual_tls(
+    cluster: EmbeddedCluster, certs: Certificates
+) -> None:
+    """ssl.client.auth=required: a client that trusts the CA but shows no certificate is
+    refused within seconds, each as it reports a TLS failure."""
+    before = failed_authentications(cluster, "MTLS")
+    exe = shutil.which("kcat")
+    assert exe is not None, "kcat is not installed: `apt-get install -y kcat`"
+    only_ca = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={certs.ca.cert}"]
+    listed = subprocess.run(
+        [exe, "-b", bootstrap(cluster, "MTLS"), *only_ca, "-L", "-m", "5"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert listed.returncode != 0 and "SSL" in listed.stderr, listed.stderr
+
+    async def aiokafka_start() -> None:
+        context = create_ssl_context(cafile=str(certs.ca.cert))
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap(cluster, "MTLS"),
+            security_protocol="SSL",
+            ssl_context=context,
+        )
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                await producer.start()
+        finally:
+            await producer.stop()
+
+    with pytest.raises(KafkaConnectionError):
+        asyncio.run(aiokafka_start())
+    wait_for(
+        lambda: failed_authentications(cluster, "MTLS") >= before + 2,
+        "both refusals counted as failed authentications",
         timeout_s=TIMEOUT_S,
     )
 
