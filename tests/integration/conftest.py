@@ -6,11 +6,18 @@ from pathlib import Path
 import pytest
 
 from tests.apache_kafka import ApacheKafka, ApacheKafkaCluster
+from tests.certs import Certificates, session_certs
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.pipeline_topic import TieredTopic, create_tiered_topic
 from tierbroker.testing import cluster_fixture
 
 RACKS = ("a", "b", "c")
+
+
+@pytest.fixture(scope="session")
+def certs() -> Certificates:
+    """The CA, broker and client certificates of the TLS tests, made once per session."""
+    return session_certs()
 
 
 @pytest.fixture

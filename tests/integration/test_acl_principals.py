@@ -29,7 +29,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.apache_kafka import ApacheKafka
-from tests.certs import STORE_PASSWORD, Certificates, session_certs
+from tests.certs import STORE_PASSWORD, Certificates
 from tests.integration.waiting import wait_for
 from tierbroker.broker.server.embedded import EmbeddedCluster
 
@@ -50,11 +50,6 @@ EVERY_ACL = AclBindingFilter(
     AclOperation.ANY,
     AclPermissionType.ANY,
 )
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certificates:
-    return session_certs()
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.certs import STORE_PASSWORD, Certificates, session_certs
+from tests.certs import STORE_PASSWORD, Certificates
 from tests.integration.broker_process import executable
 from tierbroker.broker.server.embedded import EmbeddedCluster
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certificates:
-    return session_certs()
 
 
 @pytest.fixture(scope="module")

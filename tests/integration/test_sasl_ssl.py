@@ -21,16 +21,11 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from tests.certs import STORE_PASSWORD, Certificates, session_certs
+from tests.certs import STORE_PASSWORD, Certificates
 from tests.integration.waiting import wait_for
 from tierbroker.broker.server.embedded import EmbeddedCluster
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certificates:
-    return session_certs()
 
 
 @pytest.fixture(scope="module")

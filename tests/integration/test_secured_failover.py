@@ -33,7 +33,7 @@ from confluent_kafka.admin import (
 )
 from typer.testing import CliRunner
 
-from tests.certs import STORE_PASSWORD, Certificates, session_certs
+from tests.certs import STORE_PASSWORD, Certificates
 from tests.integration.zk_cluster import (
     AcknowledgedProducer,
     ZooKeeperCluster,
@@ -131,11 +131,6 @@ def produce_through_kills(
     assert producer.failed == []
     assert read_all(bootstrap, TOPIC, MESSAGES, client=client) == list(range(MESSAGES))
     assert sorted(producer.acknowledged) == list(range(MESSAGES))
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certificates:
-    return session_certs()
 
 
 def cli(*args: str) -> None:

@@ -33,7 +33,7 @@ from aiokafka.helpers import create_ssl_context
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.apache_kafka import run_java
-from tests.certs import STORE_PASSWORD, Certificates, session_certs
+from tests.certs import STORE_PASSWORD, Certificates
 from tests.integration.test_kafkajs import node
 from tierbroker.broker.security.sasl.scram import ScramMechanism
 from tierbroker.broker.server.embedded import EmbeddedCluster
@@ -75,11 +75,6 @@ UNSECURED_LOGIN = (
     "org.apache.kafka.common.security.oauthbearer.internals.unsecured."
     "OAuthBearerUnsecuredLoginCallbackHandler"
 )
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certificates:
-    return session_certs()
 
 
 @pytest.fixture(scope="module")

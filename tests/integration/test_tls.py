@@ -39,7 +39,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.apache_kafka import run_java
-from tests.certs import BROKER_SAN, STORE_PASSWORD, Certificates, session_certs
+from tests.certs import BROKER_SAN, STORE_PASSWORD, Certificates
 from tests.integration.test_kafkajs import node
 from tests.integration.test_kcat import kcat
 from tests.integration.waiting import wait_for
@@ -56,11 +56,6 @@ TIMEOUT_S = 30.0
 RECORD_BYTES = 64 * 1024
 RECORDS = 64  # 4 MiB in one segment, fetched in responses of more than 1 MiB
 CLIENT_KEYSTORE = "listener.name.client.ssl.keystore.location"
-
-
-@pytest.fixture(scope="module")
-def certs() -> Certificates:
-    return session_certs()
 
 
 @pytest.fixture(scope="module")
