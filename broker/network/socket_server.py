@@ -456,21 +456,23 @@ class SocketServer:
                     ssl_handshake_timeout=self.quotas.limits.ssl_handshake_timeout_s,
                 )
         except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
-            set_up = bool(made) and made[0].transport is not None
-            if context is not None and not set_up:  # Kafka counts it as failed authentication
+            if context is not None and not _set_up(made):  # Kafka: a failed authentication
                 # (asyncio's error for a client gone mid-handshake has no message)
                 reason = str(e) or type(e).__name__
                 self.metrics.authentication_failed(listener.name, ip, f"TLS handshake: {reason}")
             else:
                 log.info("connection from %s on %s failed: %s", ip, listener.name, e)
-            if not set_up:
-                self.quotas.remove(ip)
-            sock.close()
+            self._abandon(made, ip, sock)
         except Exception:
             log.exception("closing connection from %s: it could not be set up", ip)
-            if not made or made[0].transport is None:
-                self.quotas.remove(ip)
-            sock.close()
+            self._abandon(made, ip, sock)
+
+    def _abandon(self, made: list[KafkaConnection], ip: str, sock: socket.socket) -> None:
+        """Close a connection that failed while being set up; until its `connection_made`
+        came (after which `connection_lost` does it), it gives its quota slot back here."""
+        if not _set_up(made):
+            self.quotas.remove(ip)
+        sock.close()
 
     def connection_closed(self, connection: KafkaConnection) -> None:
         self.connections.discard(connection)
@@ -533,6 +535,11 @@ class SocketServer:
         if self.connections:
             self._no_connections.clear()
             await self._no_connections.wait()
+
+
+def _set_up(made: list[KafkaConnection]) -> bool:
+    """Whether the connection being set up got as far as its `connection_made`."""
+    return bool(made) and made[0].transport is not None
 
 
 def _loop_has_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
