@@ -235,7 +235,10 @@ class LocalFsTier(Tier):
         for p in self.root.rglob("*"):
             relative = "/" + str(p.relative_to(self.root))
             if p.is_file() and f"/{topic}-" in relative:
-                found[relative] = p.stat().st_size
+                try:
+                    found[relative] = p.stat().st_size
+                except FileNotFoundError:  # deleted by the broker since it was listed
+                    continue
         return found
 
 
